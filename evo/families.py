@@ -1,0 +1,131 @@
+"""Kernel families: a parameterised .cu template plus its parameter space.
+
+A family is a folder ``templates/<name>/`` holding
+
+* ``family.yaml``::
+
+      name: mma_sm80
+      description: one line
+      archs: [sm_80, sm_90a]          # every arch the family claims to compile for
+      source: kernel.cu               # the template
+      params:                         # name -> list of allowed values (first = default)
+        BM: [128, 64, 256]
+        STAGES: [3, 2, 4, 5]
+      constraints:                    # expressions over params that a valid instance satisfies
+        - "BM * BK / 8 % THREADS == 0"
+      ci_instances:                   # extra instances compiled in CI besides the default
+        - {BM: 64, BN: 64}
+
+* ``kernel.cu``: a complete candidate (front matter included, see evo.kernel) in which
+  ``{{NAME}}`` is replaced by the value of parameter NAME and ``{{PARAMS}}`` by the
+  YAML flow mapping of all parameters.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import expr
+from .errors import EvoError
+from .kernel import KernelSource
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    description: str
+    archs: tuple[str, ...]
+    space: dict[str, tuple]
+    constraints: tuple[str, ...]
+    template: str
+    ci_instances: tuple[dict, ...]
+    path: Path
+
+    @staticmethod
+    def load(folder: Path) -> "Family":
+        spec_path = folder / "family.yaml"
+        try:
+            spec = yaml.safe_load(spec_path.read_text())
+        except (OSError, yaml.YAMLError) as e:
+            raise EvoError(f"family {folder.name}: cannot read family.yaml: {str(e).splitlines()[0]}") from None
+        space = {k: tuple(v if isinstance(v, list) else [v]) for k, v in (spec.get("params") or {}).items()}
+        return Family(
+            name=spec["name"],
+            description=spec.get("description", ""),
+            archs=tuple(spec["archs"]),
+            space=space,
+            constraints=tuple(spec.get("constraints") or ()),
+            template=(folder / spec.get("source", "kernel.cu")).read_text(),
+            ci_instances=tuple(spec.get("ci_instances") or ()),
+            path=folder,
+        )
+
+    def default_params(self) -> dict[str, Any]:
+        return {k: v[0] for k, v in self.space.items()}
+
+    def complete(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Fill missing parameters with defaults; reject unknown names and values."""
+        unknown = set(params) - set(self.space)
+        if unknown:
+            raise EvoError(f"family {self.name} has no parameter {', '.join(sorted(unknown))}")
+        full = self.default_params()
+        full.update(params)
+        for k, v in full.items():
+            if v not in self.space[k]:
+                raise EvoError(f"family {self.name}: {k}={v!r} is not one of {list(self.space[k])}")
+        return full
+
+    def valid(self, params: dict[str, Any]) -> bool:
+        env = {k: int(v) for k, v in params.items() if isinstance(v, (int, bool))}
+        return all(expr.evaluate(c, env) for c in self.constraints)
+
+    def random_params(self, rng: random.Random, tries: int = 200) -> dict[str, Any] | None:
+        for _ in range(tries):
+            p = {k: rng.choice(v) for k, v in self.space.items()}
+            if self.valid(p):
+                return p
+        return None
+
+    def render(self, params: dict[str, Any]) -> KernelSource:
+        full = self.complete(params)
+        if not self.valid(full):
+            raise EvoError(f"family {self.name}: parameters {full} violate its constraints")
+        text = self.template.replace("{{PARAMS}}", yaml.safe_dump(full, default_flow_style=True, sort_keys=True).strip())
+        for k, v in full.items():
+            text = text.replace("{{" + k + "}}", str(int(v) if isinstance(v, bool) else v))
+        if "{{" in text.split("---*/", 1)[-1] and "}}" in text:
+            leftover = text[text.index("{{"): text.index("{{") + 40].split("}}")[0]
+            raise EvoError(f"family {self.name}: template placeholder {leftover}}}}} has no parameter")
+        return KernelSource.parse(text)
+
+    def instances_for_ci(self) -> list[dict[str, Any]]:
+        return [self.default_params()] + [self.complete(p) for p in self.ci_instances]
+
+
+def templates_root() -> Path:
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+def load_families(root: Path | None = None, names: list[str] | None = None, arch: str | None = None) -> list[Family]:
+    root = Path(root) if root else templates_root()
+    if not root.is_dir():
+        raise EvoError(f"templates folder {root} does not exist")
+    fams: dict[str, Family] = {}
+    for folder in sorted(root.iterdir()):
+        if (folder / "family.yaml").is_file():
+            fam = Family.load(folder)
+            fams[fam.name] = fam
+    if names:
+        unknown = [n for n in names if n not in fams]
+        if unknown:
+            raise EvoError(f"unknown family {', '.join(unknown)}; known: {', '.join(sorted(fams))}")
+        chosen = [fams[n] for n in names]
+    else:
+        chosen = list(fams.values())
+    if arch:
+        chosen = [f for f in chosen if arch in f.archs]
+    return chosen

@@ -1,0 +1,205 @@
+"""The kernel ABI: a candidate is one complete .cu text with its launch rules in front matter.
+
+Every candidate defines
+
+    extern "C" __global__ void evo_gemm(const __half* A, const __half* B, __half* C,
+                                        int M, int N, int K, float* workspace
+                                        [, const __grid_constant__ TmaDesc tmap0, ...]);
+
+A is M x K row-major, B is N x K row-major, C is M x N row-major: C = A @ B^T with
+fp32 accumulation. ``workspace`` is a device buffer of ``workspace`` bytes that the
+harness zeroes once after allocation; a kernel that uses it (e.g. split-K counters)
+must leave any counters back at zero when it returns.
+
+The source starts with a YAML block in a C comment:
+
+    /*---evo
+    family: mma_sm80
+    archs: [sm_80, sm_90a]
+    params: {BM: 128, BN: 128, BK: 32, STAGES: 3}
+    block: [256, 1, 1]                          # ints or expressions
+    grid: ["cdiv(N, BN)", "cdiv(M, BM)", 1]
+    smem: "STAGES * (BM + BN) * BK * 2"        # dynamic shared memory, bytes
+    workspace: 0                                # bytes
+    requires: "K % 8 == 0"                      # shapes this kernel accepts (default: all)
+    tensor_maps:                                # optional, appended to the arguments in order
+      - {operand: A, box: [BM, 64], swizzle: 128}
+    ---*/
+
+Expressions may use M, N, K, NUM_SMS, every name in ``params`` and the functions
+cdiv, min, max, round_up.  A tensor map describes operand A (M x K), B (N x K) or C
+(M x N) as a 2-D fp16 row-major tensor; ``box`` is [rows, cols] of one TMA box and
+out-of-bounds loads read zeros.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from . import expr
+from .errors import EvoError
+from .problem import Problem
+
+ENTRY = "evo_gemm"
+_FRONT = re.compile(r"\A\s*/\*---evo\s*\n(.*?)\n\s*---\*/", re.S)
+_ENTRY_RE = re.compile(r'extern\s+"C"[^;{}]*?\b' + ENTRY + r"\s*\(")
+_LINE_COMMENT = re.compile(r"//[^\n]*")
+_BLOCK_COMMENT = re.compile(r"/\*.*?\*/", re.S)
+_WS = re.compile(r"\s+")
+OPERANDS = {"A": ("M", "K"), "B": ("N", "K"), "C": ("M", "N")}
+SWIZZLES = (0, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class TensorMapSpec:
+    operand: str
+    box_rows: int
+    box_cols: int
+    swizzle: int
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Launch geometry of one kernel for one problem."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    smem: int
+    workspace: int
+    tensor_maps: tuple[TensorMapSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelMeta:
+    family: str
+    archs: tuple[str, ...]
+    params: dict[str, Any]
+    block: tuple
+    grid: tuple
+    smem: Any = 0
+    workspace: Any = 0
+    requires: Any = True
+    tensor_maps: tuple[dict, ...] = ()
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """A candidate: its full text and the launch rules parsed from its front matter."""
+
+    text: str
+    meta: KernelMeta
+    hash: str = field(default="")
+
+    @staticmethod
+    def parse(text: str) -> "KernelSource":
+        meta = parse_meta(text)
+        if not _ENTRY_RE.search(strip_comments(text)):
+            raise EvoError(f'kernel does not follow the ABI: no extern "C" __global__ {ENTRY}(...) entry point')
+        return KernelSource(text=text, meta=meta, hash=source_hash(text, meta))
+
+    def env(self, problem: Problem, num_sms: int) -> dict[str, int]:
+        env = {k: v for k, v in self.meta.params.items() if isinstance(v, (int, bool))}
+        env.update(M=problem.m, N=problem.n, K=problem.k, NUM_SMS=num_sms)
+        return env
+
+    def accepts(self, problem: Problem, num_sms: int = 132) -> bool:
+        return bool(expr.evaluate(self.meta.requires, self.env(problem, num_sms)))
+
+    def launch(self, problem: Problem, num_sms: int) -> LaunchSpec:
+        env = self.env(problem, num_sms)
+        grid = tuple(expr.evaluate(g, env) for g in self.meta.grid)
+        block = tuple(expr.evaluate(b, env) for b in self.meta.block)
+        if min(grid) < 1 or min(block) < 1:
+            raise EvoError(f"kernel {self.hash}: launch geometry grid={grid} block={block} is empty for {problem.key}")
+        maps = tuple(
+            TensorMapSpec(
+                operand=t["operand"],
+                box_rows=expr.evaluate(t["box"][0], env),
+                box_cols=expr.evaluate(t["box"][1], env),
+                swizzle=int(t.get("swizzle", 0)),
+            )
+            for t in self.meta.tensor_maps
+        )
+        return LaunchSpec(
+            grid=grid,  # type: ignore[arg-type]
+            block=block,  # type: ignore[arg-type]
+            smem=expr.evaluate(self.meta.smem, env),
+            workspace=expr.evaluate(self.meta.workspace, env),
+            tensor_maps=maps,
+        )
+
+
+def _triple(v: Any, what: str) -> tuple:
+    if not isinstance(v, (list, tuple)) or not 1 <= len(v) <= 3:
+        raise EvoError(f"front matter: {what} must be a list of 1 to 3 ints or expressions")
+    v = list(v) + [1] * (3 - len(v))
+    return tuple(v)
+
+
+def parse_meta(text: str) -> KernelMeta:
+    m = _FRONT.match(text)
+    if not m:
+        raise EvoError("kernel does not follow the ABI: it must start with a /*---evo ... ---*/ front-matter block")
+    try:
+        d = yaml.safe_load(m.group(1)) or {}
+    except yaml.YAMLError as e:
+        raise EvoError(f"front matter is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(d, dict):
+        raise EvoError("front matter must be a YAML mapping")
+    missing = [k for k in ("family", "archs", "block", "grid") if k not in d]
+    if missing:
+        raise EvoError(f"front matter lacks {', '.join(missing)}")
+    archs = d["archs"]
+    if isinstance(archs, str):
+        archs = [archs]
+    maps = d.get("tensor_maps") or []
+    for t in maps:
+        if not isinstance(t, dict) or t.get("operand") not in OPERANDS or not isinstance(t.get("box"), list) or len(t["box"]) != 2:
+            raise EvoError(f"front matter: bad tensor map {t!r} (need operand A|B|C and box [rows, cols])")
+        if int(t.get("swizzle", 0)) not in SWIZZLES:
+            raise EvoError(f"front matter: tensor map swizzle must be one of {SWIZZLES}")
+    params = d.get("params") or {}
+    if not isinstance(params, dict):
+        raise EvoError("front matter: params must be a mapping")
+    return KernelMeta(
+        family=str(d["family"]),
+        archs=tuple(str(a) for a in archs),
+        params=dict(params),
+        block=_triple(d["block"], "block"),
+        grid=_triple(d["grid"], "grid"),
+        smem=d.get("smem", 0),
+        workspace=d.get("workspace", 0),
+        requires=d.get("requires", True),
+        tensor_maps=tuple(maps),
+    )
+
+
+def strip_comments(text: str) -> str:
+    return _LINE_COMMENT.sub("", _BLOCK_COMMENT.sub("", text))
+
+
+def normalize(text: str) -> str:
+    """Source with comments and whitespace runs removed: two candidates that differ only there are one."""
+    return _WS.sub(" ", strip_comments(text)).strip()
+
+
+def source_hash(text: str, meta: KernelMeta) -> str:
+    launch = {
+        "archs": meta.archs,
+        "block": meta.block,
+        "grid": meta.grid,
+        "smem": meta.smem,
+        "workspace": meta.workspace,
+        "requires": meta.requires,
+        "tensor_maps": meta.tensor_maps,
+        "params": meta.params,
+    }
+    h = hashlib.sha256()
+    h.update(normalize(text).encode())
+    h.update(json.dumps(launch, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]

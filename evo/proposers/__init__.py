@@ -1,0 +1,1 @@
+"""Proposers write new candidate kernels from the population."""

@@ -1,0 +1,48 @@
+"""What every proposer takes and returns."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ..families import Family
+from ..problem import GpuInfo, Problem
+from ..records import BaselineResult, Individual
+
+
+@dataclass
+class Proposal:
+    """A child candidate: full .cu text (front matter included) and where it came from."""
+
+    source: str
+    proposer: str
+    parents: tuple[str, ...] = ()
+    idea: str = ""
+    model: str = ""
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+
+@dataclass
+class ProposalContext:
+    problem: Problem
+    arch: str
+    gpu: GpuInfo | None
+    families: list[Family]
+    population: list[Individual]  # everything evaluated on this problem so far, best first
+    baselines: list[BaselineResult]
+    rng: random.Random
+    generation: int = 0
+    failures: list[Individual] = field(default_factory=list)  # recent failed candidates
+
+
+class Proposer(Protocol):
+    name: str
+
+    def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
+        """Return up to n new proposals (may be fewer; never raises for a bad reply)."""
+        ...
+
+    def observe(self, results: list[Individual]) -> None:
+        """Learn from evaluated children (optional)."""
+        ...
