@@ -90,6 +90,8 @@ class LlmConfig:
     budget_tokens: int
     budget_usd: float
     prices: dict
+    fix_attempts: int
+    log_chars: int
 
 
 @dataclass
