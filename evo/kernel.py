@@ -184,8 +184,14 @@ def strip_comments(text: str) -> str:
 
 
 def normalize(text: str) -> str:
-    """Source with comments and whitespace runs removed: two candidates that differ only there are one."""
-    return _WS.sub(" ", strip_comments(text)).strip()
+    """Front matter plus code with comments and whitespace runs removed: two candidates that differ only
+    in comments or spacing are one; a different launch rule (front matter) makes a different candidate."""
+    m = _FRONT.match(text)
+    front = ""
+    if m:
+        front = _WS.sub(" ", re.sub(r"#[^\n]*", "", m.group(1))).strip() + " ---*/ "
+        text = text[m.end():]
+    return front + _WS.sub(" ", strip_comments(text)).strip()
 
 
 def source_hash(text: str, meta: KernelMeta) -> str:
@@ -200,6 +206,6 @@ def source_hash(text: str, meta: KernelMeta) -> str:
         "params": meta.params,
     }
     h = hashlib.sha256()
-    h.update(normalize(text).encode())
+    h.update(normalize(_FRONT.sub("", text, count=1)).encode())
     h.update(json.dumps(launch, sort_keys=True, default=str).encode())
     return h.hexdigest()[:16]

@@ -171,6 +171,11 @@ class LlmProposer:
             elif (ind.compiled is False or ind.correct is False) and sent.depth < self.cfg.fix_attempts:
                 self._fix_queue.append((ind, sent.depth + 1))
 
+    def drop_pending(self) -> None:
+        """Forget proposals that will not be evaluated in this run (the search is stopping)."""
+        self._pending.clear()
+        self._fix_queue.clear()
+
     # ------------------------------------------------------------------ reporting
     def stats(self) -> dict[str, Any]:
         tot = self._totals()

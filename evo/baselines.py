@@ -1,0 +1,75 @@
+"""Library baselines, timed in the worker next to the candidates: cuBLAS and cuBLASLt.
+
+* cublas: cublasGemmEx, fp16 in/out, CUBLAS_COMPUTE_32F, default algorithm.
+* cublaslt_heuristic: cuBLASLt's heuristic top-1 algorithm (nvmath-python plan()[0]).
+* cublaslt_autotune: the fastest of the planned algorithms by nvmath-python's autotune
+  (shuffled order, L2 flushed, median), then re-timed here like everything else.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import cupy
+import numpy as np
+
+from .config import BaselineConfig
+from .errors import EvoError
+from .problem import Problem
+
+CUDA_R_16F = 2
+CUBLAS_COMPUTE_32F = 68
+CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
+CUBLAS_GEMM_DEFAULT = -1
+
+Call = Callable[[cupy.ndarray, cupy.ndarray, cupy.ndarray], None]
+
+
+def cublas_gemm() -> Call:
+    """C[M,N] = A[M,K] B[N,K]^T, row-major, through cublasGemmEx (column-major view: C^T = B A^T)."""
+    from cupy.cuda import cublas, device
+
+    handle = device.get_cublas_handle()
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+
+    def call(a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
+        m, k = a.shape
+        n = b.shape[0]
+        cublas.gemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, one.ctypes.data, b.data.ptr, CUDA_R_16F, k,
+                      a.data.ptr, CUDA_R_16F, k, zero.ctypes.data, c.data.ptr, CUDA_R_16F, n,
+                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT)
+
+    return call
+
+
+class LtPlan:
+    """A cuBLASLt plan for one problem and one input set, via nvmath-python."""
+
+    def __init__(self, a: cupy.ndarray, b: cupy.ndarray, cfg: BaselineConfig):
+        try:
+            from nvmath.linalg import advanced as adv
+        except ImportError as e:
+            raise EvoError(f"nvmath-python is not installed ({e}); cuBLASLt baselines skipped") from None
+        self.adv = adv
+        self.mm = adv.Matmul(a, b.T, options={"compute_type": adv.MatmulComputeType.COMPUTE_32F})
+        self.mm.plan(preferences=adv.MatmulPlanPreferences(limit=cfg.autotune_algorithms))
+        self.heuristic = self.mm.algorithms[0]
+        self.tuned = None
+        self.n_algorithms = len(self.mm.algorithms)
+
+    def autotune(self, iterations: int = 5) -> None:
+        self.mm.autotune(iterations=iterations)
+        self.tuned = self.mm.algorithms[0]
+
+    def call(self, algorithm) -> Callable[[], None]:
+        mm = self.mm
+
+        def run() -> None:
+            mm.execute(algorithm=algorithm)
+
+        return run
+
+    def close(self) -> None:
+        try:
+            self.mm.free()
+        except Exception:
+            pass

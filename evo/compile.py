@@ -1,0 +1,181 @@
+"""Compile candidates to cubins with nvcc, in parallel, cached, with the ptxas report and compile gates.
+
+Why nvcc and not NVRTC: nvcc's ptxas report (-Xptxas -v: registers, shared memory,
+spills, stack frame, the C7510 "wgmma serialized" warning) is what the compile gate
+reads; `-gencode=arch=compute_90a,code=sm_90a` builds wgmma/setmaxnreg code; and the
+same command runs in CI without a GPU. The cubin is loaded with cupy.RawModule(path=...).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .config import CompileConfig
+from .errors import EvoError
+from .kernel import KernelSource
+from .records import CompileResult
+
+_REGS = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_C7510 = re.compile(r"C7510|wgmma\.mma_async instructions are serialized")
+
+
+@dataclass(frozen=True)
+class Compiler:
+    """nvcc with fixed flags; `compile` is safe to call from many threads."""
+
+    nvcc: str
+    flags: tuple[str, ...]
+    include_dirs: tuple[str, ...]
+    cache_dir: Path
+    timeout_s: float
+    memory_mb: int
+    reject_spills: bool
+
+    @staticmethod
+    def from_config(cfg: CompileConfig) -> "Compiler":
+        nvcc = find_nvcc()
+        flags = list(cfg.flags)
+        if cfg.max_registers:
+            flags.append(f"-maxrregcount={cfg.max_registers}")
+        return Compiler(
+            nvcc=nvcc,
+            flags=tuple(flags),
+            include_dirs=tuple(cutlass_include_dirs()),
+            cache_dir=Path(cfg.cache_dir),
+            timeout_s=cfg.timeout_s,
+            memory_mb=cfg.memory_mb,
+            reject_spills=cfg.reject_spills,
+        )
+
+    def key(self, ks: KernelSource, arch: str) -> str:
+        h = hashlib.sha256(f"{ks.hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}".encode())
+        return h.hexdigest()[:20]
+
+    def command(self, cu: Path, cubin: Path, arch: str) -> list[str]:
+        code = arch.replace("sm_", "")
+        cmd = [self.nvcc, "--cubin", f"-gencode=arch=compute_{code},code=sm_{code}", "-Xptxas", "-v",
+               *self.flags, "-o", str(cubin), str(cu)]
+        for inc in self.include_dirs:
+            cmd.insert(1, f"-I{inc}")
+        return cmd
+
+    def compile(self, ks: KernelSource, arch: str) -> CompileResult:
+        if arch not in ks.meta.archs:
+            return CompileResult(ks.hash, arch, False, error=f"family {ks.meta.family} does not claim {arch}")
+        key = self.key(ks, arch)
+        folder = self.cache_dir / arch
+        folder.mkdir(parents=True, exist_ok=True)
+        meta_path, cubin = folder / f"{key}.json", folder / f"{key}.cubin"
+        if meta_path.is_file():
+            try:
+                res = CompileResult(**json.loads(meta_path.read_text()))
+                if not res.ok or cubin.is_file():
+                    res.cached = True
+                    res.cubin_path = str(cubin) if res.ok else ""
+                    return res
+            except (ValueError, TypeError):
+                pass  # a torn or old cache entry: compile again
+        cu = folder / f"{key}.cu"
+        cu.write_text(ks.text)
+        tmp_cubin = folder / f"{key}.{os.getpid()}.tmp.cubin"
+        t0 = time.monotonic()
+        limit = self.memory_mb * 1024 * 1024
+
+        def _limits() -> None:  # runs in the child: cap its address space
+            if limit:
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        try:
+            proc = subprocess.run(self.command(cu, tmp_cubin, arch), capture_output=True, text=True,
+                                  timeout=self.timeout_s, preexec_fn=_limits)
+            log, rc = (proc.stdout + proc.stderr), proc.returncode
+        except subprocess.TimeoutExpired:
+            log, rc = f"nvcc ran longer than {self.timeout_s:.0f} s and was killed", -1
+        res = parse_ptxas(ks.hash, arch, log)
+        res.seconds = time.monotonic() - t0
+        if rc != 0:
+            res.ok = False
+            res.error = first_error(log) or f"nvcc exited with code {rc}"
+        else:
+            res.ok, res.error = gate(res, log, self.reject_spills)
+        if res.ok:
+            os.replace(tmp_cubin, cubin)
+            res.cubin_path = str(cubin)
+        else:
+            tmp_cubin.unlink(missing_ok=True)
+        tmp_meta = meta_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp_meta.write_text(json.dumps(res.to_dict()))
+        os.replace(tmp_meta, meta_path)  # atomic: a kill never leaves a half-written entry
+        return res
+
+    def compile_many(self, items: Iterable[tuple[KernelSource, str]], jobs: int = 0,
+                     on_done: Callable[[CompileResult], None] | None = None) -> list[CompileResult]:
+        items = list(items)
+        jobs = jobs or os.cpu_count() or 1
+        out: list[CompileResult] = []
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for res in pool.map(lambda it: self.compile(*it), items):
+                out.append(res)
+                if on_done:
+                    on_done(res)
+        return out
+
+
+def find_nvcc() -> str:
+    for cand in (os.environ.get("NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and Path(cand).is_file():
+            return cand
+    raise EvoError("nvcc not found: install the CUDA toolkit or set NVCC=/path/to/nvcc")
+
+
+def cutlass_include_dirs() -> list[str]:
+    """CUTLASS/CuTe headers shipped in the nvidia-cutlass wheel (cutlass_library/source/include)."""
+    try:
+        import cutlass_library  # type: ignore
+    except ImportError:
+        return []
+    inc = Path(cutlass_library.__file__).parent / "source" / "include"
+    return [str(inc)] if inc.is_dir() else []
+
+
+def parse_ptxas(h: str, arch: str, log: str) -> CompileResult:
+    res = CompileResult(hash=h, arch=arch, ok=True, log=log[-20000:])
+    if m := _REGS.findall(log):
+        res.registers = max(int(x) for x in m)
+    if m := _SMEM.findall(log):
+        res.smem_static = max(int(x) for x in m)
+    for st in _STACK.findall(log):
+        res.stack_bytes = max(res.stack_bytes, int(st[0]))
+        res.spill_bytes = max(res.spill_bytes, int(st[1]) + int(st[2]))
+    return res
+
+
+def gate(res: CompileResult, log: str, reject_spills: bool) -> tuple[bool, str]:
+    """The compile gate: what makes a kernel not worth timing even though it built."""
+    if _C7510.search(log):
+        return False, "ptxas C7510: wgmma serialized (a device assert or call inside the MMA loop?)"
+    if reject_spills and res.spill_bytes:
+        return False, f"ptxas: {res.spill_bytes} bytes of register spills"
+    if reject_spills and res.stack_bytes:
+        return False, f"ptxas: {res.stack_bytes} bytes stack frame (local memory)"
+    return True, ""
+
+
+def first_error(log: str) -> str:
+    for line in log.splitlines():
+        if " error" in line or line.startswith("error") or "fatal" in line:
+            return " ".join(line.split())[:300]
+    lines = [l for l in log.splitlines() if l.strip()]
+    return " ".join(lines[-1].split())[:300] if lines else ""

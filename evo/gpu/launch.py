@@ -1,0 +1,52 @@
+"""Load a compiled candidate and launch it by the ABI (runs inside the worker)."""
+from __future__ import annotations
+
+import cupy
+import numpy as np
+
+from ..errors import EvoError
+from ..kernel import ENTRY, KernelSource, LaunchSpec
+from ..problem import Problem
+
+
+class LoadedKernel:
+    """A candidate's cubin loaded for one problem, with its workspace."""
+
+    def __init__(self, ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int):
+        self.ks = ks
+        self.problem = problem
+        self.spec: LaunchSpec = ks.launch(problem, num_sms)
+        if self.spec.smem > smem_limit:
+            raise EvoError(f"needs {self.spec.smem} bytes of shared memory; the GPU allows {smem_limit}")
+        threads = self.spec.block[0] * self.spec.block[1] * self.spec.block[2]
+        if threads > 1024:
+            raise EvoError(f"block of {threads} threads exceeds 1024")
+        self.module = cupy.RawModule(path=cubin_path)
+        self.fn = self.module.get_function(ENTRY)
+        if self.spec.smem > 48 * 1024:
+            self.fn.max_dynamic_shared_size_bytes = self.spec.smem
+        # the workspace is zeroed once; kernels must leave their counters at zero
+        self.workspace = cupy.zeros(max(self.spec.workspace, 16) // 4 + 1, dtype=cupy.float32)
+        self._maps: dict[tuple, list] = {}
+
+    def _tensor_maps(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> list:
+        if not self.spec.tensor_maps:
+            return []
+        key = (a.data.ptr, b.data.ptr, c.data.ptr)
+        if key not in self._maps:
+            from .tensormap import encode_tensor_map
+
+            p = self.problem
+            arrays = {"A": (a, p.m, p.k), "B": (b, p.n, p.k), "C": (c, p.m, p.n)}
+            maps = []
+            for t in self.spec.tensor_maps:
+                arr, rows, cols = arrays[t.operand]
+                maps.append(encode_tensor_map(arr.data.ptr, rows, cols, t.box_rows, t.box_cols, t.swizzle))
+            self._maps = {key: maps}  # keep one set: inputs rotate, stale maps must not pile up
+        return self._maps[key]
+
+    def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
+        p = self.problem
+        args = [a, b, c, np.int32(p.m), np.int32(p.n), np.int32(p.k), self.workspace]
+        args += self._tensor_maps(a, b, c)
+        self.fn(self.spec.grid, self.spec.block, tuple(args), shared_mem=self.spec.smem)

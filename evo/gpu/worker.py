@@ -1,0 +1,111 @@
+"""The parent's handle on the GPU worker process.
+
+The worker owns the CUDA context. A request that outlives its deadline, or a crash
+that kills or poisons the worker, is reported as a WorkerFault; the worker is then
+killed and a fresh one started, so one bad kernel never takes the search down.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from typing import Any
+
+from ..config import Config
+from ..errors import EvoError, NoGpuError
+from ..problem import GpuInfo
+
+
+class WorkerFault(Exception):
+    """The request killed, hung or poisoned the worker; it has been restarted."""
+
+
+class GpuWorker:
+    def __init__(self, cfg: Config, device_id: int = 0, start_timeout_s: float = 180.0):
+        self.cfg = cfg
+        self.device_id = device_id
+        self.start_timeout_s = start_timeout_s
+        self.ctx = mp.get_context("spawn")
+        self.proc: mp.Process | None = None
+        self.conn = None
+        self.info: GpuInfo | None = None
+        self.restarts = 0
+
+    def start(self) -> GpuInfo:
+        parent, child = self.ctx.Pipe()
+        from .session import serve  # imported here only for its module path; runs in the child
+
+        self.proc = self.ctx.Process(target=serve, args=(child, self.cfg.to_dict(), self.device_id), daemon=True)
+        self.proc.start()
+        child.close()
+        self.conn = parent
+        if not parent.poll(self.start_timeout_s):
+            self.stop()
+            raise EvoError(f"the GPU worker did not start within {self.start_timeout_s:.0f} s")
+        try:
+            msg = parent.recv()
+        except EOFError:
+            code = self.proc.exitcode
+            self.stop()
+            raise EvoError(f"the GPU worker died while starting (exit code {code})") from None
+        if msg[0] != "ok":
+            self.stop()
+            if "no CUDA GPU" in msg[1]:
+                raise NoGpuError(msg[1])
+            raise EvoError(msg[1])
+        self.info = msg[1]
+        return self.info
+
+    def stop(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        if self.proc is not None:
+            self.proc.join(timeout=2)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(timeout=5)
+        self.proc = None
+        self.conn = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.restarts += 1
+        self.start()
+
+    def call(self, op: str, timeout_s: float, **kwargs: Any) -> Any:
+        """Run one request; raise WorkerFault (after restarting) if it hangs or crashes, EvoError if it failed cleanly."""
+        if self.proc is None or not self.proc.is_alive():
+            self.start()
+        assert self.conn is not None
+        t0 = time.monotonic()
+        try:
+            self.conn.send((op, kwargs))
+        except (OSError, BrokenPipeError):
+            self.restart()
+            raise WorkerFault("the GPU worker was gone; restarted") from None
+        if not self.conn.poll(timeout_s):
+            self.proc.kill() if self.proc else None
+            self.restart()
+            raise WorkerFault(f"timeout: no answer within {timeout_s:.0f} s (hung kernel?); worker killed and restarted")
+        try:
+            msg = self.conn.recv()
+        except (EOFError, OSError):
+            code = self.proc.exitcode if self.proc else None
+            self.restart()
+            raise WorkerFault(f"crash: the GPU worker died (exit code {code}) after {time.monotonic() - t0:.1f} s; restarted") from None
+        if msg[0] == "ok":
+            return msg[1]
+        _, detail, fatal = msg
+        if fatal:
+            self.restart()
+            raise WorkerFault(f"crash: {detail}; worker restarted")
+        raise EvoError(detail)
+
+    def __enter__(self) -> "GpuWorker":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()

@@ -1,0 +1,371 @@
+"""The search loop for one shape: propose -> compile -> check -> time -> select, then export.
+
+    python -m evo.search --shape 4096x4096x1024 [--budget-minutes 5] [--compile-only --arch sm_90a]
+"""
+from __future__ import annotations
+
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cli import config_from_args, parser, require_positive
+from .compile import Compiler
+from .config import Config
+from .errors import EvoError, cli_entry
+from .families import Family, load_families
+from .gpu.worker import GpuWorker, WorkerFault
+from .kernel import KernelSource
+from .problem import GpuInfo, Problem, parse_shape
+from .progress import Progress
+from .proposers.base import Proposal, ProposalContext
+from .proposers.mutate import MutateProposer
+from .records import BaselineResult, CompileResult, EvalResult, Individual
+from .select import Selector
+from .store import Store
+
+ARCHS = ("sm_80", "sm_90a")
+
+
+@dataclass
+class SearchSummary:
+    problem: Problem
+    gpu: str
+    best_hash: str = ""
+    best_us: float = 0.0
+    baselines: dict[str, float] = field(default_factory=dict)
+    compiled: int = 0
+    compile_failed: int = 0
+    correct: int = 0
+    rejected: int = 0
+    generations: int = 0
+    seconds: float = 0.0
+    stop_reason: str = ""
+    export_dir: str = ""
+    kernel_path: str = ""
+    proposer_lines: list[str] = field(default_factory=list)
+
+
+def build_proposers(cfg: Config, selector: Selector) -> list:
+    out = []
+    for name in cfg.search.proposers:
+        if name == "mutate":
+            out.append(MutateProposer(selector, cfg.search.crossover_rate, cfg.search.initial_random))
+        elif name == "optuna":
+            from .proposers.optuna_tpe import OptunaProposer
+
+            out.append(OptunaProposer(cfg.search.seed))
+        elif name == "llm":
+            from .proposers.llm import LlmProposer  # type: ignore
+
+            p = LlmProposer(cfg.llm, cfg.search.seed)
+            p.check_endpoints()
+            out.append(p)
+    return out
+
+
+def split_children(cfg: Config, proposers: list, n: int) -> list[int]:
+    w = [float(cfg.search.proposer_weights.get(p.name, 1.0)) for p in proposers]
+    total = sum(w) or 1.0
+    counts = [max(1, round(n * x / total)) for x in w]
+    return counts
+
+
+class Search:
+    def __init__(self, problem: Problem, cfg: Config, out=sys.stdout, worker_factory=GpuWorker, compiler=None):
+        self.problem = problem
+        self.cfg = cfg
+        self.out = out
+        self.store = Store(cfg.paths.db)
+        self.compiler = compiler or Compiler.from_config(cfg.compile)
+        self.worker_factory = worker_factory
+        self.selector = Selector(cfg.search.population, cfg.search.elites, cfg.search.tournament)
+        self.templates = Path(cfg.paths.templates) if cfg.paths.templates else None
+
+    def families(self, arch: str) -> list[Family]:
+        fams = load_families(self.templates, cfg_names(self.cfg), arch=arch)
+        if not fams:
+            raise EvoError(f"no kernel family compiles for {arch} (families: {', '.join(cfg_names(self.cfg)) or 'all'})")
+        return fams
+
+    # --- compile-only --------------------------------------------------------
+    def compile_only(self, arch: str) -> list[CompileResult]:
+        if arch not in ARCHS:
+            raise EvoError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
+        fams = self.families(arch)
+        ctx = ProposalContext(self.problem, arch, None, fams, [], [], random.Random(self.cfg.search.seed))
+        proposals = MutateProposer(self.selector, 0.0, self.cfg.search.initial_random).propose(ctx, 0)
+        items = [(KernelSource.parse(p.source), arch) for p in proposals]
+        print(f"compiling {len(items)} initial candidates of {', '.join(f.name for f in fams)} for {arch} "
+              f"with {self.compiler.nvcc} ({self.cfg.compile.jobs or 'all'} jobs)", file=self.out, flush=True)
+        print(f"{'hash':<16} {'family':<14} {'ok':<4} {'regs':>4} {'smem':>7} {'dyn smem':>8} {'s':>5}  params / error",
+              file=self.out)
+        results = []
+        by_hash = {ks.hash: ks for ks, _ in items}
+
+        def done(r: CompileResult) -> None:
+            ks = by_hash[r.hash]
+            spec = ks.launch(self.problem, 132)
+            info = " ".join(f"{k}={v}" for k, v in ks.meta.params.items()) if r.ok else r.error
+            print(f"{r.hash:<16} {ks.meta.family:<14} {'yes' if r.ok else 'NO':<4} {r.registers:>4} {r.smem_static:>7} "
+                  f"{spec.smem:>8} {r.seconds:>5.1f}  {info}", file=self.out, flush=True)
+            results.append(r)
+
+        self.compiler.compile_many(items, self.cfg.compile.jobs, on_done=done)
+        ok = sum(r.ok for r in results)
+        print(f"{ok} of {len(results)} compiled for {arch}", file=self.out)
+        return results
+
+    # --- the search ------------------------------------------------------------
+    def run(self) -> SearchSummary:
+        cfg, p = self.cfg, self.problem
+        t_start = time.monotonic()
+        print(f"evo search {p.key} ({p.layout}, fp16 in, fp32 accumulate, fp16 out)", file=self.out)
+        print(f"  database: {Path(cfg.paths.db).resolve()}\n  output:   {Path(cfg.paths.out).resolve()}", file=self.out, flush=True)
+        proposers = build_proposers(cfg, self.selector)
+        worker = self.worker_factory(cfg)
+        info = worker.start()
+        try:
+            return self._run(worker, info, proposers, t_start)
+        finally:
+            worker.stop()
+
+    def _run(self, worker: GpuWorker, info: GpuInfo, proposers: list, t_start: float) -> SearchSummary:
+        cfg, p, store = self.cfg, self.problem, self.store
+        gpu = info.key
+        fams = self.families(info.arch)
+        print(f"  GPU:      {info.name} ({info.arch}, {info.sm_count} SMs, L2 {info.l2_bytes >> 20} MiB), "
+              f"driver {info.driver}, CUDA runtime {info.cuda_runtime}", file=self.out)
+        print(f"  families: {', '.join(f.name for f in fams)}; proposers: {', '.join(x.name for x in proposers)}", file=self.out, flush=True)
+        if store.ceilings(gpu) is None:
+            print("measuring the GPU's ceilings (8192^3 cuBLAS, 1 GiB copy)...", file=self.out, flush=True)
+            c = worker.call("ceilings", timeout_s=300)
+            store.set_ceilings(gpu, c["peak_tflops"], c["bw_gbs"], c["detail"])
+        peak, bw = store.ceilings(gpu)  # type: ignore[misc]
+        baselines = store.baselines(p.key, p.layout, gpu)
+        if not baselines:
+            print("timing the baselines (cuBLAS, cuBLASLt heuristic, cuBLASLt autotune)...", file=self.out, flush=True)
+            res = worker.call("baselines", timeout_s=600, problem=p)
+            for b in res["results"].values():
+                store.add_baseline(p.key, p.layout, gpu, b)
+            for k, v in res["notes"].items():
+                if k == "cublaslt":
+                    print(f"  note: {v}", file=self.out)
+            baselines = store.baselines(p.key, p.layout, gpu)
+        best_lib = min((b.time_us for b in baselines if b.time_us > 0), default=0.0)
+        for b in baselines:
+            print(f"  {b.library:<20} {b.time_us:9.2f} us  {p.tflops(b.time_us):7.1f} TFLOP/s", file=self.out)
+        print(f"  roofline bound {p.roofline_us(peak, bw):.2f} us (P={peak:.0f} TFLOP/s, BW={bw:.0f} GB/s measured)", file=self.out, flush=True)
+
+        run_id = store.start_run(p.key, gpu, cfg.to_dict())
+        budget_s = cfg.search.budget_minutes * 60.0
+        prog = Progress(budget_s=budget_s, stream=self.out, started=t_start)
+        prog.best_lib_us = best_lib
+        rng = random.Random(cfg.search.seed * 7919 + len(store.individuals(p.key, p.layout, gpu, info.arch)))
+        new_candidates = 0
+        stalls = 0
+        stop = ""
+
+        def out_of_budget() -> str:
+            if budget_s and time.monotonic() - t_start >= budget_s:
+                return "time budget spent"
+            if cfg.search.max_candidates and new_candidates >= cfg.search.max_candidates:
+                return "candidate budget spent"
+            if any(getattr(x, "exhausted", False) for x in proposers):
+                return "LLM token/cost budget spent"
+            return ""
+
+        individuals = store.individuals(p.key, p.layout, gpu, info.arch)
+        if individuals:
+            best = next((i for i in individuals if i.correct), None)
+            print(f"resuming: {len(individuals)} candidates already evaluated on {p.key} for this GPU"
+                  + (f", best {best.time_us:.2f} us" if best else ""), file=self.out, flush=True)
+            prog.best_us = best.time_us if best else 0.0
+        while not (stop := out_of_budget()):
+            prog.generation += 1
+            individuals = store.individuals(p.key, p.layout, gpu, info.arch)
+            population = [i for i in individuals if i.correct]
+            failures = [i for i in individuals if not i.correct][:20]
+            ctx = ProposalContext(p, info.arch, info, fams, population, baselines, rng, prog.generation, failures)
+            proposals: list[Proposal] = []
+            for proposer, n in zip(proposers, split_children(cfg, proposers, cfg.search.children)):
+                proposals += proposer.propose(ctx, n)
+            fresh = self._admit(proposals, gpu, info)
+            if not fresh:
+                stalls += 1
+                if stalls >= 3:
+                    stop = "no new candidates (search space exhausted for these families)"
+                    break
+                continue
+            stalls = 0
+            children = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
+            new_candidates += len(children)
+            for proposer in proposers:
+                proposer.observe(children)
+            prog.line(prog.status())
+        for proposer in proposers:
+            if hasattr(proposer, "drop_pending"):
+                proposer.drop_pending()
+        prog.line(f"stopping: {stop}")
+        summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers)
+        return summary
+
+    def _admit(self, proposals: list[Proposal], gpu: str, info: GpuInfo) -> list[tuple[KernelSource, Proposal]]:
+        """Parse and de-duplicate proposals; store the new ones. Nothing already evaluated here is compiled or timed again."""
+        fresh, seen = [], set()
+        for prop in proposals:
+            try:
+                ks = KernelSource.parse(prop.source)
+            except EvoError as e:
+                print(f"  rejected a {prop.proposer} proposal before compiling: {e}", file=self.out)
+                continue
+            if ks.hash in seen or self.store.evaluated(ks.hash, self.problem.key, self.problem.layout, gpu):
+                continue
+            seen.add(ks.hash)
+            self.store.add_candidate(ks, ",".join(prop.parents), prop.proposer, prop.idea, prop.model)
+            fresh.append((ks, prop))
+        return fresh
+
+    def _compile_and_evaluate(self, fresh, worker: GpuWorker, info: GpuInfo, prog: Progress, out_of_budget, run_id: int) -> list[Individual]:
+        p, store, gpu = self.problem, self.store, info.key
+        items = [(ks, info.arch) for ks, _ in fresh]
+        results: dict[str, CompileResult] = {}
+
+        def compiled(r: CompileResult) -> None:
+            store.add_compile(r)
+            results[r.hash] = r
+
+        self.compiler.compile_many(items, self.cfg.compile.jobs, on_done=compiled)
+        children = []
+        for ks, prop in fresh:
+            r = results[ks.hash]
+            if not r.ok:
+                prog.compile_failed += 1
+                ev = EvalResult(ks.hash, False, "compile", r.error)
+            elif out_of_budget():
+                continue  # compiled and cached; a later run evaluates it
+            else:
+                prog.compiled += 1
+                try:
+                    ev = worker.call("evaluate", timeout_s=self.cfg.timing.timeout_s, problem=p, source=ks.text,
+                                     cubin=r.cubin_path, h=ks.hash)
+                except WorkerFault as e:
+                    ev = EvalResult(ks.hash, False, "crash" if "crash" in str(e) else "timeout", str(e))
+                except EvoError as e:
+                    ev = EvalResult(ks.hash, False, "check", str(e))
+            store.add_evaluation(p.key, p.layout, gpu, ev, info.cuda_runtime, info.driver, run_id)
+            if ev.ok:
+                prog.correct += 1
+                mark = ""
+                if not prog.best_us or ev.time_us < prog.best_us:
+                    prog.best_us = ev.time_us
+                    mark = "  * new best"
+                prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
+                           f"cuBLAS {ev.cublas_us:.2f} us ({ev.cublas_us / ev.time_us:.2f}x){mark}")
+            elif ev.stage != "compile":
+                prog.failed += 1
+                prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} rejected at {ev.stage}: {ev.error[:140]}")
+            else:
+                prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} compile failed: {ev.error[:140]}")
+            children.append(Individual(hash=ks.hash, family=ks.meta.family, params=ks.meta.params, source=ks.text,
+                                       parent=",".join(prop.parents), proposer=prop.proposer, idea=prop.idea,
+                                       compiled=r.ok, correct=ev.ok, time_us=ev.time_us, cublas_us=ev.cublas_us,
+                                       error=ev.error, registers=r.registers, smem=r.smem_static,
+                                       compile_log=r.log if not r.ok else ""))
+        return children
+
+    def _finish(self, worker, info: GpuInfo, run_id: int, stop: str, prog: Progress, t_start: float, proposers) -> SearchSummary:
+        from .export import export_table
+
+        p, store, gpu = self.problem, self.store, info.key
+        summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
+        best = store.best(p.key, p.layout, gpu)
+        if best is not None:
+            print(f"re-timing the best kernel {best['hash'][:10]} side by side with every baseline "
+                  f"({self.cfg.search.confirm_reps} flushed repetitions)...", file=self.out, flush=True)
+            cubin = store.compile_result(best["hash"], info.arch)
+            cfg_reps = self.cfg.search.confirm_reps
+            try:
+                res = worker.call("baselines", timeout_s=900, problem=p,
+                                  extra={"evo": (best["source"], cubin.cubin_path if cubin else "")}, reps=cfg_reps)
+                timings = res["results"]
+                if "evo" in timings and not timings["evo"].detail.startswith("WRONG"):
+                    libs = {k: v.time_us for k, v in timings.items() if k != "evo"}
+                    store.set_confirm(p.key, p.layout, gpu, best["hash"], timings["evo"].time_us, timings["evo"].spread, libs, run_id)
+                elif "evo" in timings:
+                    print(f"  the best kernel failed its re-check: {timings['evo'].detail}", file=self.out)
+            except (WorkerFault, EvoError) as e:
+                print(f"  re-timing failed: {e}", file=self.out)
+        out_dir, rows = export_table(store, gpu, self.cfg.paths.out, p.layout)
+        row = next((r for r in rows if r.shape == p.key), None)
+        counts = store.counts(p.key, p.layout, gpu, info.arch)
+        summary.compiled, summary.correct, summary.rejected = counts["compiled"], counts["correct"], counts["rejected"]
+        summary.compile_failed = prog.compile_failed
+        summary.seconds = time.monotonic() - t_start
+        summary.export_dir = str(out_dir)
+        summary.proposer_lines = [l for x in proposers if hasattr(x, "summary_lines") for l in x.summary_lines()]
+        if row:
+            summary.best_hash, summary.best_us = row.hash, row.time_us
+            summary.baselines = {"cublas": row.cublas_us, "cublaslt_heuristic": row.cublaslt_heuristic_us,
+                                 "cublaslt_autotune": row.cublaslt_autotune_us}
+            summary.kernel_path = str(Path(self.cfg.paths.out) / row.kernel_path) if row.kernel_path else ""
+        store.finish_run(run_id, "done", {"best": summary.best_hash, "best_us": summary.best_us, "stop": stop,
+                                          "seconds": summary.seconds})
+        print_table(summary, row, self.out, info)
+        return summary
+
+
+def cfg_names(cfg: Config) -> list[str]:
+    return [f for f in cfg.search.families if f]
+
+
+def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
+    p = s.problem
+    print(f"\n{p.key} on {info.name} (driver {info.driver}, CUDA {info.cuda_runtime}); "
+          f"timings are medians of L2-flushed device time, measured side by side", file=out)
+    print(f"{'':<22}{'us':>10}{'TFLOP/s':>10}{'evo speedup':>13}{'% roofline':>12}", file=out)
+    roof = row.roofline_us if row else 0.0
+    lines = [("evo best (" + (row.family if row and row.family else "none") + ")", s.best_us)]
+    lines += [(k, v) for k, v in s.baselines.items()]
+    for name, us in lines:
+        if not us:
+            print(f"{name:<22}{'-':>10}", file=out)
+            continue
+        sp = f"{us / s.best_us:.3f}x" if s.best_us and name != lines[0][0] else ""
+        pct = f"{100 * roof / us:.1f}" if roof else ""
+        print(f"{name:<22}{us:>10.2f}{p.tflops(us):>10.1f}{sp:>13}{pct:>12}", file=out)
+    print(f"candidates on this shape: {s.compiled} compiled, {s.correct} correct, {s.rejected} rejected "
+          f"({s.compile_failed} compile failures this run); {s.generations} generations in {s.seconds / 60:.1f} min; "
+          f"stopped: {s.stop_reason}", file=out)
+    for line in s.proposer_lines:
+        print(line, file=out)
+    if s.kernel_path:
+        print(f"exported kernel: {s.kernel_path}\ntable: {s.export_dir}/table.csv", file=out)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("python -m evo.search", "Search the fastest HGEMM kernel for one shape.")
+    ap.add_argument("--shape", required=True, help="MxNxK (or M,N,K): C[M,N] = A[M,K] B[N,K]^T")
+    ap.add_argument("--budget-minutes", type=float, help="wall-clock budget (default from config: 10)")
+    ap.add_argument("--max-candidates", type=int, help="stop after this many new candidates")
+    ap.add_argument("--proposer", help="comma list: mutate, optuna, llm (default mutate)")
+    ap.add_argument("--compile-only", action="store_true", help="compile the initial population, no GPU needed")
+    ap.add_argument("--arch", default="sm_90a", help="with --compile-only: sm_80 or sm_90a")
+    args = ap.parse_args(argv)
+    require_positive(args.budget_minutes, "--budget-minutes")
+    require_positive(args.max_candidates, "--max-candidates")
+    problem = parse_shape(args.shape)
+    cfg = config_from_args(args, {"budget_minutes": args.budget_minutes, "max_candidates": args.max_candidates,
+                                  "proposers": args.proposer.split(",") if args.proposer else None})
+    search = Search(problem, cfg)
+    if args.compile_only:
+        results = search.compile_only(args.arch)
+        return 0 if results and all(r.ok for r in results) else 1
+    search.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""Stand-ins for the GPU worker and nvcc, so the search plumbing is tested on any machine."""
+from __future__ import annotations
+
+from evo.kernel import KernelSource
+from evo.problem import GpuInfo
+from evo.records import BaselineResult, CheckResult, CompileResult, EvalResult
+
+FAKE_GPU = GpuInfo(name="Fake GPU", arch="sm_90a", cc=(9, 0), sm_count=132, l2_bytes=50 << 20,
+                   smem_per_block_optin=227 * 1024, driver="0.0", cuda_runtime="13.0")
+
+
+def fake_time(ks: KernelSource) -> float:
+    p = ks.meta.params
+    return 100.0 / p.get("UNROLL", 1) + 3.0 * abs(p.get("TILE", 16) - 16) + p.get("PAD", 0)
+
+
+class FakeWorker:
+    """Answers like evo.gpu.worker.GpuWorker; PAD == 3 'crashes', UNROLL == 8 with TILE == 8 is 'wrong'."""
+
+    instances = []
+
+    def __init__(self, cfg, *a, **k):
+        self.cfg = cfg
+        self.calls = []
+        self.info = None
+        FakeWorker.instances.append(self)
+
+    def start(self):
+        self.info = FAKE_GPU
+        return FAKE_GPU
+
+    def stop(self):
+        pass
+
+    def call(self, op, timeout_s, **kw):
+        from evo.gpu.worker import WorkerFault
+
+        self.calls.append(op)
+        if op == "ceilings":
+            return {"peak_tflops": 800.0, "bw_gbs": 4000.0, "detail": "fake"}
+        if op == "baselines":
+            res = {"cublas": BaselineResult("cublas", 50.0), "cublaslt_heuristic": BaselineResult("cublaslt_heuristic", 55.0),
+                   "cublaslt_autotune": BaselineResult("cublaslt_autotune", 45.0)}
+            for name, (src, _cubin) in (kw.get("extra") or {}).items():
+                res[name] = BaselineResult(name, fake_time(KernelSource.parse(src)))
+            return {"results": res, "notes": {}, "samples": {}}
+        if op == "evaluate":
+            ks = KernelSource.parse(kw["source"])
+            p = ks.meta.params
+            if p.get("PAD") == 3:
+                raise WorkerFault("crash: illegal address; worker restarted")
+            if p.get("UNROLL") == 8 and p.get("TILE") == 8:
+                return EvalResult(kw["h"], False, "check", "random inputs #0: relative error 1e+00 > 1e-02")
+            return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=fake_time(ks), cublas_us=50.0)
+        raise AssertionError(op)
+
+
+class FakeCompiler:
+    """Compiles nothing; TILE == 32 'fails to compile'."""
+
+    nvcc = "fake-nvcc"
+
+    def __init__(self):
+        self.compiled = []
+
+    def compile(self, ks, arch):
+        self.compiled.append(ks.hash)
+        if ks.meta.params.get("TILE") == 32:
+            return CompileResult(ks.hash, arch, False, error="error: too many resources requested", log="ptxas error")
+        return CompileResult(ks.hash, arch, True, cubin_path="/dev/null", registers=32)
+
+    def compile_many(self, items, jobs=0, on_done=None):
+        out = []
+        for ks, arch in items:
+            r = self.compile(ks, arch)
+            out.append(r)
+            if on_done:
+                on_done(r)
+        return out

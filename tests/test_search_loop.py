@@ -1,0 +1,81 @@
+"""The search plumbing end to end with a fake GPU worker and a fake compiler."""
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from evo.config import load_config
+from evo.problem import parse_shape
+from evo.search import Search
+from evo.store import Store
+from fakes import FakeCompiler, FakeWorker
+
+TOY = str(Path(__file__).parent / "data" / "families")
+
+
+def make_cfg(tmp_path, **search):
+    s = {"budget_minutes": 0, "max_candidates": 20, "children": 6, "population": 6, "elites": 2, "initial_random": 4, "seed": 1}
+    s.update(search)
+    return load_config(overrides={"search": s, "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"),
+                                                          "templates": TOY}})
+
+
+def run(tmp_path, **search):
+    cfg = make_cfg(tmp_path, **search)
+    out = io.StringIO()
+    comp = FakeCompiler()
+    s = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp)
+    summary = s.run()
+    return summary, out.getvalue(), comp, cfg
+
+
+def test_search_finds_best_and_exports(tmp_path):
+    summary, text, comp, cfg = run(tmp_path, max_candidates=0)  # until the space is exhausted
+    # best toy instance: UNROLL 8, TILE 16, PAD 0 -> 12.5 us
+    assert summary.best_us == pytest.approx(12.5)
+    assert summary.correct > 0 and summary.rejected > 0
+    assert "compile failed" in text and "rejected at crash" in text and "rejected at check" in text
+    assert "new best" in text and "[gen 1" in text
+    table = Path(summary.export_dir) / "table.csv"
+    rows = list(csv.DictReader(table.open()))
+    assert rows[0]["shape"] == "256x256x256" and rows[0]["winner"] == "evo"
+    assert float(rows[0]["speedup_cublaslt_autotune"]) == pytest.approx(45.0 / 12.5, rel=1e-3)
+    assert rows[0]["timing_source"] == "confirm"
+    kernel = Path(cfg.paths.out) / rows[0]["kernel_path"]
+    assert "UNROLL 8" in kernel.read_text()
+    meta = json.loads(kernel.with_suffix(".json").read_text())
+    assert meta["launch"]["block"] == [16, 16, 1] and meta["params"]["UNROLL"] == 8
+
+
+def test_rerun_resumes_without_repeating(tmp_path):
+    s1, _, comp1, cfg = run(tmp_path, max_candidates=10)
+    store = Store(cfg.paths.db)
+    n1 = store.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    store.close()
+    s2, text2, comp2, _ = run(tmp_path, max_candidates=10)
+    assert "resuming" in text2
+    store = Store(cfg.paths.db)
+    hashes = [r[0] for r in store.db.execute("SELECT hash FROM evaluations")]
+    assert len(hashes) == len(set(hashes)) and len(hashes) > n1
+    assert not set(comp1.compiled) & set(comp2.compiled), "a candidate was compiled twice"
+    # baselines and ceilings are measured once per (shape, GPU)
+    assert FakeWorker.instances[-1].calls.count("baselines") == 1  # only the final confirm
+    assert s2.best_us <= s1.best_us
+
+
+def test_exhausted_space_stops(tmp_path):
+    summary, text, _, _ = run(tmp_path, max_candidates=0, children=20)
+    assert "exhausted" in summary.stop_reason
+    # 3 TILE x 4 UNROLL x 4 PAD = 48 instances, all constraint-valid
+    store = Store(load_config(overrides={"paths": {"db": str(tmp_path / "evo.db")}}).paths.db)
+    assert store.db.execute("SELECT COUNT(*) FROM candidates").fetchone()[0] == 48
+
+
+def test_optuna_proposer_runs(tmp_path):
+    summary, text, _, _ = run(tmp_path, max_candidates=16, proposers=["optuna", "mutate"])
+    assert summary.correct > 0
+    store = Store(str(tmp_path / "evo.db"))
+    props = {r[0] for r in store.db.execute("SELECT proposer FROM candidates")}
+    assert {"optuna", "mutate"} <= props
