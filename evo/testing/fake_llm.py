@@ -76,7 +76,8 @@ class FakeLlmServer:
         return f"http://{LOOPBACK}:{self.port}/v1"
 
     def start(self) -> "FakeLlmServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-llm", daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-llm", daemon=True)
         self._thread.start()
         return self
 
