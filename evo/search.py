@@ -191,7 +191,8 @@ class Search:
             proposals: list[Proposal] = []
             for proposer, n in zip(proposers, split_children(cfg, proposers, cfg.search.children)):
                 proposals += proposer.propose(ctx, n)
-            fresh = self._admit(proposals, gpu, info)
+            limit = cfg.search.max_candidates - new_candidates if cfg.search.max_candidates else len(proposals)
+            fresh = self._admit(proposals, gpu, limit)
             if not fresh:
                 stalls += 1
                 if stalls >= 3:
@@ -211,10 +212,12 @@ class Search:
         summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers)
         return summary
 
-    def _admit(self, proposals: list[Proposal], gpu: str, info: GpuInfo) -> list[tuple[KernelSource, Proposal]]:
+    def _admit(self, proposals: list[Proposal], gpu: str, limit: int) -> list[tuple[KernelSource, Proposal]]:
         """Parse and de-duplicate proposals; store the new ones. Nothing already evaluated here is compiled or timed again."""
         fresh, seen = [], set()
         for prop in proposals:
+            if len(fresh) >= limit:
+                break
             try:
                 ks = KernelSource.parse(prop.source)
             except EvoError as e:
