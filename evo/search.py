@@ -73,7 +73,12 @@ def split_children(cfg: Config, proposers: list, n: int) -> list[int]:
 
 
 class Search:
-    def __init__(self, problem: Problem, cfg: Config, out=sys.stdout, worker_factory=GpuWorker, compiler=None):
+    def __init__(self, problem: Problem, cfg: Config, out=sys.stdout, worker_factory=GpuWorker, compiler=None,
+                 seed_sources: list[str] | None = None, worker: GpuWorker | None = None):
+        """seed_sources: full kernel texts (e.g. winners of neighbouring shapes) evaluated before anything new is proposed.
+        worker: an already started GPU worker to reuse (a sweep keeps one per GPU); otherwise one is started."""
+        self.seed_sources = list(seed_sources or [])
+        self.shared_worker = worker
         self.problem = problem
         self.cfg = cfg
         self.out = out
@@ -124,6 +129,8 @@ class Search:
         print(f"evo search {p.key} ({p.layout}, fp16 in, fp32 accumulate, fp16 out)", file=self.out)
         print(f"  database: {Path(cfg.paths.db).resolve()}\n  output:   {Path(cfg.paths.out).resolve()}", file=self.out, flush=True)
         proposers = build_proposers(cfg, self.selector)
+        if self.shared_worker is not None:
+            return self._run(self.shared_worker, self.shared_worker.info, proposers, t_start)
         worker = self.worker_factory(cfg)
         info = worker.start()
         try:
@@ -143,6 +150,7 @@ class Search:
             c = worker.call("ceilings", timeout_s=300)
             store.set_ceilings(gpu, c["peak_tflops"], c["bw_gbs"], c["detail"])
         peak, bw = store.ceilings(gpu)  # type: ignore[misc]
+        info.extra.update(peak_tflops=peak, bw_gbs=bw, roofline_us=p.roofline_us(peak, bw))  # for prompts
         baselines = store.baselines(p.key, p.layout, gpu)
         if not baselines:
             print("timing the baselines (cuBLAS, cuBLASLt heuristic, cuBLASLt autotune)...", file=self.out, flush=True)
@@ -182,6 +190,12 @@ class Search:
             print(f"resuming: {len(individuals)} candidates already evaluated on {p.key} for this GPU"
                   + (f", best {best.time_us:.2f} us" if best else ""), file=self.out, flush=True)
             prog.best_us = best.time_us if best else 0.0
+        if self.seed_sources:
+            seeds = [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
+            fresh = self._admit(seeds, gpu, len(seeds))
+            if fresh:
+                prog.line(f"timing {len(fresh)} seed kernels (winners of other shapes) before proposing anything new")
+                self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
         while not (stop := out_of_budget()):
             prog.generation += 1
             individuals = store.individuals(p.key, p.layout, gpu, info.arch)
@@ -225,6 +239,8 @@ class Search:
                 continue
             if ks.hash in seen or self.store.evaluated(ks.hash, self.problem.key, self.problem.layout, gpu):
                 continue
+            if not ks.accepts(self.problem):
+                continue  # e.g. a seed from another shape whose `requires` excludes this one
             seen.add(ks.hash)
             self.store.add_candidate(ks, ",".join(prop.parents), prop.proposer, prop.idea, prop.model)
             fresh.append((ks, prop))
