@@ -29,6 +29,8 @@ class SearchConfig:
     proposers: list
     proposer_weights: dict
     confirm_reps: int
+    islands: int
+    migrate_every: int
 
 
 @dataclass

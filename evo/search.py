@@ -22,7 +22,7 @@ from .progress import Progress
 from .proposers.base import Proposal, ProposalContext
 from .proposers.mutate import MutateProposer
 from .records import BaselineResult, CompileResult, EvalResult, Individual
-from .select import Selector
+from .select import Diversity, Selector
 from .store import Store
 
 ARCHS = ("sm_80", "sm_90a")
@@ -86,6 +86,7 @@ class Search:
         self.compiler = compiler or Compiler.from_config(cfg.compile)
         self.worker_factory = worker_factory
         self.selector = Selector(cfg.search.population, cfg.search.elites, cfg.search.tournament)
+        self.diversity = Diversity(cfg.search.islands, cfg.search.migrate_every, cfg.search.elites)
         self.templates = Path(cfg.paths.templates) if cfg.paths.templates else None
 
     def families(self, arch: str) -> list[Family]:
@@ -199,9 +200,10 @@ class Search:
         while not (stop := out_of_budget()):
             prog.generation += 1
             individuals = store.individuals(p.key, p.layout, gpu, info.arch)
-            population = [i for i in individuals if i.correct]
             failures = [i for i in individuals if not i.correct][:20]
-            ctx = ProposalContext(p, info.arch, info, fams, population, baselines, rng, prog.generation, failures)
+            island, pool = self.diversity.pool(individuals, prog.generation)
+            ctx = ProposalContext(p, info.arch, info, fams, pool, baselines, rng, prog.generation, failures,
+                                  known={i.hash for i in individuals}, island=island)
             proposals: list[Proposal] = []
             for proposer, n in zip(proposers, split_children(cfg, proposers, cfg.search.children)):
                 proposals += proposer.propose(ctx, n)

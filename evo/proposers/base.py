@@ -34,6 +34,8 @@ class ProposalContext:
     rng: random.Random
     generation: int = 0
     failures: list[Individual] = field(default_factory=list)  # recent failed candidates
+    known: set[str] = field(default_factory=set)  # hashes of every candidate already evaluated on this problem
+    island: int = 0
 
 
 class Proposer(Protocol):

@@ -34,7 +34,7 @@ class MutateProposer:
                 return
             ks = fam.render(params)
             key = normalize(ks.text)
-            if key in seen:
+            if key in seen or ks.hash in ctx.known:
                 return
             if not ks.accepts(ctx.problem, ctx.gpu.sm_count if ctx.gpu else 132):
                 return
