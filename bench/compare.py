@@ -1,0 +1,213 @@
+"""Side-by-side benchmark: the best stored kernel per shape against cuBLAS and cuBLASLt, in one process.
+
+    python -m bench.compare --shapes shapes/bench.yaml [--db .evo/evo.db] [--modes cold,b2b,server] [--out-dir DIR]
+
+Ceilings P (8192^3 cuBLAS) and BW (1 GiB copy) are measured at the start of the run on the same GPU;
+the roofline bound of a shape is max(2MNK/P, 2(MK+NK+MN)/BW). Three timing modes:
+  cold    L2 flushed (4x its size written) before every call, device time of that call;
+  b2b     back to back: R calls queued without gaps, total device time / R (warm L2 where it fits);
+  server  a random idle gap (0-2 ms) on the host before every call, then its device time.
+Every mode interleaves the contenders in a fresh random order per repetition and reports medians.
+Writes <out-dir>/bench-<GPU>.md and bench-<GPU>.png; prints the markdown.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+from evo.errors import EvoError, cli_entry
+
+LIBS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
+
+
+def _time_b2b(contenders, reps: int, inner: int, rng: random.Random) -> dict[str, float]:
+    import cupy
+    import numpy as np
+
+    samples = {n: [] for n in contenders}
+    for _ in range(reps):
+        order = list(contenders)
+        rng.shuffle(order)
+        for name in order:
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            for _ in range(inner):
+                contenders[name]()
+            end.record()
+            end.synchronize()
+            samples[name].append(cupy.cuda.get_elapsed_time(start, end) * 1000.0 / inner)
+    return {n: float(np.median(s)) for n, s in samples.items()}
+
+
+def _time_server(contenders, reps: int, timer, rng: random.Random) -> dict[str, float]:
+    import cupy
+    import numpy as np
+
+    samples = {n: [] for n in contenders}
+    for _ in range(reps):
+        order = list(contenders)
+        rng.shuffle(order)
+        for name in order:
+            cupy.cuda.get_current_stream().synchronize()
+            time.sleep(rng.uniform(0.0, 0.002))  # the GPU idles, as between inference requests
+            timer.spin((1,), (1,), (timer.spin_ns,))  # lets the host queue the call: device time only
+            start, end = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            contenders[name]()
+            end.record()
+            end.synchronize()
+            samples[name].append(cupy.cuda.get_elapsed_time(start, end) * 1000.0)
+    return {n: float(np.median(s)) for n, s in samples.items()}
+
+
+def geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", required=True, help="a shape set YAML (shapes/bench.yaml)")
+    ap.add_argument("--db", default=".evo/evo.db")
+    ap.add_argument("--config")
+    ap.add_argument("--modes", default="cold,b2b,server")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out-dir", default="docs")
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= {"cold", "b2b", "server"}:
+        raise EvoError(f"unknown mode in {args.modes!r}; choose from cold, b2b, server")
+
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.kernel import KernelSource
+    from evo.shapes import load_shapes
+    from evo.store import Store
+
+    problems = load_shapes(args.shapes)
+    cfg = load_config(args.config, {"paths": {"db": args.db}})
+    from evo.gpu.device import gpu_info
+
+    info = gpu_info()
+    import cupy
+
+    from evo.baselines import LtPlan
+    from evo.check import compare, random_inputs, reference
+    from evo.gpu.launch import LoadedKernel
+    from evo.gpu.session import Session
+
+    session = Session(cfg)
+    store = Store(cfg.paths.db)
+    compiler = Compiler.from_config(cfg.compile)
+    ceil = session.handle_ceilings()
+    peak, bw = ceil["peak_tflops"], ceil["bw_gbs"]
+    rng = random.Random(0)
+    header = (f"# Side-by-side HGEMM benchmark on {info.name}\n\n"
+              f"Driver {info.driver}, CUDA runtime {info.cuda_runtime}, cupy {info.extra.get('cupy')}; "
+              f"{info.sm_count} SMs. Ceilings measured in this run: P = {peak:.0f} TFLOP/s (8192³ cuBLAS fp16), "
+              f"BW = {bw:.0f} GB/s (1 GiB copy). Medians of {args.reps} repetitions per mode, contenders interleaved.\n"
+              f"Command: `python -m bench.compare --shapes {args.shapes} --modes {args.modes} --reps {args.reps}`\n")
+    print(header, flush=True)
+    results: dict[str, list[dict]] = {m: [] for m in modes}
+    for p in problems:
+        best = store.best(p.key, p.layout, info.key)
+        rs = cupy.random.RandomState(rng.randrange(1 << 30))
+        a, b = random_inputs(p, rs)
+        c = cupy.empty((p.m, p.n), dtype=cupy.float16)
+        contenders = {"cublas": lambda: session.cublas(a, b, c)}
+        plan = LtPlan(a, b, cfg.baselines)
+        contenders["cublaslt_heuristic"] = plan.call(plan.heuristic)
+        plan.autotune()
+        contenders["cublaslt_autotune"] = plan.call(plan.tuned)
+        family = "-"
+        if best is not None:
+            ks = KernelSource.parse(best["source"])
+            r = compiler.compile(ks, info.arch)
+            if r.ok:
+                k = LoadedKernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
+                c_evo = cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16)
+                k(a, b, c_evo)
+                chk = compare(c_evo, reference(a, b), cfg.check, "bench check")
+                if chk.correct:
+                    contenders["evo"] = lambda k=k, c_evo=c_evo: k(a, b, c_evo)
+                    family = best["family"]
+                else:
+                    print(f"{p.key}: stored kernel failed its check here: {chk.error}", file=sys.stderr)
+        roof = p.roofline_us(peak, bw)
+        for mode in modes:
+            if mode == "cold":
+                t = {n: x.median_us for n, x in session.timer.measure(contenders, args.reps, 3).items()}
+            elif mode == "b2b":
+                inner = max(1, min(200, int(2000 / max(roof, 1.0))))
+                t = _time_b2b(contenders, max(5, args.reps // 5), inner, rng)
+            else:
+                t = _time_server(contenders, args.reps, session.timer, rng)
+            row = {"shape": p.key, "family": family, "roof": roof, **t}
+            results[mode].append(row)
+            evo = t.get("evo", 0.0)
+            best_lib = min(t[x] for x in LIBS)
+            print(f"{mode:>6} {p.key:>16} evo {evo:9.2f} us  best lib {best_lib:9.2f} us  "
+                  f"{(best_lib / evo if evo else 0):.3f}x  roofline {roof:.2f} us", flush=True)
+        plan.close()
+    md = [header]
+    for mode in modes:
+        md.append(f"\n## {mode}\n")
+        md.append("| shape | family | evo µs | TFLOP/s | cuBLAS µs | Lt heur µs | Lt auto µs | vs cuBLAS | vs Lt heur | vs Lt auto | vs best lib | % roofline |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        sp = {x: [] for x in LIBS + ("best",)}
+        for r in results[mode]:
+            evo = r.get("evo", 0.0)
+            bl = min(r[x] for x in LIBS)
+            s = {x: (r[x] / evo if evo else 0.0) for x in LIBS}
+            s["best"] = bl / evo if evo else 0.0
+            for x in s:
+                if evo:
+                    sp[x].append(s[x])
+            shown = evo or bl
+            p_flops = 2.0 * math.prod(int(v) for v in r["shape"].split("x"))
+            md.append(f"| {r['shape']} | {r['family']} | {evo:.2f} | {p_flops / (shown * 1e-6) / 1e12:.1f} | {r['cublas']:.2f} | "
+                      f"{r['cublaslt_heuristic']:.2f} | {r['cublaslt_autotune']:.2f} | {s['cublas']:.3f} | "
+                      f"{s['cublaslt_heuristic']:.3f} | {s['cublaslt_autotune']:.3f} | {s['best']:.3f} | {100 * r['roof'] / shown:.1f} |")
+        md.append(f"| **geomean** | | | | | | | {geomean(sp['cublas']):.3f} | {geomean(sp['cublaslt_heuristic']):.3f} | "
+                  f"{geomean(sp['cublaslt_autotune']):.3f} | {geomean(sp['best']):.3f} | |")
+    text = "\n".join(md) + "\n"
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"bench-{info.key}.md").write_text(text)
+    _plot(results, out / f"bench-{info.key}.png", info.name)
+    print(text)
+    return 0
+
+
+def _plot(results: dict[str, list[dict]], path: Path, gpu: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    modes = list(results)
+    shapes = [r["shape"] for r in results[modes[0]]]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(shapes)), 4))
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        ys = [(min(r[x] for x in LIBS) / r["evo"]) if r.get("evo") else 0 for r in results[mode]]
+        ax.bar([j + i * width for j in range(len(shapes))], ys, width, label=mode)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(shapes))], shapes, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("speedup vs best library")
+    ax.set_title(f"evo vs cuBLAS/cuBLASLt on {gpu}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
