@@ -29,6 +29,7 @@ class SearchConfig:
     proposers: list
     proposer_weights: dict
     confirm_reps: int
+    seed_winners: int
     islands: int
     migrate_every: int
 
