@@ -4,7 +4,7 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K", 1, 1]
-smem: "STAGES * (BM + BN) * 128 + 1024"
+smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * 9216"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
 requires: "K % 8 == 0"
 tensor_maps:
@@ -50,6 +50,17 @@ constexpr int MT = WM / 64;                // m64 wgmmas per consumer per k16 sl
 constexpr int A_STAGE_BYTES = BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
+// Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
+// smem buffer (rows padded by 8 halves: conflict-free fragment writes), then writes it out with
+// coalesced 16-byte stores. 9216 B = 64 x (64 + 8) halves, the largest chunk.
+constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
+constexpr int EPI_BYTES = 9216;
+// Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
+constexpr int CHUNKS = MT * BN / 8;
+constexpr int pow2_floor(int x) { return x >= 2 ? 2 * pow2_floor(x / 2) : 1; }
+constexpr int RU_BUDGET = (CONSUMERS == 1 ? 32 : 16) / CHUNKS;
+constexpr int RU = pow2_floor(RU_BUDGET < 1 ? 1 : (RU_BUDGET > SPLIT_K ? SPLIT_K : RU_BUDGET));
+static_assert(SPLIT_K % RU == 0, "SPLIT_K is a power of two");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
@@ -84,6 +95,10 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 // Named barrier over the consumer warpgroups only (the producer never joins).
 __device__ __forceinline__ void consumer_sync() {
   asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
+}
+// Named barrier over one consumer warpgroup (ids 2, 3, ...).
+__device__ __forceinline__ void warpgroup_sync(int c) {
+  asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
 }
 
 // ---------------------------------------------------------------- TMA
@@ -197,19 +212,56 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   return w;
 }
 
-// Store two adjacent accumulators (kernel row r, kernel cols c, c+1) to C, predicated.
-__device__ __forceinline__ void store_pair(__half* C, int Mk, int Nk, int r, int c, float v0, float v1) {
-  if (r >= Mk) return;
-  if (SWAP_AB) {  // kernel (r, c) is C[c][r]; C has Mk columns
-    if (c < Nk) C[static_cast<size_t>(c) * Mk + r] = __float2half_rn(v0);
-    if (c + 1 < Nk) C[static_cast<size_t>(c + 1) * Mk + r] = __float2half_rn(v1);
-  } else {
-    __half* p = C + static_cast<size_t>(r) * Nk + c;
-    if (c + 1 < Nk && (Nk & 1) == 0) {
-      *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
-    } else {
-      if (c < Nk) p[0] = __float2half_rn(v0);
-      if (c + 1 < Nk) p[1] = __float2half_rn(v1);
+// Epilogue of one consumer: its 64-row slices of the tile, registers -> smem (fp16) -> C.
+// Kernel element (r, c) is C[r][c] (C has Nk columns), or C[c][r] with SWAP_AB (C has Mk columns).
+// All stores are predicated on the problem bounds; 16-byte vector stores where alignment allows.
+__device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __half* stage, int c, __half* C,
+                                           int Mk, int Nk, int row0, int col0) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW + 8;  // halves per staged row
+  constexpr int VPL = SWAP_AB ? 64 / 8 : EPI_CW / 8;    // 16-byte vectors per staged row
+  constexpr int ITERS = 64 * EPI_CW / 8 / 128;          // vectors per thread per chunk
+  const bool vec_ok = SWAP_AB ? (Mk % 8 == 0) : (Nk % 8 == 0);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int q = 0; q < BN / EPI_CW; ++q) {
+      warpgroup_sync(c);  // the previous chunk has been read out of `stage`
+#pragma unroll
+      for (int jj = 0; jj < EPI_CW / 8; ++jj) {
+        const int j = q * (EPI_CW / 8) + jj;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp * 16 + lane / 4 + 8 * h, cc = 8 * jj + 2 * (lane % 4);
+          const float v0 = acc[mt][4 * j + 2 * h], v1 = acc[mt][4 * j + 2 * h + 1];
+          if (SWAP_AB) {
+            stage[cc * PITCH + r] = __float2half_rn(v0);
+            stage[(cc + 1) * PITCH + r] = __float2half_rn(v1);
+          } else {
+            *reinterpret_cast<__half2*>(&stage[r * PITCH + cc]) = __floats2half2_rn(v0, v1);
+          }
+        }
+      }
+      warpgroup_sync(c);
+      const int tr0 = row0 + mt * 64, tc0 = col0 + q * EPI_CW;  // chunk origin, kernel view
+#pragma unroll
+      for (int it = 0; it < ITERS; ++it) {
+        const int v = tid + it * 128, sr = v / VPL, sv = (v % VPL) * 8;  // staged row, first element
+        // C row / first C column of this vector, and the C row length
+        const int gr = SWAP_AB ? tc0 + sr : tr0 + sr;
+        const int gc = SWAP_AB ? tr0 + sv : tc0 + sv;
+        const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
+        if (gr >= rows) continue;
+        const __half* src = &stage[sr * PITCH + sv];
+        __half* dst = C + static_cast<size_t>(gr) * cols + gc;
+        if (vec_ok && gc + 8 <= cols) {
+          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e)
+            if (gc + e < cols) dst[e] = src[e];
+        }
+      }
     }
   }
 }
@@ -232,6 +284,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
+  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -327,49 +381,49 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           for (int j = 0; j < BN / 8; ++j)
             __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
                    make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        __threadfence();
+        // Publish: CTA barrier, then one thread fences (cumulative: orders every consumer's
+        // partial stores before the counter bump) and takes a ticket; the last ticket reduces.
         consumer_sync();
         if (threadIdx.x == 128) {
+          __threadfence();
           const int arrived = atomicAdd(&counters[w.tile], 1);
           s_last = (arrived == SPLIT_K - 1);
-          if (s_last) counters[w.tile] = 0;  // every split has arrived: reset for the next launch
+          if (s_last) {
+            counters[w.tile] = 0;  // every split has arrived: reset for the next launch
+            __threadfence();       // acquire side: the partials are read after the ticket
+          }
         }
         consumer_sync();
         if (!s_last) continue;
-        __threadfence();
         // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
         const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
                                                              static_cast<size_t>(c) * WM * BN);
 #pragma unroll 1
-        for (int sp = 0; sp < SPLIT_K; ++sp) {
-          const float4* p = base + sp * (tile_floats / 4);
+        for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
+          float4 v[RU][CHUNKS];
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+          for (int r = 0; r < RU; ++r)
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-              const float4 v = __ldcg(p + (mt * (BN / 8) + j) * 128 + tid);
-              if (sp == 0) {
-                acc[mt][4 * j] = v.x; acc[mt][4 * j + 1] = v.y; acc[mt][4 * j + 2] = v.z; acc[mt][4 * j + 3] = v.w;
-              } else {
-                acc[mt][4 * j] += v.x; acc[mt][4 * j + 1] += v.y; acc[mt][4 * j + 2] += v.z; acc[mt][4 * j + 3] += v.w;
+            for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
+#pragma unroll
+          for (int r = 0; r < RU; ++r)
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int j = 0; j < BN / 8; ++j) {
+                const float4 x = v[r][mt * (BN / 8) + j];
+                float* a = &acc[mt][4 * j];
+                if (sp0 + r == 0) {
+                  a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
+                } else {
+                  a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
+                }
               }
-            }
         }
       }
 
-      // -------------------------------------------------------- epilogue: registers -> C
-      // wgmma m64nN accumulator layout: thread (warp, lane) holds rows warp*16 + lane/4 (+8),
-      // cols 8*j + 2*(lane%4) (+1) in registers d[4j .. 4j+3].
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int r = w.m0 + c * WM + mt * 64 + warp * 16 + lane / 4;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          const int col = w.n0 + 8 * j + 2 * (lane % 4);
-          store_pair(C, Mk, Nk, r, col, acc[mt][4 * j], acc[mt][4 * j + 1]);
-          store_pair(C, Mk, Nk, r + 8, col, acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
-        }
-      }
+      // -------------------------------------------------------- epilogue: registers -> smem -> C
+      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + c * WM, w.n0);
     }
   }
 }

@@ -1,0 +1,111 @@
+"""CPU tests of the TMA descriptor encoder: argument validation, and the driver call through a fake driver."""
+import ctypes
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from evo.errors import EvoError
+from evo.gpu import tensormap
+from evo.gpu.tensormap import encode_tensor_map, validate
+
+PTR = 0x7F0000000000  # 16-byte aligned
+
+
+def test_valid_arguments_pass():
+    validate(PTR, 4096, 1024, 128, 64, 128)
+    validate(PTR, 1000, 1000, 256, 64, 128)  # boxes may exceed the tensor: TMA fills zeros
+    validate(PTR, 7, 8, 64, 8, 0)
+    validate(PTR, 64, 64, 64, 16, 32)
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        ((PTR, 64, 64, 257, 64, 128), "box"),  # box side > 256
+        ((PTR, 64, 64, 64, 512, 0), "box"),
+        ((PTR, 64, 64, 0, 64, 128), "box"),
+        ((PTR, 64, 1000 + 4, 64, 64, 128), "multiple of 16"),  # row stride 2008 B: misaligned
+        ((PTR, 64, 12, 64, 64, 128), "stride"),
+        ((PTR, 64, 64, 64, 64, 16), "swizzle"),  # not 0/32/64/128
+        ((PTR, 64, 64, 64, 128, 128), "swizzle span"),  # 256-byte box rows under a 128B swizzle
+        ((PTR, 64, 64, 64, 32, 32), "swizzle span"),
+        ((PTR, 64, 64, 64, 4, 0), "inner side"),  # 8-byte box rows
+        ((PTR + 8, 64, 64, 64, 64, 128), "aligned"),
+        ((0, 64, 64, 64, 64, 128), "aligned"),
+        ((PTR, 0, 64, 64, 64, 128), "rows"),
+        ((PTR, 64, 64, 64.0, 64, 128), "int"),
+    ],
+)
+def test_invalid_arguments_raise_one_line(args, words):
+    with pytest.raises(EvoError) as e:
+        encode_tensor_map(*args)  # validation runs before the driver is imported
+    msg = str(e.value)
+    assert words in msg and "\n" not in msg
+
+
+class _FakeDriver(types.SimpleNamespace):
+    """Mimics the few names of cuda.bindings.driver that the encoder uses."""
+
+
+def _fake_driver(calls):
+    class Enum(types.SimpleNamespace):
+        pass
+
+    class U64(int):
+        pass
+
+    class U32(int):
+        pass
+
+    class Result:
+        CUDA_SUCCESS = "ok"
+
+    buf = ctypes.create_string_buffer(bytes(range(128)), 128)
+
+    class Map:
+        def getPtr(self):
+            return ctypes.addressof(buf)
+
+    def encode(*a):
+        calls.append(a)
+        return Result.CUDA_SUCCESS, Map()
+
+    d = _FakeDriver(
+        cuuint64_t=U64,
+        cuuint32_t=U32,
+        CUresult=Result,
+        CUtensorMapDataType=Enum(CU_TENSOR_MAP_DATA_TYPE_FLOAT16="f16"),
+        CUtensorMapInterleave=Enum(CU_TENSOR_MAP_INTERLEAVE_NONE="il-none"),
+        CUtensorMapSwizzle=Enum(CU_TENSOR_MAP_SWIZZLE_NONE="sw0", CU_TENSOR_MAP_SWIZZLE_32B="sw32",
+                                CU_TENSOR_MAP_SWIZZLE_64B="sw64", CU_TENSOR_MAP_SWIZZLE_128B="sw128"),
+        CUtensorMapL2promotion=Enum(CU_TENSOR_MAP_L2_PROMOTION_L2_256B="l2-256"),
+        CUtensorMapFloatOOBfill=Enum(CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE="oob-none"),
+        cuTensorMapEncodeTiled=encode,
+    )
+    return d, U64, U32
+
+
+def test_encode_calls_driver_with_row_major_fp16_layout(monkeypatch):
+    calls = []
+    drv, U64, U32 = _fake_driver(calls)
+    pkg = types.ModuleType("cuda")
+    sub = types.ModuleType("cuda.bindings")
+    sub.driver = drv
+    pkg.bindings = sub
+    monkeypatch.setitem(sys.modules, "cuda", pkg)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", sub)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
+
+    out = encode_tensor_map(PTR, 1000, 4096, 128, 64, 128)
+    assert out.shape == (1,) and out.dtype == np.dtype("V128") and out.dtype.itemsize == 128
+    assert out.view(np.uint8).tolist() == list(range(128))  # the descriptor's raw bytes, by value
+    (dtype, rank, addr, dims, strides, box, estr, il, sw, l2, oob), = calls
+    assert (dtype, rank, addr) == ("f16", 2, PTR)
+    assert dims == [4096, 1000] and all(isinstance(x, U64) for x in dims + strides)  # innermost first
+    assert strides == [4096 * 2]
+    assert box == [64, 128] and all(isinstance(x, U32) for x in box + estr)
+    assert estr == [1, 1]
+    assert (il, sw, l2, oob) == ("il-none", "sw128", "l2-256", "oob-none")
+    assert tensormap.TMA_DTYPE.itemsize == 128
