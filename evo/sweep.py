@@ -1,0 +1,594 @@
+"""Sweep a shape set: one search per shape, resumable, one GPU worker per GPU, optionally over a Ray cluster.
+
+    python -m evo.sweep --shapes shapes/grid1000.yaml --budget-minutes-per-shape 2
+                        [--max-candidates-per-shape N] [--limit-shapes K | --sample K --seed S]
+                        [--gpus 0,1] [--ray [--ray-address ADDR] [--ray-actors N]]
+
+Every finished shape is recorded in the archive's ``sweep_shapes`` table; a rerun skips finished shapes and
+resumes an interrupted one (its search finds everything it already measured in the archive). Before a shape
+is searched, the winners of the nearest already searched shapes on the same GPU (log-distance of M, N, K,
+up to ``search.seed_winners``) that accept it are timed on it first ("compile once, time everywhere": their
+cubins are in the compile cache). The sweep prints one progress line per shape with an ETA and ends with one
+summary paragraph fit for a cron log; exit code 0 when every selected shape is done, 1 otherwise.
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import os
+import queue
+import random
+import subprocess
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .cli import config_from_args, parser, require_positive
+from .config import Config, load_config
+from .errors import EvoError, NoGpuError, cli_entry
+from .export import LIBRARIES, export_table
+from .kernel import KernelSource
+from .problem import GpuInfo, Problem
+from .shapes import load_shapes
+from .store import Store
+
+# --- the sweep's own table in the archive ---------------------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sweep_shapes (
+    shape TEXT, layout TEXT, gpu TEXT, status TEXT, worker TEXT, started REAL, finished REAL, seconds REAL,
+    best_hash TEXT, best_us REAL, winner TEXT, best_lib_us REAL,
+    seeds_offered INTEGER, seeds_correct INTEGER, seed_won INTEGER,
+    compiles_new INTEGER, compile_seconds REAL, compiles_reused INTEGER, compile_seconds_saved REAL,
+    error TEXT, PRIMARY KEY (shape, layout, gpu));
+"""
+
+
+@dataclass
+class ShapeResult:
+    """What one shape's search in a sweep did (one row of ``sweep_shapes``)."""
+
+    shape: str
+    layout: str
+    gpu: str
+    status: str  # "done" or "failed"
+    worker: str = ""
+    started: float = 0.0
+    finished: float = 0.0
+    seconds: float = 0.0  # wall time the shape held its GPU
+    best_hash: str = ""
+    best_us: float = 0.0
+    winner: str = ""  # "evo" or the fastest library
+    best_lib_us: float = 0.0
+    seeds_offered: int = 0  # winners of other shapes timed first
+    seeds_correct: int = 0
+    seed_won: int = 0  # 1 when the shape's winner is one of those seeds
+    compiles_new: int = 0  # nvcc actually ran
+    compile_seconds: float = 0.0
+    compiles_reused: int = 0  # cubin taken from the compile cache
+    compile_seconds_saved: float = 0.0  # what those compiles took when they ran
+    error: str = ""
+
+
+class SweepLog:
+    """The ``sweep_shapes`` table: which shapes of a sweep are finished, and what each cost."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        store.db.executescript(_SCHEMA)
+
+    def done(self, gpu: str, layout: str = "TN") -> set[str]:
+        q = "SELECT shape FROM sweep_shapes WHERE gpu=? AND layout=? AND status='done'"
+        return {r[0] for r in self.store.db.execute(q, (gpu, layout))}
+
+    def record(self, r: ShapeResult) -> None:
+        names = [f.name for f in fields(ShapeResult)]
+        self.store.db.execute(f"INSERT OR REPLACE INTO sweep_shapes ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                              tuple(getattr(r, n) for n in names))
+
+    def results(self, gpu: str, layout: str = "TN") -> list[ShapeResult]:
+        cur = self.store.db.execute("SELECT * FROM sweep_shapes WHERE gpu=? AND layout=?", (gpu, layout))
+        cols = [d[0] for d in cur.description]
+        known = {f.name for f in fields(ShapeResult)}
+        return [ShapeResult(**{c: v for c, v in zip(cols, row) if c in known}) for row in cur]
+
+
+# --- compile once, time everywhere ------------------------------------------------------------------------
+
+def log_distance(a: Problem, b: Problem) -> float:
+    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k))))
+
+
+def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms: int, limit: int) -> list[str]:
+    """Winners of the searched shapes nearest to `problem` (log-space of M, N, K) on this GPU that accept it."""
+    if limit <= 0:
+        return []
+    q = """SELECT shape, hash, MIN(time_us) FROM evaluations WHERE gpu=? AND layout=? AND ok=1 AND shape<>?
+           GROUP BY shape"""
+    winners = []
+    for shape, h, _ in store.rows(q, (gpu, problem.layout, problem.key)):
+        m, n, k = (int(x) for x in shape.split("x"))
+        winners.append((log_distance(problem, Problem(m, n, k, problem.layout)), shape, h))
+    winners.sort()
+    out: list[str] = []
+    seen: set[str] = set()
+    for _, _, h in winners:
+        if len(out) >= limit:
+            break
+        if h in seen:
+            continue
+        seen.add(h)
+        row = store.candidate(h)
+        if row is None:
+            continue
+        try:
+            ks = KernelSource.parse(row["source"])
+            if arch not in ks.meta.archs or not ks.accepts(problem, num_sms):
+                continue
+            ks.launch(problem, num_sms)
+        except (EvoError, ValueError, ZeroDivisionError, TypeError):
+            continue
+        out.append(row["source"])
+    return out
+
+
+class CountingCompiler:
+    """Wraps a compiler and counts, per shape, the compiles that ran and the ones served from the compile cache."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.reset()
+
+    @property
+    def nvcc(self) -> str:
+        return getattr(self.inner, "nvcc", "nvcc")
+
+    def reset(self) -> None:
+        self.new = self.reused = 0
+        self.seconds = self.saved = 0.0
+        self.reused_hashes: set[str] = set()
+
+    def compile_many(self, items: Iterable, jobs: int = 0, on_done: Callable | None = None) -> list:
+        def done(r: Any) -> None:
+            if getattr(r, "cached", False):
+                self.reused += 1
+                self.saved += r.seconds or 0.0
+                self.reused_hashes.add(r.hash)
+            else:
+                self.new += 1
+                self.seconds += r.seconds or 0.0
+            if on_done:
+                on_done(r)
+
+        return self.inner.compile_many(items, jobs, on_done=done)
+
+
+def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_dir: Path,
+                 worker_name: str = "", seeds: list[str] | None = None) -> ShapeResult:
+    """One shape's search with a started worker; never raises for a failed search (KeyboardInterrupt passes)."""
+    from .search import Search
+
+    info: GpuInfo = worker.info
+    started = time.time()
+    t0 = time.monotonic()
+    res = ShapeResult(problem.key, problem.layout, info.key, "failed", worker=worker_name, started=started)
+    store = Store(cfg.paths.db)
+    try:
+        if seeds is None:
+            seeds = neighbour_seeds(store, problem, info.key, info.arch, info.sm_count, cfg.search.seed_winners)
+        seed_hashes = {KernelSource.parse(s).hash for s in seeds}
+        counting = CountingCompiler(compiler)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        with open(log_dir / f"{info.key}_{problem.key}.log", "a") as out:
+            search = Search(problem, cfg, out=out, compiler=counting, seed_sources=seeds, worker=worker)
+            try:
+                summary = search.run()
+            finally:
+                search.store.close()
+        res.status = "done"
+        res.best_hash, res.best_us = summary.best_hash, summary.best_us
+        libs = {k: v for k, v in summary.baselines.items() if v and v > 0}
+        if libs:
+            lib = min(libs, key=libs.get)
+            res.best_lib_us = libs[lib]
+            res.winner = "evo" if res.best_us and res.best_us < libs[lib] else lib
+        elif res.best_us:
+            res.winner = "evo"
+        res.seeds_offered = len(seed_hashes)
+        if seed_hashes:
+            marks = ",".join("?" * len(seed_hashes))
+            res.seeds_correct = next(store.rows(
+                f"SELECT COUNT(*) FROM evaluations WHERE shape=? AND layout=? AND gpu=? AND ok=1 AND hash IN ({marks})",
+                (problem.key, problem.layout, info.key, *seed_hashes)))[0]
+        res.seed_won = int(bool(res.best_hash) and res.best_hash in seed_hashes)
+        res.compiles_new, res.compile_seconds = counting.new, round(counting.seconds, 3)
+        res.compiles_reused, res.compile_seconds_saved = counting.reused, round(counting.saved, 3)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # noqa: BLE001 - one bad shape must not end a 1000-shape sweep
+        res.error = " ".join(f"{type(e).__name__}: {e}".split())[:300]
+    finally:
+        store.close()
+    res.seconds = round(time.monotonic() - t0, 3)
+    res.finished = time.time()
+    return res
+
+
+# --- where the searches run: in this process, one process per GPU, or Ray actors --------------------------
+
+class InlineBackend:
+    """One GPU, searched in this process."""
+
+    def __init__(self, cfg: Config, device_id: int, worker_factory: Callable, compiler: Any, log_dir: Path):
+        self.cfg, self.device_id, self.log_dir = cfg, device_id, log_dir
+        self.worker = worker_factory(cfg, device_id)
+        self.compiler = compiler
+        self.todo: deque[Problem] = deque()
+        self.slots = self.n_gpus = 1
+
+    def start(self) -> list[GpuInfo]:
+        return [self.worker.start()]
+
+    def submit(self, problem: Problem) -> None:
+        self.todo.append(problem)
+
+    def next_result(self) -> ShapeResult:
+        p = self.todo.popleft()
+        return search_shape(p, self.cfg, self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}")
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+
+def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler: Any, log_dir: Path,
+                 tasks: Any, results: Any) -> None:
+    """A GPU's process in a multi-GPU sweep: one started worker, shapes in, ShapeResults out."""
+    worker = None
+    try:
+        worker = worker_factory(cfg, device_id)
+        try:
+            info = worker.start()
+        except Exception as e:  # noqa: BLE001
+            results.put(("fatal", device_id, f"{type(e).__name__}: {e}"))
+            return
+        results.put(("hello", device_id, info))
+        while True:
+            p = tasks.get()
+            if p is None:
+                break
+            results.put(("start", device_id, p.key))
+            results.put(("result", device_id, search_shape(p, cfg, worker, compiler, log_dir, f"gpu{device_id}")))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if worker is not None:
+            worker.stop()
+
+
+class ProcessBackend:
+    """One process per GPU on this host, each with its own started GPU worker; shapes go to whichever is free."""
+
+    def __init__(self, cfg: Config, device_ids: list[int], worker_factory: Callable, compiler: Any, log_dir: Path):
+        ctx = mp.get_context("spawn")
+        self.tasks, self.results = ctx.Queue(), ctx.Queue()
+        # not daemonic: each process starts its own GPU worker process
+        self.procs = {d: ctx.Process(target=_gpu_process, args=(d, cfg, worker_factory, compiler, log_dir,
+                                                                self.tasks, self.results)) for d in device_ids}
+        self.running: dict[int, str] = {}
+        self.slots = self.n_gpus = len(device_ids)
+        self.layout = "TN"
+
+    def start(self) -> list[GpuInfo]:
+        for p in self.procs.values():
+            p.start()
+        infos, errors = {}, []
+        deadline = time.monotonic() + 600
+        while len(infos) + len(errors) < len(self.procs):
+            try:
+                kind, dev, payload = self.results.get(timeout=2)
+            except queue.Empty:
+                if time.monotonic() > deadline or not any(p.is_alive() for p in self.procs.values()):
+                    raise EvoError("the GPU processes of the sweep did not start")
+                continue
+            if kind == "hello":
+                infos[dev] = payload
+            else:
+                errors.append(f"GPU {dev}: {payload}")
+        if errors:
+            self.stop()
+            raise EvoError("; ".join(errors))
+        return [infos[d] for d in sorted(infos)]
+
+    def submit(self, problem: Problem) -> None:
+        self.layout = problem.layout
+        self.tasks.put(problem)
+
+    def next_result(self) -> ShapeResult:
+        while True:
+            try:
+                kind, dev, payload = self.results.get(timeout=5)
+            except queue.Empty:
+                for dev, proc in self.procs.items():
+                    if not proc.is_alive() and dev in self.running:
+                        shape = self.running.pop(dev)
+                        self.slots -= 1
+                        return ShapeResult(shape, self.layout, "", "failed", worker=f"gpu{dev}",
+                                           error=f"the sweep process of GPU {dev} died (exit code {proc.exitcode})")
+                if not any(p.is_alive() for p in self.procs.values()):
+                    raise EvoError("every GPU process of the sweep has died")
+                continue
+            if kind == "start":
+                self.running[dev] = payload
+            elif kind == "result":
+                self.running.pop(dev, None)
+                return payload
+
+    def stop(self) -> None:
+        for _ in self.procs:
+            try:
+                self.tasks.put(None)
+            except (OSError, ValueError):
+                pass
+        for p in self.procs.values():
+            if p.pid is None:
+                continue
+            p.join(timeout=10)
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def visible_gpus() -> list[int]:
+    """Device ids visible to this process, counted in a child so this process never creates a CUDA context."""
+    code = "import cupy; print(cupy.cuda.runtime.getDeviceCount())"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        n = int(out.stdout.strip() or 0) if out.returncode == 0 else 0
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        n = 0
+    if n == 0:
+        raise NoGpuError("no CUDA GPU is visible; a sweep needs at least one (use --ray to run on a cluster)")
+    return list(range(n))
+
+
+# --- the sweep ---------------------------------------------------------------------------------------------
+
+@dataclass
+class SweepOutcome:
+    selected: int
+    done: int
+    failed: int
+    left: int
+    this_run: list[ShapeResult] = field(default_factory=list)
+    summary: str = ""
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.done == self.selected and not self.failed else 1
+
+
+def select_shapes(shapes: list[Problem], limit: int | None = None, sample: int | None = None, seed: int = 0) -> list[Problem]:
+    if limit is not None and sample is not None:
+        raise EvoError("--limit-shapes and --sample exclude each other")
+    if limit is not None:
+        return shapes[:limit]
+    if sample is not None:
+        if sample > len(shapes):
+            raise EvoError(f"--sample {sample} exceeds the {len(shapes)} shapes of the set")
+        picked = set(random.Random(seed).sample(range(len(shapes)), sample))
+        return [p for i, p in enumerate(shapes) if i in picked]
+    return shapes
+
+
+def _clock(s: float) -> str:
+    s = int(max(0, s))
+    d, s = divmod(s, 86400)
+    return (f"{d}d " if d else "") + f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
+def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float, width: int = 20) -> str:
+    filled = round(width * i / total) if total else width
+    bar = "#" * filled + "." * (width - filled)
+    if r.status != "done":
+        what = f"FAILED: {r.error[:120]}"
+    elif r.winner == "evo":
+        what = f"evo wins {r.best_lib_us / r.best_us:.2f}x best library" if r.best_lib_us else "evo"
+    elif r.winner:
+        what = f"{r.winner} wins (evo {r.best_lib_us / r.best_us:.2f}x)" if r.best_us else f"{r.winner} wins (no correct evo kernel)"
+    else:
+        what = "no result"
+    seeds = f", seeds {r.seeds_correct}/{r.seeds_offered} ok" if r.seeds_offered else ""
+    reuse = f", cubins reused {r.compiles_reused}" if r.compiles_reused else ""
+    return (f"[{bar}] {i:>{len(str(total))}}/{total} {r.shape:<17} {r.worker:<6} {what}; "
+            f"{r.seconds / 60:.1f} min{seeds}{reuse} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}")
+
+
+def geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
+
+
+def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[ShapeResult], wall_s: float, n_gpus: int,
+              shapes_file: str, out_dir: str, interrupted: bool = False) -> str:
+    """The one paragraph a cron log keeps."""
+    keys = {p.key for p in shapes}
+    layout = shapes[0].layout if shapes else "TN"
+    recs = {r.shape: r for r in SweepLog(store).results(gpu, layout) if r.shape in keys}
+    done = [r for r in recs.values() if r.status == "done"]
+    failed_now = [r for r in this_run if r.status != "done"]
+    done_now = [r for r in this_run if r.status == "done"]
+    left = len(shapes) - len(done)
+    _, rows = export_table(store, gpu, out_dir, layout)
+    rows = [r for r in rows if r.shape in keys and r.shape in {d.shape for d in done}]
+    wins = sum(r.winner == "evo" for r in rows)
+    parts = [f"evo sweep of {shapes_file} on {gpu} ({n_gpus} GPU{'s' if n_gpus != 1 else ''})"
+             + (" was INTERRUPTED" if interrupted else "") + ":",
+             f"{len(done)} of {len(shapes)} shapes done ({len(done_now)} this run, {len(failed_now)} failed this run, {left} left)."]
+    if rows:
+        gm = [f"{lib} {geomean([getattr(r, f'speedup_{lib}') for r in rows]):.3f}x" for lib in LIBRARIES
+              if any(getattr(r, f"speedup_{lib}") for r in rows)]
+        table_vs_lib = geomean([max(r.speedup_best_library, 1.0) if r.time_us else 1.0 for r in rows if r.best_library])
+        parts.append(f"evo wins {wins} of {len(rows)} shapes (the best library wins {len(rows) - wins}).")
+        if gm:
+            parts.append(f"Geomean speedup of evo's best kernel vs {', vs '.join(gm)}; "
+                         f"the table (evo where it wins, the library elsewhere) vs the best library {table_vs_lib:.3f}x.")
+    gpu_min_all = sum(r.seconds for r in done) / 60
+    gpu_min_now = sum(r.seconds for r in this_run) / 60
+    if done:
+        parts.append(f"GPU time {gpu_min_all:.1f} GPU-minutes over the done shapes, {gpu_min_all / len(done):.2f} GPU-minutes per shape; "
+                     f"this run {gpu_min_now:.1f} GPU-minutes in {wall_s / 60:.1f} min wall.")
+    offered = sum(r.seeds_offered for r in done)
+    if offered or any(r.compiles_reused for r in done):
+        parts.append(f"Compile once, time everywhere: {offered} winners of neighbouring shapes timed as seeds "
+                     f"({sum(r.seeds_correct for r in done)} correct, the winner on {sum(r.seed_won for r in done)} shapes); "
+                     f"compiles reused: {sum(r.compiles_reused for r in done)}, compile seconds saved ≈ "
+                     f"{sum(r.compile_seconds_saved for r in done):.0f} s (new compiles: {sum(r.compiles_new for r in done)}, "
+                     f"{sum(r.compile_seconds for r in done):.0f} s of nvcc).")
+    if failed_now:
+        parts.append("Failed: " + "; ".join(f"{r.shape} ({r.error[:80]})" for r in failed_now[:5])
+                     + (f" and {len(failed_now) - 5} more" if len(failed_now) > 5 else "") + "; rerun to retry them.")
+    parts.append(f"Archive {store.path}, table {Path(out_dir) / gpu / 'table.csv'}.")
+    return " ".join(parts)
+
+
+def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", device_ids: list[int] | None = None,
+              worker_factory: Callable | None = None, compiler: Any = None, ray: bool = False,
+              ray_address: str | None = None, ray_actors: int = 0, gpus_per_actor: float = 1.0,
+              out=sys.stdout) -> SweepOutcome:
+    """Search every shape not yet done for this GPU; print a line per shape and the summary paragraph."""
+    from .compile import Compiler
+    from .gpu.worker import GpuWorker
+
+    if not shapes:
+        raise EvoError("the shape selection is empty")
+    log_dir = Path(cfg.paths.db).parent / "sweep_logs"
+    t0 = time.monotonic()
+    if ray:
+        from .distributed import RayBackend
+
+        # the nodes build their own compiler (nvcc may live elsewhere there) unless one is given
+        backend: Any = RayBackend(cfg, worker_factory, compiler, ray_address, ray_actors, gpus_per_actor)
+    else:
+        worker_factory = worker_factory or GpuWorker
+        compiler = compiler or Compiler.from_config(cfg.compile)
+        device_ids = device_ids if device_ids is not None else visible_gpus()
+        if len(device_ids) == 1:
+            backend = InlineBackend(cfg, device_ids[0], worker_factory, compiler, log_dir)
+        else:
+            backend = ProcessBackend(cfg, device_ids, worker_factory, compiler, log_dir)
+    store = Store(cfg.paths.db)
+    sweep_log = SweepLog(store)
+    results: list[ShapeResult] = []
+    interrupted = False
+    gpu = ""
+    outcome = SweepOutcome(len(shapes), 0, 0, len(shapes))
+    try:
+        infos = backend.start()
+        gpus = sorted({i.key for i in infos})
+        if len(gpus) > 1:
+            raise EvoError(f"the sweep's GPUs are of different models ({', '.join(gpus)}); pick one model with --gpus")
+        gpu = gpus[0]
+        if hasattr(backend, "attach"):
+            backend.attach(store, gpu)
+        done = sweep_log.done(gpu, shapes[0].layout)
+        pending = [p for p in shapes if p.key not in done]
+        n_workers = len(infos)
+        per_shape = cfg.search.budget_minutes * 60.0
+        est = f", about {_clock(len(pending) * per_shape / n_workers)} at {cfg.search.budget_minutes:g} min per shape" if per_shape else ""
+        print(f"evo sweep {shapes_file or ''}: {len(shapes)} shapes selected, {len(shapes) - len(pending)} already done, "
+              f"{len(pending)} to search on {n_workers} x {infos[0].name}{est}", file=out)
+        print(f"  archive {Path(cfg.paths.db).resolve()}, per-shape logs {log_dir.resolve()}", file=out, flush=True)
+        it = iter(pending)
+        in_flight = 0
+        for p in it:
+            backend.submit(p)
+            in_flight += 1
+            if in_flight >= backend.slots:
+                break
+        finished_before = len(shapes) - len(pending)
+        while in_flight:
+            r = backend.next_result()
+            in_flight -= 1
+            if not r.gpu:
+                r.gpu = gpu
+            sweep_log.record(r)
+            results.append(r)
+            elapsed = time.monotonic() - t0
+            remaining = len(pending) - len(results)
+            avg = sum(x.seconds for x in results) / len(results)
+            eta = remaining * avg / max(1, backend.slots)
+            print(progress_line(finished_before + len(results), len(shapes), r, elapsed, eta), file=out, flush=True)
+            nxt = next(it, None)
+            if nxt is not None and backend.slots > 0:
+                backend.submit(nxt)
+                in_flight += 1
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        try:
+            backend.stop()
+        except Exception:  # noqa: BLE001
+            pass
+        if gpu:
+            text = summarize(store, gpu, shapes, results, time.monotonic() - t0, backend.n_gpus,
+                             shapes_file or "the shape set", cfg.paths.out, interrupted)
+            print("\n" + text, file=out, flush=True)
+            done_set = sweep_log.done(gpu, shapes[0].layout)
+            sel = {p.key for p in shapes}
+            outcome = SweepOutcome(len(shapes), len(done_set & sel), sum(r.status != "done" for r in results),
+                                   len(sel - done_set), results, text, interrupted)
+        store.close()
+    return outcome
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("python -m evo.sweep", "Search every shape of a shape set (resumable; one line per shape; a summary at the end).")
+    ap.add_argument("--shapes", required=True, help="shape set YAML, e.g. shapes/grid1000.yaml")
+    ap.add_argument("--budget-minutes-per-shape", type=float, help="wall-clock budget of each shape's search")
+    ap.add_argument("--max-candidates-per-shape", type=int, help="new candidates per shape")
+    ap.add_argument("--limit-shapes", type=int, metavar="K", help="only the first K shapes of the set")
+    ap.add_argument("--sample", type=int, metavar="K", help="a random sample of K shapes (seeded by --seed)")
+    ap.add_argument("--proposer", help="comma list: mutate, optuna, llm (default mutate)")
+    ap.add_argument("--seed-winners", type=int, help="winners of the nearest searched shapes timed first (default config: 8)")
+    ap.add_argument("--gpus", help="comma list of device ids on this host (default: every visible GPU)")
+    ap.add_argument("--ray", action="store_true", help="run the searches on a Ray cluster (pip install -e .[ray])")
+    ap.add_argument("--ray-address", help="Ray cluster address (default: auto, i.e. the cluster `ray start --head` started)")
+    ap.add_argument("--ray-actors", type=int, help="searches at once (default: the cluster's GPU count)")
+    args = ap.parse_args(argv)
+    for v, flag in ((args.budget_minutes_per_shape, "--budget-minutes-per-shape"),
+                    (args.max_candidates_per_shape, "--max-candidates-per-shape"), (args.seed_winners, "--seed-winners")):
+        require_positive(v, flag)
+    for v, flag in ((args.limit_shapes, "--limit-shapes"), (args.sample, "--sample"), (args.ray_actors, "--ray-actors")):
+        if v is not None and v < 1:
+            raise EvoError(f"{flag} must be at least 1")
+    if args.limit_shapes is not None and args.sample is not None:
+        raise EvoError("--limit-shapes and --sample exclude each other")
+    device_ids = None
+    if args.gpus:
+        try:
+            device_ids = sorted({int(x) for x in args.gpus.split(",") if x.strip()})
+        except ValueError:
+            raise EvoError(f"--gpus wants device ids like 0,1, not {args.gpus!r}") from None
+        if not device_ids:
+            raise EvoError("--gpus names no device")
+    cfg = config_from_args(args, {"budget_minutes": args.budget_minutes_per_shape,
+                                  "max_candidates": args.max_candidates_per_shape,
+                                  "proposers": args.proposer.split(",") if args.proposer else None,
+                                  "seed_winners": args.seed_winners})
+    shapes = select_shapes(load_shapes(args.shapes), args.limit_shapes, args.sample, cfg.search.seed)
+    outcome = run_sweep(shapes, cfg, shapes_file=args.shapes, device_ids=device_ids, ray=args.ray,
+                        ray_address=args.ray_address, ray_actors=args.ray_actors or 0)
+    return outcome.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""evo.sweep with the fake worker and compiler: progress, resume after an interruption, idempotent rerun,
+seeding from neighbouring shapes, one process per GPU, the summary paragraph, and row merging for Ray."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from evo.config import load_config
+from evo.errors import EvoError
+from evo.problem import parse_shape
+from evo.records import BaselineResult, CompileResult, EvalResult
+from evo.shapes import load_shapes
+from evo.store import Store
+from evo.sweep import SweepLog, main, neighbour_seeds, run_sweep, select_shapes
+from fakes import FakeCompiler, FakeWorker, fake_time
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+TOY = TESTS / "data" / "families"
+SHAPES = ["256x256x256", "256x256x512", "512x256x256", "1024x1024x1024"]
+
+
+def _jitter(*parts: str) -> float:
+    h = int(hashlib.sha256("|".join(parts).encode()).hexdigest()[:8], 16)
+    return h / 0xFFFFFFFF
+
+
+def shape_time(p, factor: float) -> float:
+    """A plausible time: compute at 400 TFLOP/s plus memory at 3 TB/s plus 3 us launch."""
+    return (p.flops / 400e12 + p.min_bytes / 3000e9) * 1e6 * factor + 3.0
+
+
+class ShapeFake(FakeWorker):
+    """FakeWorker whose times depend on the shape, so speedups vary from shape to shape (for sweeps and reports)."""
+
+    def call(self, op, timeout_s, **kw):
+        from evo.kernel import KernelSource
+
+        p = kw.get("problem")
+        res = super().call(op, timeout_s, **kw)
+        if p is None:
+            return res
+        if op == "baselines":
+            f = {"cublas": 1.12, "cublaslt_heuristic": 1.18, "cublaslt_autotune": 1.04}
+            out = {}
+            for name, b in res["results"].items():
+                if name in f:
+                    out[name] = BaselineResult(name, shape_time(p, f[name] * (0.95 + 0.1 * _jitter(p.key, name))))
+                else:  # a kernel re-timed side by side
+                    src = kw["extra"][name][0]
+                    out[name] = BaselineResult(name, self._kernel_us(p, KernelSource.parse(src)))
+            res["results"] = out
+            return res
+        if op == "evaluate" and res.ok:
+            ks = KernelSource.parse(kw["source"])
+            res.time_us = self._kernel_us(p, ks)
+            res.cublas_us = shape_time(p, 1.12)
+            res.seconds = 0.5
+        return res
+
+    @staticmethod
+    def _kernel_us(p, ks) -> float:
+        return shape_time(p, (0.82 + fake_time(ks) / 250) * (0.9 + 0.3 * _jitter(p.key, ks.hash)))
+
+
+class CachingFakeCompiler(FakeCompiler):
+    """FakeCompiler with a compile cache: the first compile of a hash 'takes' 2 s, later ones are cache hits."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache: set[str] = set()
+
+    def compile(self, ks, arch):
+        r = super().compile(ks, arch)
+        r.seconds = 2.0
+        if r.ok and ks.hash in self.cache:
+            r.cached = True
+        self.cache.add(ks.hash)
+        return r
+
+
+class InterruptingFake(ShapeFake):
+    """Raises KeyboardInterrupt (Ctrl-C) at the Nth evaluation of the process."""
+
+    evaluations = 0
+    interrupt_at = 0
+
+    def call(self, op, timeout_s, **kw):
+        if op == "evaluate":
+            InterruptingFake.evaluations += 1
+            if InterruptingFake.evaluations == InterruptingFake.interrupt_at:
+                raise KeyboardInterrupt
+        return super().call(op, timeout_s, **kw)
+
+
+def make_cfg(tmp_path, templates=TOY, **search):
+    s = {"budget_minutes": 0, "max_candidates": 8, "children": 4, "population": 6, "elites": 2, "initial_random": 4,
+         "seed": 1, "seed_winners": 4}
+    s.update(search)
+    return load_config(overrides={"search": s, "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"),
+                                                          "templates": str(templates)},
+                                  "compile": {"cache_dir": str(tmp_path / "cache")}})
+
+
+def sweep(tmp_path, shapes=SHAPES, worker=ShapeFake, compiler=None, devices=(0,), **search):
+    cfg = make_cfg(tmp_path, **search)
+    out = io.StringIO()
+    outcome = run_sweep([parse_shape(s) for s in shapes], cfg, shapes_file="test.yaml", device_ids=list(devices),
+                        worker_factory=worker, compiler=compiler or CachingFakeCompiler(), out=out)
+    return outcome, out.getvalue(), cfg
+
+
+def sweep_rows(cfg):
+    store = Store(cfg.paths.db)
+    try:
+        return {r.shape: r for r in SweepLog(store).results("Fake_GPU")}
+    finally:
+        store.close()
+
+
+def test_sweep_runs_every_shape_and_summarizes(tmp_path):
+    outcome, text, cfg = sweep(tmp_path)
+    assert outcome.exit_code == 0 and outcome.done == 4 and outcome.failed == 0
+    lines = [l for l in text.splitlines() if l.startswith("[")]
+    assert len(lines) == 4 and all("ETA" in l and "elapsed" in l for l in lines)
+    assert lines[-1].startswith("[####################] 4/4")
+    rows = sweep_rows(cfg)
+    assert set(rows) == set(SHAPES) and all(r.status == "done" and r.best_hash for r in rows.values())
+    # seeding: the first shape has no neighbours; every later one is offered winners of the earlier ones,
+    # which are cache hits of the compiler (no compile), and the summary says so
+    assert rows[SHAPES[0]].seeds_offered == 0
+    later = [rows[s] for s in SHAPES[1:]]
+    assert all(r.seeds_offered >= 1 and r.compiles_reused >= 1 for r in later)
+    assert all(r.compile_seconds_saved == pytest.approx(2.0 * r.compiles_reused) for r in later)
+    summary = outcome.summary
+    assert "\n" not in summary and summary in text
+    assert "4 of 4 shapes done" in summary and "evo wins" in summary and "Geomean speedup" in summary
+    for lib in ("cublas", "cublaslt_heuristic", "cublaslt_autotune"):
+        assert f"vs {lib} " in summary or f"vs {lib} " in summary.replace(", vs ", " vs ")
+    assert "compiles reused:" in summary and "compile seconds saved ≈" in summary and "GPU-minutes per shape" in summary
+    assert (Path(cfg.paths.out) / "Fake_GPU" / "table.csv").is_file()
+    assert (tmp_path / "sweep_logs" / "Fake_GPU_256x256x256.log").read_text().startswith("evo search 256x256x256")
+
+
+def test_rerun_is_idempotent(tmp_path):
+    sweep(tmp_path)
+    store = Store(tmp_path / "evo.db")
+    n = store.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    store.close()
+    outcome, text, _ = sweep(tmp_path)
+    assert "4 already done, 0 to search" in text and outcome.exit_code == 0 and outcome.this_run == []
+    store = Store(tmp_path / "evo.db")
+    assert store.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == n
+    store.close()
+
+
+def test_resume_after_ctrl_c(tmp_path):
+    InterruptingFake.evaluations = 0
+    InterruptingFake.interrupt_at = 20  # inside the third shape (8 candidates + seeds per shape)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(tmp_path, worker=InterruptingFake)
+    rows = sweep_rows(make_cfg(tmp_path))
+    assert 1 <= len(rows) < 4 and all(r.status == "done" for r in rows.values())
+    store = Store(tmp_path / "evo.db")
+    partial = [s for s in SHAPES if s not in rows and store.db.execute(
+        "SELECT COUNT(*) FROM evaluations WHERE shape=?", (s,)).fetchone()[0]]
+    assert partial, "the interrupted shape should have stored some evaluations"
+    before = {tuple(r) for r in store.db.execute("SELECT hash, shape, run_id, created FROM evaluations")}
+    finished_runs = store.db.execute("SELECT COUNT(*) FROM runs WHERE status='done'").fetchone()[0]
+    store.close()
+    outcome, text, cfg = sweep(tmp_path)
+    assert f"{len(rows)} already done" in text and outcome.done == 4 and outcome.exit_code == 0
+    store = Store(cfg.paths.db)
+    after = {tuple(r) for r in store.db.execute("SELECT hash, shape, run_id, created FROM evaluations")}
+    assert before <= after, "something measured before the interruption was measured again"
+    shapes_searched_again = {r[0] for r in store.db.execute("SELECT shape FROM runs WHERE status='done'")}
+    assert store.db.execute("SELECT COUNT(*) FROM runs WHERE status='done'").fetchone()[0] == finished_runs + 4 - len(rows)
+    assert not set(rows) & {r.shape for r in outcome.this_run}
+    assert shapes_searched_again == set(SHAPES)
+    store.close()
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, time
+    sys.path[:0] = [{tests!r}, {root!r}]
+    from test_sweep import ShapeFake, CachingFakeCompiler, make_cfg
+    from evo.problem import parse_shape
+    from evo.sweep import run_sweep
+    from pathlib import Path
+
+    class Slow(ShapeFake):
+        def call(self, op, timeout_s, **kw):
+            if op == "evaluate":
+                time.sleep(0.15)
+            return super().call(op, timeout_s, **kw)
+
+    cfg = make_cfg(Path({tmp!r}))
+    o = run_sweep([parse_shape(s) for s in {shapes!r}], cfg, device_ids=[0], worker_factory=Slow,
+                  compiler=CachingFakeCompiler())
+    sys.exit(o.exit_code)
+""")
+
+
+def test_resume_after_sigkill(tmp_path):
+    script = tmp_path / "sweep_script.py"
+    script.write_text(SCRIPT.format(tests=str(TESTS), root=str(ROOT), tmp=str(tmp_path), shapes=SHAPES))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 60
+    done = 0
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (tmp_path / "evo.db").exists():
+                store = Store(tmp_path / "evo.db")
+                try:
+                    done = store.db.execute("SELECT COUNT(*) FROM sweep_shapes WHERE status='done'").fetchone()[0]
+                except Exception:
+                    done = 0
+                store.close()
+                if done >= 1:
+                    break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[0]
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert 1 <= done < 4
+    rerun = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "already done" in rerun.stdout and "4 of 4 shapes done" in rerun.stdout
+    assert all(r.status == "done" for r in sweep_rows(make_cfg(tmp_path)).values())
+
+
+def test_one_process_per_gpu(tmp_path):
+    outcome, text, cfg = sweep(tmp_path, devices=(0, 1))
+    assert outcome.exit_code == 0 and outcome.done == 4
+    assert "(2 GPUs)" in outcome.summary
+    rows = sweep_rows(cfg)
+    assert {r.worker for r in rows.values()} <= {"gpu0", "gpu1"} and all(r.status == "done" for r in rows.values())
+
+
+def test_failed_shape_exits_1_and_is_retried(tmp_path):
+    class Broken(ShapeFake):
+        def call(self, op, timeout_s, **kw):
+            if op == "baselines" and kw["problem"].key == SHAPES[1]:
+                raise RuntimeError("cuBLAS exploded")
+            return super().call(op, timeout_s, **kw)
+
+    outcome, text, cfg = sweep(tmp_path, worker=Broken)
+    assert outcome.exit_code == 1 and outcome.failed == 1 and outcome.done == 3
+    assert "FAILED: RuntimeError: cuBLAS exploded" in text and "Failed: 256x256x512" in outcome.summary
+    outcome, text, _ = sweep(tmp_path)
+    assert outcome.exit_code == 0 and [r.shape for r in outcome.this_run] == [SHAPES[1]]
+
+
+def test_neighbour_seeds_nearest_first_and_accepting(tmp_path):
+    from evo.kernel import KernelSource
+
+    store = Store(tmp_path / "evo.db")
+    naive = (TESTS / "data" / "naive.cu").read_text()
+    texts = {}
+    for i, (shape, req) in enumerate([("256x256x256", "M > 0"), ("4096x4096x4096", "M > 0"), ("512x512x512", "M % 1024 == 0")]):
+        src = naive.replace("params: {}", f"params: {{V: {i}}}\nrequires: \"{req}\"", 1)
+        ks = KernelSource.parse(src)
+        texts[shape] = ks
+        store.add_candidate(ks)
+        store.add_evaluation(shape, "TN", "G", EvalResult(ks.hash, True, "done", time_us=10.0))
+    seeds = neighbour_seeds(store, parse_shape("300x300x300"), "G", "sm_90a", 132, 5)
+    hashes = [KernelSource.parse(s).hash for s in seeds]
+    # 512^3's winner requires M % 1024 == 0 and is skipped; 256^3 is nearer than 4096^3
+    assert hashes == [texts["256x256x256"].hash, texts["4096x4096x4096"].hash]
+    assert neighbour_seeds(store, parse_shape("300x300x300"), "G", "sm_90a", 132, 1) == seeds[:1]
+    assert neighbour_seeds(store, parse_shape("300x300x300"), "other", "sm_90a", 132, 5) == []
+    assert neighbour_seeds(store, parse_shape("300x300x300"), "G", "sm_90a", 132, 0) == []
+
+
+def test_select_shapes_and_cli_errors(tmp_path, capsys):
+    shapes = load_shapes(ROOT / "shapes" / "grid1000.yaml")
+    assert [p.key for p in select_shapes(shapes, limit=3)] == ["64x64x64", "64x64x128", "64x64x256"]
+    a, b = select_shapes(shapes, sample=10, seed=5), select_shapes(shapes, sample=10, seed=5)
+    assert a == b and len(a) == 10 and a != select_shapes(shapes, sample=10, seed=6)
+    with pytest.raises(EvoError):
+        select_shapes(shapes, limit=3, sample=3)
+    f = str(ROOT / "shapes" / "sample24.yaml")
+    assert main(["--shapes", f, "--limit-shapes", "2", "--sample", "3"]) == 2
+    assert "exclude each other" in capsys.readouterr().err
+    assert main(["--shapes", f, "--limit-shapes", "0"]) == 2
+    assert main(["--shapes", f, "--gpus", "x"]) == 2
+    assert main(["--shapes", str(tmp_path / "none.yaml")]) == 2
+
+
+def test_sample24_spans_the_grid():
+    grid = {p.key for p in load_shapes(ROOT / "shapes" / "grid1000.yaml")}
+    sample = load_shapes(ROOT / "shapes" / "sample24.yaml")
+    assert len(sample) == 24 and len({p.key for p in sample}) == 24 and {p.key for p in sample} <= grid
+    flops = sorted(p.flops for p in sample)
+    assert flops[0] <= 2 * 256 ** 3 and flops[-1] >= 2 * 8192 ** 3
+
+
+def test_rows_merge_into_another_archive(tmp_path):
+    """What a Ray node returns merges into the head's archive: runs get fresh ids and evaluations follow them."""
+    from evo.distributed import export_rows, merge_rows
+
+    sweep(tmp_path / "node", shapes=SHAPES[:2])
+    node = Store(tmp_path / "node" / "evo.db")
+    head = Store(tmp_path / "head.db")
+    head.start_run("x", "y", {})  # the head's run ids differ from the node's
+    ids = [r[0] for r in node.db.execute("SELECT id FROM runs WHERE shape=?", (SHAPES[1],))]
+    rows = export_rows(node, SHAPES[1], "TN", "Fake_GPU", run_ids=ids)
+    counts = merge_rows(head, rows)
+    assert counts["runs"] == 1 and counts["evaluations"] > 0 and counts["baselines"] == 3
+    q = "SELECT COUNT(*) FROM evaluations e JOIN runs r ON r.id=e.run_id WHERE e.shape=? AND r.shape=?"
+    assert head.db.execute(q, (SHAPES[1], SHAPES[1])).fetchone()[0] == counts["evaluations"]
+    assert head.best(SHAPES[1], "TN", "Fake_GPU")["hash"] == node.best(SHAPES[1], "TN", "Fake_GPU")["hash"]
+    merge_rows(head, rows)  # merging twice adds a run record but no duplicate results
+    assert head.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0] == counts["evaluations"]
+    # the prior rows the head ships to a node carry everything about the shape
+    prior = export_rows(head, SHAPES[1], "TN", "Fake_GPU")
+    assert len(prior["evaluations"]["rows"]) == counts["evaluations"] and prior["runs"]["rows"] == []
