@@ -47,6 +47,12 @@ class ShapeFake(FakeWorker):
         from evo.kernel import KernelSource
 
         p = kw.get("problem")
+        if op == "recheck":  # the champion's re-check before export: the base fake may not know it
+            try:
+                return super().call(op, timeout_s, **kw)
+            except AssertionError:
+                self.calls.append(op)
+                return {"ok": True, "error": "", "shapes": {}}
         res = super().call(op, timeout_s, **kw)
         if p is None:
             return res
