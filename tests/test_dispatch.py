@@ -1,0 +1,262 @@
+"""evo.dispatch without a GPU: table loading, what serves a shape (winner, library, borrowed general kernel,
+cuBLAS), fallbacks that keep results right, input validation, and the dispatcher's own host overhead."""
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evo.dispatch import Dispatcher, validate
+from evo.errors import EvoError
+
+TESTS = Path(__file__).resolve().parent
+NAIVE = (TESTS / "data" / "naive.cu").read_text()
+
+
+def kernel_text(i: int, requires: str = "M > 0", **params) -> str:
+    ps = ", ".join(f"{k}: {v}" for k, v in {"V": i, **params}.items())
+    return NAIVE.replace("params: {}", f"params: {{{ps}}}\nrequires: \"{requires}\"", 1)
+
+
+def ref(a, b):
+    return (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
+
+
+class NumpyBackend:
+    """Stands in for CupyBackend: NumPy arrays, 'kernels' that compute the reference (or garbage if WRONG)."""
+
+    gpu_key = "Fake_GPU"
+    arch = "sm_90a"
+    num_sms = 132
+    native = np.ndarray
+
+    def __init__(self):
+        self.loaded: list[tuple[str, str]] = []
+        self.checked: list[tuple[str, str]] = []
+        self.cublas_calls = 0
+
+    def adopt(self, x):
+        return x
+
+    def empty(self, m, n):
+        return np.empty((m, n), np.float16)
+
+    def cublas(self):
+        def call(a, b, c):
+            self.cublas_calls += 1
+            c[...] = ref(a, b)
+
+        return call
+
+    def load(self, ks, problem, cache_dir):
+        if ks.meta.params.get("NOCOMPILE"):
+            raise EvoError(f"kernel {ks.hash} does not compile for sm_90a: error: boom")
+        self.loaded.append((ks.hash, problem.key))
+        wrong = ks.meta.params.get("WRONG")
+
+        def call(a, b, c):
+            c[...] = 0 if wrong else ref(a, b)
+
+        call.hash = ks.hash
+        return call
+
+    def check(self, fn, problem):
+        self.checked.append((fn.hash, problem.key))
+        rs = np.random.default_rng(0)
+        a = rs.standard_normal((problem.m, problem.k)).astype(np.float16)
+        b = rs.standard_normal((problem.n, problem.k)).astype(np.float16)
+        c = np.full((problem.m, problem.n), np.nan, np.float16)
+        fn(a, b, c)
+        return "" if np.allclose(c, ref(a, b), rtol=1e-2, atol=1e-2) else "relative error 1e+00 > 1e-02"
+
+
+def make_table(root: Path, rows: list[tuple[str, str, str]], gpu: str = "Fake_GPU") -> Path:
+    """rows: (shape, winner, kernel text or ''); written like evo.export writes them."""
+    out = []
+    for i, (shape, winner, text) in enumerate(rows):
+        m, n, k = (int(x) for x in shape.split("x"))
+        path = ""
+        h = ""
+        if text:
+            from evo.kernel import KernelSource
+
+            path = f"{gpu}/TN/{shape}.cu"
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+            h = KernelSource.parse(text).hash
+        out.append({"gpu": gpu, "shape": shape, "layout": "TN", "m": m, "n": n, "k": k, "winner": winner,
+                    "hash": h, "kernel_path": path, "family": "naive" if text else ""})
+    (root / gpu).mkdir(parents=True, exist_ok=True)
+    (root / gpu / "table.json").write_text(json.dumps({"gpu": gpu, "layout": "TN", "rows": out}))
+    return root / gpu
+
+
+def inputs(m, n, k, seed=0):
+    rs = np.random.default_rng(seed)
+    return rs.standard_normal((m, k)).astype(np.float16), rs.standard_normal((n, k)).astype(np.float16)
+
+
+@pytest.fixture
+def table(tmp_path):
+    return make_table(tmp_path, [
+        ("256x256x256", "evo", kernel_text(0)),
+        ("1024x1024x1024", "evo", kernel_text(1, requires="M % 128 == 0 and N % 128 == 0")),
+        ("4096x4096x4096", "cublaslt_autotune", kernel_text(2)),
+        ("8192x8192x8192", "cublas", ""),
+        ("512x512x512", "evo", kernel_text(3, WRONG=1)),
+    ])
+
+
+def test_table_winner_is_used_and_loaded_once(table):
+    be = NumpyBackend()
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(256, 256, 256)
+    for _ in range(3):
+        c = d.matmul(a, b)
+    np.testing.assert_array_equal(c, ref(a, b))
+    assert d.plan(256, 256, 256).kind == "evo" and len(be.loaded) == 1 and be.checked == [] and be.cublas_calls == 0
+    assert "table winner" in d.explain(256, 256, 256)
+
+
+def test_library_rows_go_to_cublas(table):
+    be = NumpyBackend()
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(64, 64, 64)
+    d.rows[(64, 64, 64)] = {"shape": "64x64x64", "winner": "cublas", "m": 64, "n": 64, "k": 64}
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    assert d.plan(64, 64, 64).kind == "library" and be.cublas_calls == 1 and be.loaded == []
+    assert d.plan(4096, 4096, 4096).kind == "library"  # evo lost there: its kernel is not used
+
+
+def test_unknown_shape_borrows_a_checked_kernel(table):
+    be = NumpyBackend()
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(300, 200, 250)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(300, 200, 250)
+    # nearest evo rows: 256^3 (accepts anything) before 512^3 (wrong) and 1024^3 (requires M % 128 == 0: skipped)
+    assert plan.kind == "general" and plan.source_shape == "256x256x256"
+    assert be.checked == [(plan.hash, "300x200x250")]
+    assert d.matmul(a, b) is not None and len(be.checked) == 1  # checked once per shape
+
+
+def test_wrong_borrowed_kernel_is_never_used(tmp_path):
+    root = make_table(tmp_path, [("512x512x512", "evo", kernel_text(3, WRONG=1)),
+                                 ("64x64x64", "evo", kernel_text(4, requires="M % 64 == 0"))])
+    be = NumpyBackend()
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(500, 500, 500)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(500, 500, 500)
+    assert plan.kind == "cublas" and "fails on 500x500x500" in plan.reason and be.cublas_calls == 1
+
+
+def test_unknown_shape_near_library_region_uses_cublas(table):
+    be = NumpyBackend()
+    d = Dispatcher.load(table, backend=be)
+    plan = d.plan(8000, 8000, 8000)
+    assert plan.kind == "cublas" and "won by a library" in plan.reason and be.loaded == []
+
+
+def test_compile_failure_falls_back(tmp_path):
+    root = make_table(tmp_path, [("256x256x256", "evo", kernel_text(0, NOCOMPILE=1))])
+    be = NumpyBackend()
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(256, 256, 256)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    assert d.plan(256, 256, 256).kind == "cublas" and "does not compile" in d.plan(256, 256, 256).reason
+
+
+def test_verify_all_checks_table_winners(table):
+    be = NumpyBackend()
+    d = Dispatcher.load(table, backend=be, verify="all")
+    a, b = inputs(512, 512, 512)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))  # the table's (wrong) winner is caught
+    assert d.plan(512, 512, 512).kind == "cublas"
+    # without verification the table is trusted for its own shapes
+    assert Dispatcher.load(table, backend=NumpyBackend()).plan(512, 512, 512).kind == "evo"
+
+
+def test_out_argument(table):
+    d = Dispatcher.load(table, backend=NumpyBackend())
+    a, b = inputs(256, 256, 256)
+    out = np.empty((256, 256), np.float16)
+    assert d.matmul(a, b, out=out) is out
+    np.testing.assert_array_equal(out, ref(a, b))
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous float16 \[256, 256\]"):
+        d.matmul(a, b, out=np.empty((256, 255), np.float16))
+
+
+@pytest.mark.parametrize("a, b, err, match", [
+    ([[1.0]], np.zeros((2, 2), np.float16), TypeError, "A must be a CuPy array or a torch CUDA tensor, not list"),
+    (np.zeros((4, 8), np.float32), np.zeros((4, 8), np.float16), TypeError, "A must be float16, got float32"),
+    (np.zeros(8, np.float16), np.zeros((4, 8), np.float16), ValueError, r"A must be 2-D \[M, K\], got shape \(8,\)"),
+    (np.zeros((4, 8), np.float16), np.zeros((4, 6), np.float16), ValueError, "K differs"),
+    (np.zeros((8, 4), np.float16).T, np.zeros((4, 8), np.float16), ValueError, "A must be C-contiguous"),
+    (np.zeros((4, 8), np.float16), np.zeros((0, 8), np.float16), ValueError, "B has an empty dimension"),
+])
+def test_validation_errors_are_one_line(a, b, err, match):
+    with pytest.raises(err, match=match) as e:
+        validate(a, b)
+    assert "\n" not in str(e.value)
+
+
+def test_load_errors(tmp_path, table):
+    with pytest.raises(EvoError, match="no kernel table for Fake_GPU"):
+        Dispatcher.load(tmp_path / "nowhere", backend=NumpyBackend())
+    other = NumpyBackend()
+    other.gpu_key = "Other_GPU"
+    with pytest.raises(EvoError, match="is the table of Fake_GPU, this GPU is Other_GPU"):
+        Dispatcher.load(table, backend=other)
+    be = NumpyBackend()
+    d = Dispatcher.load(None, backend=be) if (Path("kernels_out") / "Fake_GPU").exists() else None
+    assert d is None or d.gpu == "Fake_GPU"
+
+
+def test_table_exported_by_a_sweep_dispatches(tmp_path):
+    """The table.json evo.export writes after a (fake) sweep is what the dispatcher reads."""
+    from evo.problem import parse_shape
+    from evo.sweep import run_sweep
+    from test_sweep import CachingFakeCompiler, ShapeFake, make_cfg
+
+    cfg = make_cfg(tmp_path)
+    shapes = ["256x256x256", "512x512x512", "2048x2048x2048"]
+    run_sweep([parse_shape(s) for s in shapes], cfg, device_ids=[0], worker_factory=ShapeFake,
+              compiler=CachingFakeCompiler(), out=io.StringIO())
+    be = NumpyBackend()
+    be.load = lambda ks, p, cache: (lambda a, b, c: c.__setitem__(Ellipsis, ref(a, b)))  # toy kernels are correct
+    d = Dispatcher.load(Path(cfg.paths.out) / "Fake_GPU", backend=be)
+    assert {r["shape"] for r in d.rows.values()} == set(shapes)
+    for s in shapes:
+        m, n, k = (int(x) for x in s.split("x"))
+        kind = d.plan(m, n, k).kind
+        assert kind == ("evo" if d.rows[(m, n, k)]["winner"] == "evo" else "library")
+    a, b = inputs(256, 256, 256)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+
+
+def test_dispatch_host_overhead_without_gpu(table, capsys):
+    """The dispatcher's own Python work per call (validation, plan lookup, output allocation) on NumPy inputs."""
+    be = NumpyBackend()
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(256, 256, 256)
+    d.matmul(a, b)
+    plan = d.plan(256, 256, 256)
+    plan.fn = lambda a, b, c: None  # leave the 'kernel' out: only the dispatch path is timed
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        d.matmul(a, b)
+    per_call = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(n):
+        plan.fn(a, b, np.empty((256, 256), np.float16))
+    bare = (time.perf_counter() - t0) / n * 1e6
+    with capsys.disabled():
+        print(f"\ndispatch host overhead (CPU, NumPy stand-in): {per_call:.2f} us per call vs {bare:.2f} us bare "
+              f"-> {per_call - bare:.2f} us of dispatch logic")
+    assert per_call - bare < 50
