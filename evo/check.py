@@ -1,22 +1,57 @@
-"""Correctness: fresh random inputs every call, poisoned output, an fp32 reference.
+"""Correctness: fresh random inputs at fresh addresses, poisoned output, guard bands, an fp32 reference.
 
-Runs inside the GPU worker. A kernel is correct only if every check passes:
-* ``seeds`` runs on fresh random-normal inputs at fresh addresses: no NaN/unwritten
-  element, relative Frobenius error <= rtol, every element within an elementwise bound;
-* one run on {0,1}-valued inputs, where every partial sum is an exact integer in fp32,
-  so the fp16 result must equal the fp16-rounded exact answer bit for bit.
+Runs inside the GPU worker. A kernel is correct only if every check passes (docs/evaluator.md
+says which cheat each one catches and which test proves it):
+
+* ``seeds`` runs on fresh random-normal inputs, every buffer at its own address (all kept alive
+  until the check ends): no NaN/unwritten element, relative Frobenius error <= rtol, every element
+  within an elementwise bound;
+* every buffer (A, B and C) is the middle of a larger allocation whose guard bands hold a sentinel:
+  a write outside C, or into A or B, is caught after every run;
+* a second run on the *same addresses* with new values (a result cached by pointer replays stale data);
+* {0,1} inputs: every partial sum is an exact integer, the fp16 result must match bit for bit;
+* "cancellation" inputs: integer halves along K that cancel, so partial sums grow far past fp16's
+  exact range while the final result stays small: fp16 accumulation fails even for small K;
+* "mantissa" inputs: fp16 values using all 10 mantissa bits times {-1,0,1}: the exact answer is
+  representable in fp32, so any bf16/fp8/tf32 shortcut on the inputs changes the bits.
+Every launch is followed by a full device synchronize (work queued anywhere must be done).
 """
 from __future__ import annotations
 
 from typing import Callable
 
 import cupy
+import numpy as np
 
 from .config import CheckConfig
 from .problem import Problem
 from .records import CheckResult
 
 Kernel = Callable[[cupy.ndarray, cupy.ndarray, cupy.ndarray], None]
+
+GUARD = 16384  # fp16 elements (32 KiB) of guard band on each side of every buffer; keeps 256-byte alignment
+SENTINEL = 0x5A5A  # fp16 203.25: finite, so a kernel that merely reads past an edge is not punished twice
+
+
+class Guarded:
+    """A rows x cols fp16 matrix that is the middle of a larger allocation with sentinel-filled guard bands."""
+
+    def __init__(self, rows: int, cols: int):
+        n = rows * cols
+        self.buf = cupy.empty(n + 2 * GUARD, dtype=cupy.float16)
+        self.buf.view(cupy.uint16)[:GUARD] = SENTINEL
+        self.buf.view(cupy.uint16)[GUARD + n:] = SENTINEL
+        self.arr = self.buf[GUARD:GUARD + n].reshape(rows, cols)
+
+    def intact(self) -> bool:
+        u = self.buf.view(cupy.uint16)
+        n = self.arr.size
+        return bool(cupy.all(u[:GUARD] == SENTINEL)) and bool(cupy.all(u[GUARD + n:] == SENTINEL))
+
+
+def sync() -> None:
+    """Wait for all work on the device (every stream), then surface any launch or kernel error."""
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 def random_inputs(problem: Problem, rs: cupy.random.RandomState) -> tuple[cupy.ndarray, cupy.ndarray]:
@@ -32,6 +67,49 @@ def reference(a: cupy.ndarray, b: cupy.ndarray) -> cupy.ndarray:
 
 def poisoned_output(problem: Problem) -> cupy.ndarray:
     return cupy.full((problem.m, problem.n), cupy.nan, dtype=cupy.float16)
+
+
+def exact_inputs(problem: Problem, rs: cupy.random.RandomState) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """{0,1} values: every partial sum is an exact integer."""
+    a = (rs.random_sample((problem.m, problem.k)) < 0.5).astype(cupy.float16)
+    b = (rs.random_sample((problem.n, problem.k)) < 0.5).astype(cupy.float16)
+    return a, b
+
+
+def cancellation_inputs(problem: Problem, rs: cupy.random.RandomState) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """Integers whose two K halves cancel: A = [X, X], B = [Y, D - Y] with X, Y in 1..v, D in {0,1}.
+
+    The partial sum over the first half reaches h*v^2/4 (>> 2048, where fp16 stops holding integers)
+    while the final result sum(X*D) stays small; every partial sum stays below 2^20, exact in fp32."""
+    m, n, k = problem.m, problem.n, problem.k
+    h = k // 2
+    v = int(max(2, min(32, (2 ** 20 / max(h, 1)) ** 0.5)))
+    a = cupy.empty((m, k), dtype=cupy.float16)
+    b = cupy.empty((n, k), dtype=cupy.float16)
+    x = rs.randint(1, v + 1, size=(m, h)).astype(cupy.float16)
+    y = rs.randint(1, v + 1, size=(n, h)).astype(cupy.float16)
+    d = (rs.random_sample((n, h)) < 0.25).astype(cupy.float16)
+    a[:, :h], a[:, h:2 * h] = x, x
+    b[:, :h], b[:, h:2 * h] = y, d - y
+    if k % 2:
+        a[:, -1] = rs.randint(0, 3, size=m).astype(cupy.float16)
+        b[:, -1] = rs.randint(0, 3, size=n).astype(cupy.float16)
+    return a, b
+
+
+def mantissa_inputs(problem: Problem, rs: cupy.random.RandomState) -> tuple[cupy.ndarray, cupy.ndarray]:
+    """A: fp16 values 1 + j/1024 (all 10 mantissa bits used); B: sparse {-1, 0, 1}.
+
+    Each product is exact, each partial sum is a multiple of 2^-10 below 2^11 in magnitude (at most
+    1024 nonzeros per row of B), so the fp32 sum is exact and the fp16 result is fixed bit for bit;
+    rounding A or B to bf16 (8 bits), fp8 or tf32-with-truncation changes it."""
+    m, n, k = problem.m, problem.n, problem.k
+    a = ((1024 + rs.randint(0, 1024, size=(m, k))).astype(cupy.float32) / 1024.0)
+    a *= cupy.where(rs.random_sample((m, k)) < 0.5, -1.0, 1.0).astype(cupy.float32)
+    p = min(0.5, 1024.0 / k / 1.25)
+    u = rs.random_sample((n, k))
+    b = cupy.where(u < p / 2, -1.0, cupy.where(u < p, 1.0, 0.0)).astype(cupy.float16)
+    return a.astype(cupy.float16), b
 
 
 def compare(c: cupy.ndarray, ref: cupy.ndarray, cfg: CheckConfig, what: str) -> CheckResult:
@@ -56,39 +134,174 @@ def compare(c: cupy.ndarray, ref: cupy.ndarray, cfg: CheckConfig, what: str) -> 
     return CheckResult(True, "", rel, max_abs)
 
 
+def compare_exact(c: cupy.ndarray, ref: cupy.ndarray, what: str, hint: str) -> CheckResult:
+    exact = ref.astype(cupy.float16)
+    ok = cupy.isfinite(c) & (c == exact)
+    wrong = int(c.size - int(cupy.count_nonzero(ok)))
+    if wrong:
+        idx = int(cupy.argmin(ok.ravel()))
+        i, j = divmod(idx, c.shape[1])
+        return CheckResult(False, f"{what}: {wrong} outputs differ from the exact result, "
+                           f"e.g. C[{i},{j}]={float(c[i, j])} vs {float(exact[i, j])} ({hint})")
+    return CheckResult(True)
+
+
+class Run:
+    """One call of the kernel on guarded buffers, with every post-condition checked."""
+
+    def __init__(self, problem: Problem):
+        self.a = Guarded(problem.m, problem.k)
+        self.b = Guarded(problem.n, problem.k)
+        self.c = Guarded(problem.m, problem.n)
+
+    def __call__(self, kernel: Kernel, a: cupy.ndarray, b: cupy.ndarray, what: str) -> tuple[cupy.ndarray | None, str]:
+        """Copy a, b into the guarded inputs, poison C, run, synchronize; return (C, "") or (None, why)."""
+        self.a.arr[...] = a
+        self.b.arr[...] = b
+        self.c.arr.fill(cupy.nan)
+        sync()
+        kernel(self.a.arr, self.b.arr, self.c.arr)
+        sync()  # the whole device: nothing may still be running when C is read
+        if not (self.a.intact() and self.b.intact()):
+            return None, f"{what}: the kernel wrote into the guard band around A or B (out-of-bounds write)"
+        if not self.c.intact():
+            return None, f"{what}: the kernel wrote outside C (guard band modified)"
+        if not (cupy.array_equal(self.a.arr, a) and cupy.array_equal(self.b.arr, b)):
+            return None, f"{what}: the kernel modified its inputs A or B"
+        return self.c.arr, ""
+
+
 def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int) -> CheckResult:
     rs = cupy.random.RandomState(seed)
     worst = CheckResult(True)
     n = 0
+    runs = []  # kept alive: every run gets buffers at addresses no earlier run used
+
+    def fail(r: CheckResult) -> CheckResult:
+        r.checks = n
+        if not r.rel_err:
+            r.rel_err, r.max_abs_err = worst.rel_err, worst.max_abs_err
+        return r
+
     for s in range(cfg.seeds):
-        a, b = random_inputs(problem, rs)  # fresh values at fresh addresses every time
-        a_copy, b_copy = a.copy(), b.copy()
-        c = poisoned_output(problem)
-        kernel(a, b, c)
-        cupy.cuda.get_current_stream().synchronize()
-        if not (cupy.array_equal(a, a_copy) and cupy.array_equal(b, b_copy)):
-            return CheckResult(False, "the kernel modified its inputs A or B")
+        run = Run(problem)
+        runs.append(run)
+        a, b = random_inputs(problem, rs)
+        c, why = run(kernel, a, b, f"random inputs #{s}")
+        n += 1
+        if c is None:
+            return fail(CheckResult(False, why))
         r = compare(c, reference(a, b), cfg, f"random inputs #{s}")
-        n += 1
         if not r.correct:
-            r.checks = n
-            return r
+            return fail(r)
         worst = r if r.rel_err >= worst.rel_err else worst
+    # the same addresses again, new values: a result cached by pointer (or by shape) is stale now
+    a, b = random_inputs(problem, rs)
+    c, why = runs[0](kernel, a, b, "same buffers, new values")
+    n += 1
+    if c is None:
+        return fail(CheckResult(False, why))
+    r = compare(c, reference(a, b), cfg, "same buffers, new values (result cached across calls?)")
+    if not r.correct:
+        return fail(r)
     if cfg.exact:
-        a = (rs.random_sample((problem.m, problem.k)) < 0.5).astype(cupy.float16)
-        b = (rs.random_sample((problem.n, problem.k)) < 0.5).astype(cupy.float16)
-        c = poisoned_output(problem)
-        kernel(a, b, c)
-        cupy.cuda.get_current_stream().synchronize()
-        exact = reference(a, b).astype(cupy.float16)
-        n += 1
-        ok = cupy.isfinite(c) & (c == exact)
-        wrong = int(c.size - int(cupy.count_nonzero(ok)))
-        if wrong:
-            idx = int(cupy.argmin(ok.ravel()))
-            i, j = divmod(idx, problem.n)
-            return CheckResult(False, f"exact {{0,1}} inputs: {wrong} outputs differ from the exact sum, "
-                               f"e.g. C[{i},{j}]={float(c[i, j])} vs {float(exact[i, j])} (fp16 accumulation?)",
-                               worst.rel_err, worst.max_abs_err, n)
+        for name, make, hint in (
+                ("exact {0,1} inputs", exact_inputs, "fp16 accumulation?"),
+                ("cancelling integer inputs", cancellation_inputs,
+                 "partial sums grow past fp16's range and cancel: fp16 accumulation?"),
+                ("full-mantissa fp16 inputs", mantissa_inputs, "inputs rounded to bf16/fp8/tf32?")):
+            a, b = make(problem, rs)
+            c, why = runs[-1](kernel, a, b, name)
+            n += 1
+            if c is None:
+                return fail(CheckResult(False, why))
+            r = compare_exact(c, reference(a, b), name, hint)
+            if not r.correct:
+                return fail(r)
     worst.checks = n
     return worst
+
+
+# --- per-repetition checksums during timing ---------------------------------------------------
+
+_WSUM = None
+
+
+def weighted_sum(c: cupy.ndarray, w: cupy.ndarray) -> cupy.ndarray:
+    """sum(w * C) in fp64 on the device, as a 0-d array: no host synchronization. NaN propagates."""
+    global _WSUM
+    if _WSUM is None:
+        _WSUM = cupy.ReductionKernel("T c, float32 w", "float64 y", "(double)(float)c * (double)w", "a + b", "y = a", "0",
+                                     "evo_wsum")
+    return _WSUM(c.ravel(), w)
+
+
+def checksum_weights(size: int, seed: int) -> cupy.ndarray:
+    rs = cupy.random.RandomState(seed)
+    mag = rs.random_sample(size, dtype=cupy.float32) + cupy.float32(0.5)
+    return cupy.where(rs.random_sample(size) < 0.5, -mag, mag).astype(cupy.float32)
+
+
+class RotatingInputs:
+    """Input sets for timing: before every repetition a set's values are copied into one of two
+    guarded slots (contents and addresses both change between calls), C is poisoned with NaN, and
+    after the call a weighted checksum of C is recorded on the device; verify() compares every
+    repetition's checksum with that set's reference checksum."""
+
+    def __init__(self, problem: Problem, rs: cupy.random.RandomState, sets: int = 3, tol: float = 0.04,
+                 seed: int = 0):
+        self.problem = problem
+        self.sets = [random_inputs(problem, rs) for _ in range(max(1, sets))]
+        self.slots = [Run(problem) for _ in range(2)]
+        self.w = checksum_weights(problem.m * problem.n, seed)
+        self.expected, self.scale = [], []
+        for a, b in self.sets:
+            ref = reference(a, b)
+            self.expected.append(float(weighted_sum(ref.astype(cupy.float16), self.w)))
+            self.scale.append(float(cupy.linalg.norm(ref.ravel() * self.w)))
+            del ref
+        self.tol = tol
+        self.rng = np.random.default_rng(seed)
+        self.calls = 0
+        self.current = (0, 0)
+        self.log: list[tuple[int, cupy.ndarray]] = []  # (input set, checksum) per call
+
+    def before(self) -> None:
+        slot, s = self.calls % 2, int(self.rng.integers(len(self.sets)))
+        self.calls += 1
+        run = self.slots[slot]
+        a, b = self.sets[s]
+        run.a.arr[...] = a
+        run.b.arr[...] = b
+        run.c.arr.fill(cupy.nan)
+        self.current = (slot, s)
+
+    def args(self) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
+        run = self.slots[self.current[0]]
+        return run.a.arr, run.b.arr, run.c.arr
+
+    def after(self) -> None:
+        slot, s = self.current
+        self.log.append((s, weighted_sum(self.slots[slot].c.arr, self.w)))
+
+    def verify(self, what: str = "timed call") -> str:
+        """'' if every recorded call was right, else why not (one line)."""
+        sync()
+        if not self.log:
+            return ""
+        sums = cupy.stack([x for _, x in self.log]).get()
+        bad = []
+        for i, ((s, _), got) in enumerate(zip(self.log, sums)):
+            if not np.isfinite(got) or abs(got - self.expected[s]) > self.tol * self.scale[s] + 1e-3:
+                bad.append(i)
+        for run in self.slots:
+            if not (run.a.intact() and run.b.intact() and run.c.intact()):
+                return f"{what}s: the kernel wrote outside its buffers (guard band modified)"
+        if bad:
+            i = bad[0]
+            s = self.log[i][0]
+            kind = "unwritten (NaN) output" if not np.isfinite(sums[i]) else \
+                f"checksum {sums[i]:.6g} vs {self.expected[s]:.6g}"
+            return (f"{what}s: {len(bad)} of {len(sums)} repetitions produced a wrong result, first #{i}: {kind} "
+                    f"(work skipped, deferred or cached across calls?)")
+        return ""

@@ -51,6 +51,9 @@ class CheckConfig:
     atol_elem: float
     seeds: int
     exact: bool
+    recheck_seeds: int
+    sanitize: bool
+    sanitize_timeout_s: float
 
 
 @dataclass

@@ -15,6 +15,7 @@ from .compile import Compiler
 from .config import Config
 from .errors import EvoError, cli_entry
 from .families import Family, load_families
+from .gpu.device import require_gpu
 from .gpu.worker import GpuWorker, WorkerFault
 from .kernel import KernelSource
 from .problem import GpuInfo, Problem, parse_shape
@@ -270,7 +271,7 @@ class Search:
                 prog.compiled += 1
                 try:
                     ev = worker.call("evaluate", timeout_s=self.cfg.timing.timeout_s, problem=p, source=ks.text,
-                                     cubin=r.cubin_path, h=ks.hash)
+                                     cubin=r.cubin_path, h=ks.hash, bound_us=info.extra.get("roofline_us", 0.0))
                 except WorkerFault as e:
                     ev = EvalResult(ks.hash, False, "crash" if "crash" in str(e) else "timeout", str(e))
                 except EvoError as e:
@@ -298,10 +299,11 @@ class Search:
 
     def _finish(self, worker, info: GpuInfo, run_id: int, stop: str, prog: Progress, t_start: float, proposers) -> SearchSummary:
         from .export import export_table
+        from .sanitize import vet_champion
 
         p, store, gpu = self.problem, self.store, info.key
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
-        best = store.best(p.key, p.layout, gpu)
+        best = vet_champion(worker, store, p, info, self.cfg, self.out, run_id)  # re-check (+ sanitizer) before export
         if best is not None:
             print(f"re-timing the best kernel {best['hash'][:10]} side by side with every baseline "
                   f"({self.cfg.search.confirm_reps} flushed repetitions)...", file=self.out, flush=True)
@@ -309,7 +311,8 @@ class Search:
             cfg_reps = self.cfg.search.confirm_reps
             try:
                 res = worker.call("baselines", timeout_s=900, problem=p,
-                                  extra={"evo": (best["source"], cubin.cubin_path if cubin else "")}, reps=cfg_reps)
+                                  extra={"evo": (best["source"], cubin.cubin_path if cubin else "")}, reps=cfg_reps,
+                                  bound_us=info.extra.get("roofline_us", 0.0))
                 timings = res["results"]
                 if "evo" in timings and not timings["evo"].detail.startswith("WRONG"):
                     libs = {k: v.time_us for k, v in timings.items() if k != "evo"}
@@ -384,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile_only:
         results = search.compile_only(args.arch)
         return 0 if results and all(r.ok for r in results) else 1
+    load_families(search.templates, cfg_names(cfg))  # unknown family names fail before the GPU is touched
+    require_gpu()  # no GPU: one line, before anything else is printed
     search.run()
     return 0
 

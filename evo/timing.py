@@ -8,7 +8,8 @@ event window holds device work only (no launch or Python overhead).
 from __future__ import annotations
 
 import random
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Union
 
 import cupy
 import numpy as np
@@ -22,6 +23,24 @@ extern "C" __global__ void evo_spin(long long ns) {
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)ns);
 }
 """
+
+
+@dataclass
+class Contender:
+    """A timed call with work around it that stays outside the event window:
+    ``before`` (e.g. rotate the inputs, poison C) runs before the L2 flush, ``after``
+    (e.g. a checksum of C) is queued after the stop event."""
+
+    run: Callable[[], None]
+    before: Callable[[], None] | None = None
+    after: Callable[[], None] | None = None
+
+
+Call = Union[Callable[[], None], Contender]
+
+
+def _as_contender(c: Call) -> Contender:
+    return c if isinstance(c, Contender) else Contender(c)
 
 
 class Timer:
@@ -40,25 +59,37 @@ class Timer:
             self.flush_buf.fill(self._flips)  # a write pass over 4x L2 evicts every line of A, B, C
         self.spin((1,), (1,), (self.spin_ns,))
 
-    def measure(self, contenders: dict[str, Callable[[], None]], reps: int, warmup: int = 3) -> dict[str, Timing]:
+    def measure(self, contenders: dict[str, Call], reps: int, warmup: int = 3) -> dict[str, Timing]:
         names = list(contenders)
+        calls = {n: _as_contender(c) for n, c in contenders.items()}
         for name in names:
+            c = calls[name]
             for _ in range(warmup):
-                contenders[name]()
-        cupy.cuda.get_current_stream().synchronize()
+                if c.before:
+                    c.before()
+                c.run()
+                if c.after:
+                    c.after()
+        cupy.cuda.runtime.deviceSynchronize()
         samples: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(reps):
             order = names[:]
             self.rng.shuffle(order)
             events = []
             for name in order:
+                c = calls[name]
+                if c.before:
+                    c.before()
                 self._prepare()
                 start, end = cupy.cuda.Event(), cupy.cuda.Event()
                 start.record()
-                contenders[name]()
+                c.run()
                 end.record()
+                if c.after:
+                    c.after()
                 events.append((name, start, end))
-            end.synchronize()
+            # the whole device, not one stream: work queued anywhere is finished before a time is read
+            cupy.cuda.runtime.deviceSynchronize()
             for name, start, end in events:
                 samples[name].append(cupy.cuda.get_elapsed_time(start, end) * 1000.0)  # ms -> µs
         return {n: summarize(n, s) for n, s in samples.items()}

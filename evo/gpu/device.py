@@ -19,6 +19,31 @@ def _driver_version() -> str:
         return f"cuda-driver-api {v // 1000}.{v % 1000 // 10}"
 
 
+_NO_GPU = "no CUDA GPU is visible ({}); use --compile-only to build kernels without one"
+
+
+def require_gpu() -> None:
+    """Fail fast, in the calling process, when no CUDA GPU can be used: asks the driver library
+    directly (no CUDA context is created, cupy is not imported), so a machine without a GPU or a
+    driver gets one clear line before any worker is started."""
+    import ctypes
+    import os
+
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1", "none", "NoDevFiles"):
+        raise NoGpuError(_NO_GPU.format(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"))
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        raise NoGpuError(_NO_GPU.format("no NVIDIA driver: libcuda.so.1 is not installed")) from None
+    rc = lib.cuInit(0)
+    if rc != 0:
+        raise NoGpuError(_NO_GPU.format(f"the driver refused to start: cuInit error {rc}"
+                                        + (", no CUDA-capable device" if rc == 100 else "")))
+    n = ctypes.c_int(0)
+    if lib.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value < 1:
+        raise NoGpuError(_NO_GPU.format("the driver reports 0 devices"))
+
+
 def gpu_info(device_id: int = 0) -> GpuInfo:
     try:
         import cupy

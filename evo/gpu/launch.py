@@ -9,6 +9,12 @@ from ..kernel import ENTRY, KernelSource, LaunchSpec
 from ..problem import Problem
 
 
+# driver errors of a launch that was refused before it ran; the context stays usable
+_LAUNCH_REFUSED = ("CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_RESOURCES", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+                   "CUDA_ERROR_INVALID_CONFIGURATION", "CUDA_ERROR_NOT_FOUND", "CUDA_ERROR_INVALID_IMAGE",
+                   "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED")
+
+
 class LoadedKernel:
     """A candidate's cubin loaded for one problem, with its workspace."""
 
@@ -22,9 +28,22 @@ class LoadedKernel:
         if threads > 1024:
             raise EvoError(f"block of {threads} threads exceeds 1024")
         self.module = cupy.RawModule(path=cubin_path)
-        self.fn = self.module.get_function(ENTRY)
+        try:
+            self.fn = self.module.get_function(ENTRY)
+            static = int(self.fn.shared_size_bytes)
+            max_threads = int(self.fn.max_threads_per_block)
+        except cupy.cuda.driver.CUDADriverError as e:
+            raise EvoError(f"cannot load {ENTRY} from the cubin: {e}") from None
+        if static + self.spec.smem > smem_limit:
+            raise EvoError(f"needs {static} bytes of static + {self.spec.smem} bytes of dynamic shared memory; "
+                           f"the GPU allows {smem_limit} per block")
+        if threads > max_threads:
+            raise EvoError(f"block of {threads} threads; with its registers the kernel can launch at most {max_threads}")
         if self.spec.smem > 48 * 1024:
-            self.fn.max_dynamic_shared_size_bytes = self.spec.smem
+            try:
+                self.fn.max_dynamic_shared_size_bytes = self.spec.smem
+            except cupy.cuda.driver.CUDADriverError as e:
+                raise EvoError(f"cannot grant {self.spec.smem} bytes of dynamic shared memory: {e}") from None
         # the workspace is zeroed once; kernels must leave their counters at zero
         self.workspace = cupy.zeros(max(self.spec.workspace, 16) // 4 + 1, dtype=cupy.float32)
         self._maps: dict[tuple, list] = {}
@@ -49,4 +68,11 @@ class LoadedKernel:
         p = self.problem
         args = [a, b, c, np.int32(p.m), np.int32(p.n), np.int32(p.k), self.workspace]
         args += self._tensor_maps(a, b, c)
-        self.fn(self.spec.grid, self.spec.block, tuple(args), shared_mem=self.spec.smem)
+        try:
+            self.fn(self.spec.grid, self.spec.block, tuple(args), shared_mem=self.spec.smem)
+        except cupy.cuda.driver.CUDADriverError as e:
+            # a refused launch (resources, configuration) leaves the context usable: report it as the
+            # kernel's failure; a sticky error from earlier work (illegal address, ...) stays fatal
+            if any(m in str(e) for m in _LAUNCH_REFUSED):
+                raise EvoError(f"launch refused: {e}") from None
+            raise

@@ -5,6 +5,7 @@ the context is reported with ``fatal=True`` so the parent restarts the worker.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import traceback
@@ -15,18 +16,21 @@ os.environ.setdefault("CUPY_TF32", "0")  # the fp32 reference must be real fp32
 import cupy  # noqa: E402
 
 from ..baselines import LtPlan, cublas_gemm  # noqa: E402
-from ..check import check_kernel, poisoned_output, random_inputs, reference, compare  # noqa: E402
+from ..check import RotatingInputs, check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
 from ..config import Config  # noqa: E402
 from ..errors import EvoError  # noqa: E402
 from ..kernel import KernelSource  # noqa: E402
-from ..problem import Problem  # noqa: E402
+from ..problem import Problem, parse_shape  # noqa: E402
 from ..records import BaselineResult, EvalResult  # noqa: E402
-from ..timing import Timer  # noqa: E402
+from ..timing import Contender, Timer  # noqa: E402
 from .device import gpu_info  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 
 _FATAL_MARKERS = ("illegal", "misaligned", "launch failure", "unspecified launch", "exception", "ECC", "hardware",
                   "cudaErrorLaunchTimeout", "not permitted", "CUDA_ERROR_ILLEGAL", "ERROR_LAUNCH")
+
+
+ROOFLINE_MARGIN = 0.85  # a time under 0.85x the roofline bound of the measured ceilings is impossible
 
 
 class Session:
@@ -45,12 +49,17 @@ class Session:
         return self.info
 
     # --- baselines --------------------------------------------------------
-    def handle_baselines(self, problem: Problem, extra: dict | None = None, reps: int | None = None) -> dict:
-        """Time every library baseline side by side; extra = {name: (source, cubin)} kernels to include."""
+    def handle_baselines(self, problem: Problem, extra: dict | None = None, reps: int | None = None,
+                         bound_us: float = 0.0) -> dict:
+        """Time every library baseline side by side; extra = {name: (source, cubin)} kernels to include.
+
+        Extra kernels run on rotating inputs (new values at alternating addresses before every call, C
+        poisoned), with a checksum of C after every call verified against the reference; a kernel that
+        fails that, or is faster than the roofline bound, is marked WRONG in its detail."""
         rs = cupy.random.RandomState(self._next_seed())
         a, b = random_inputs(problem, rs)
         c = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
-        contenders = {}
+        contenders: dict = {}
         notes: dict[str, str] = {}
         bc = self.cfg.baselines
         if bc.cublas:
@@ -71,49 +80,106 @@ class Session:
         kernels = {}
         for name, (source, cubin) in (extra or {}).items():
             k = LoadedKernel(KernelSource.parse(source), cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
-            kernels[name] = k
-            contenders[name] = (lambda k=k: k(a, b, c))
+            rot = RotatingInputs(problem, rs, tol=4 * self.cfg.check.rtol, seed=self._next_seed())
+            kernels[name] = (k, rot)
+            contenders[name] = Contender(run=lambda k=k, rot=rot: k(*rot.args()), before=rot.before, after=rot.after)
         reps = reps or max(self.cfg.baselines.reps, self.cfg.timing.reps)
         timings = self.timer.measure(contenders, reps, self.cfg.timing.warmup)
-        # the timed kernels' last output must still be right (no caching across calls)
-        for name, k in kernels.items():
-            c2 = poisoned_output(problem)
-            k(a, b, c2)
-            r = compare(c2, reference(a, b), self.cfg.check, f"{name} after timing")
-            if not r.correct:
-                notes[name] = "WRONG: " + r.error
+        # every timed call of every kernel was right, and one more call on fresh buffers is right too
+        for name, (k, rot) in kernels.items():
+            why = rot.verify(f"{name}: timed call")
+            if not why:
+                c2 = poisoned_output(problem)
+                k(a, b, c2)
+                sync()
+                why = compare(c2, reference(a, b), self.cfg.check, f"{name} after timing").error
+            if not why:
+                why = self._impossible(timings[name].median_us, bound_us)
+            if why:
+                notes[name] = "WRONG: " + why
         if plan:
             plan.close()
         out = {name: BaselineResult(name, t.median_us, t.spread, notes.get(name, "")) for name, t in timings.items()}
         return {"results": out, "notes": notes, "samples": {n: t.samples for n, t in timings.items()}}
 
+    @staticmethod
+    def _impossible(time_us: float, bound_us: float) -> str:
+        if bound_us > 0 and time_us < ROOFLINE_MARGIN * bound_us:
+            return (f"{time_us:.3f} us is faster than the roofline: measurement or kernel is wrong "
+                    f"(bound {bound_us:.3f} us from the measured peak and bandwidth, margin {ROOFLINE_MARGIN})")
+        return ""
+
     # --- one candidate ------------------------------------------------------
-    def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str) -> EvalResult:
-        t0 = time.monotonic()
+    def _load(self, problem: Problem, source: str, cubin: str) -> LoadedKernel:
         ks = KernelSource.parse(source)
         if not ks.accepts(problem, self.info.sm_count):
-            return EvalResult(h, False, "check", f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
+            raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
+        return LoadedKernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
+
+    def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0) -> EvalResult:
+        t0 = time.monotonic()
         try:
-            kernel = LoadedKernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
+            kernel = self._load(problem, source, cubin)
+            chk = check_kernel(kernel, problem, self.cfg.check, self._next_seed())
         except EvoError as e:
-            return EvalResult(h, False, "check", str(e))
-        chk = check_kernel(kernel, problem, self.cfg.check, self._next_seed())
+            return EvalResult(h, False, "check", str(e), seconds=time.monotonic() - t0)
         if not chk.correct:
             return EvalResult(h, False, "check", chk.error, check=chk, seconds=time.monotonic() - t0)
-        # time on another fresh input set, interleaved with cuBLAS on the same inputs
+        # time on rotating fresh input sets, interleaved with cuBLAS; C poisoned before and checksummed after every call
         rs = cupy.random.RandomState(self._next_seed())
-        a, b = random_inputs(problem, rs)
-        c = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
-        c_ref = cupy.empty_like(c)
-        timings = self.timer.measure({"candidate": lambda: kernel(a, b, c), "cublas": lambda: self.cublas(a, b, c_ref)},
-                                     self.cfg.timing.reps, self.cfg.timing.warmup)
-        cupy.cuda.get_current_stream().synchronize()
-        after = compare(c, reference(a, b), self.cfg.check, "output of the last timed call")
-        if not after.correct:
-            return EvalResult(h, False, "time", after.error, check=chk, seconds=time.monotonic() - t0)
+        rot = RotatingInputs(problem, rs, tol=4 * self.cfg.check.rtol, seed=self._next_seed())
+        a, b = rot.sets[0]
+        c_ref = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
+        try:
+            timings = self.timer.measure(
+                {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
+                 "cublas": lambda: self.cublas(a, b, c_ref)},
+                self.cfg.timing.reps, self.cfg.timing.warmup)
+            why = rot.verify()
+            if not why:  # the last timed call's output in full, elementwise
+                slot, s = rot.current
+                why = compare(rot.slots[slot].c.arr, reference(*rot.sets[s]), self.cfg.check,
+                              "output of the last timed call").error
+        except EvoError as e:
+            why = str(e)
+        if why:
+            return EvalResult(h, False, "time", why, check=chk, seconds=time.monotonic() - t0)
         t = timings["candidate"]
+        why = self._impossible(t.median_us, bound_us)
+        if why:
+            return EvalResult(h, False, "time", why, check=chk, time_us=t.median_us, seconds=time.monotonic() - t0)
         return EvalResult(h, True, "done", check=chk, time_us=t.median_us, spread=t.spread,
                           cublas_us=timings["cublas"].median_us, seconds=time.monotonic() - t0)
+
+    # --- strong re-check of a kernel before it is exported or used elsewhere ----
+    def handle_recheck(self, problem: Problem, source: str, cubin: str, shapes: list | None = None,
+                       seeds: int = 4) -> dict:
+        """The full check with ``seeds`` random seeds on the exact shape, then on every extra shape
+        (e.g. off-tile shapes for a kernel whose ``requires`` claims generality) it accepts.
+        Returns {"ok": bool, "error": first failure, "shapes": {shape: "ok" | error | "not accepted"}}."""
+        cfg = dataclasses.replace(self.cfg.check, seeds=max(1, int(seeds)))
+        out: dict[str, str] = {}
+        error = ""
+        ks = KernelSource.parse(source)
+        for p in [problem] + [x if isinstance(x, Problem) else parse_shape(str(x)) for x in (shapes or [])]:
+            if p.key in out:
+                continue
+            if not ks.accepts(p, self.info.sm_count):
+                if p == problem:
+                    out[p.key] = error = f"{p.key}: kernel does not accept its own shape"
+                    break
+                out[p.key] = "not accepted"
+                continue
+            try:
+                k = LoadedKernel(ks, cubin, p, self.info.sm_count, self.info.smem_per_block_optin)
+                r = check_kernel(k, p, cfg, self._next_seed())
+                msg = "ok" if r.correct else r.error
+            except EvoError as e:
+                msg = str(e)
+            out[p.key] = msg
+            if msg != "ok" and not error:
+                error = f"{p.key}: {msg}"
+        return {"ok": not error, "error": error, "shapes": out}
 
     # --- ceilings ----------------------------------------------------------
     def handle_ceilings(self) -> dict:

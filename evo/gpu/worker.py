@@ -20,8 +20,13 @@ class WorkerFault(Exception):
 
 
 class GpuWorker:
-    def __init__(self, cfg: Config, device_id: int = 0, start_timeout_s: float = 180.0):
+    def __init__(self, cfg: Config, device_id: int = 0, start_timeout_s: float = 180.0, serve_target=None,
+                 probe: bool = True):
+        """serve_target: the worker's main function (tests pass a stand-in); probe: check for a GPU in
+        this process first, so a machine without one fails at once with one line."""
         self.cfg = cfg
+        self.serve_target = serve_target
+        self.probe = probe
         self.device_id = device_id
         self.start_timeout_s = start_timeout_s
         self.ctx = mp.get_context("spawn")
@@ -31,8 +36,15 @@ class GpuWorker:
         self.restarts = 0
 
     def start(self) -> GpuInfo:
+        if self.probe and self.serve_target is None:
+            from .device import require_gpu
+
+            require_gpu()
         parent, child = self.ctx.Pipe()
-        from .session import serve  # imported here only for its module path; runs in the child
+        if self.serve_target is None:
+            from .session import serve  # imported here only for its module path; runs in the child
+        else:
+            serve = self.serve_target
 
         self.proc = self.ctx.Process(target=serve, args=(child, self.cfg.to_dict(), self.device_id), daemon=True)
         self.proc.start()
