@@ -251,27 +251,38 @@ def _model_mma_sm80(p, M, N, K, vec, order_seed):
                             _mma_16816(acc[w, i, j], af[i], *bf[j])
             rs = 0 if rs + 1 == STAGES else rs + 1
             wst = 0 if wst + 1 == STAGES else wst + 1
-        if SPLIT_K > 1:
+        if SPLIT_K > 1:  # row-major [BM][BN] partial per split, last arrival reduces
             tile_id = tile_m * tiles_n + tile_n
             part = tile_id * SPLIT_K * BM * BN
             for tid in range(THREADS):
+                w, ln = tid // 32, tid % 32
+                prow = (w // WARPS_N) * WM + (ln >> 2)
+                pcol = (w % WARPS_N) * WN + (ln & 3) * 2
                 for i in range(MI):
-                    for j in range(NI):
-                        f = part + bz * BM * BN + 4 * ((i * NI + j) * THREADS + tid)
-                        ws[f:f + 4] = acc[tid // 32, i, j, tid % 32]
+                    for h in range(2):
+                        for j in range(NI):
+                            f = part + bz * BM * BN + (prow + i * 16 + h * 8) * BN + pcol + j * 8
+                            ws[f:f + 2] = acc[w, i, j, ln, 2 * h:2 * h + 2]
             prev = ws[counters + tile_id]
             ws[counters + tile_id] += 1
             if prev != SPLIT_K - 1:
                 continue
             for tid in range(THREADS):
-                for i in range(MI):
-                    for j in range(NI):
-                        s = np.zeros(4)
-                        for z in range(SPLIT_K):
-                            f = part + z * BM * BN + 4 * ((i * NI + j) * THREADS + tid)
-                            s += ws[f:f + 4]
-                        acc[tid // 32, i, j, tid % 32] = s
+                for idx in range(tid, BM * BN // 4, THREADS):
+                    r, c = idx // (BN // 4), (idx % (BN // 4)) * 4
+                    s = np.zeros(4)
+                    for z in range(SPLIT_K):
+                        f = part + z * BM * BN + r * BN + c
+                        s += ws[f:f + 4]
+                    row, col = m0 + r, n0 + c
+                    if row >= M or col >= N:
+                        continue
+                    for e in range(4):
+                        if col + e < N:
+                            C[row, col + e] = s[e]
+                            written[row, col + e] += 1
             ws[counters + tile_id] = 0
+            continue
         for tid in range(THREADS):
             w, ln = tid // 32, tid % 32
             row0 = m0 + (w // WARPS_N) * WM + (ln >> 2)

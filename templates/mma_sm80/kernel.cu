@@ -28,6 +28,7 @@ workspace: "0 if SPLIT_K == 1 else SPLIT_K * cdiv(M, BM) * cdiv(N, BN) * BM * BN
 //   * Split-K (grid z = SPLIT_K): each split stores its fp32 partial tile to `workspace`,
 //     bumps a per-tile arrival counter; the last arriving CTA sums the partials in fixed
 //     order 0..SPLIT_K-1 (deterministic), writes C and resets the counter to zero.
+//     SPLIT_K == 1 skips all of that and stores the accumulators straight to C.
 //   * Any M, N, K >= 1: the fast path needs K % 8 == 0 and 16-byte aligned A, B (cp.async
 //     chunks never straddle the K edge); otherwise the same kernel takes a path that fills
 //     shared memory with predicated scalar loads (correct, slower). Epilogue stores are
@@ -102,16 +103,21 @@ __device__ __forceinline__ void load_tile(uint32_t s, const __half* g, int rows_
     constexpr int CHUNKS = ROWS * CPR;
     constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
     constexpr int ROW_STEP = THREADS / CPR;
+    // Launder K and rows_left through an empty asm: the per-chunk row offsets and row
+    // predicates then cannot be hoisted out of the K loop and pinned in registers (with
+    // 16-24 chunks per thread that costs more registers than recomputing them per tile).
+    asm volatile("" : "+r"(K), "+r"(rows_left));
     const int c = tid % CPR;
     const int r0 = tid / CPR;
     const int gk = k0 + c * 8;
     const uint32_t dst0 = s + swz(tid) * 16;
+    const __half* gk_ptr = g + gk;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
         if (CHUNKS % THREADS != 0 && tid + it * THREADS >= CHUNKS) break;
         const int r = r0 + it * ROW_STEP;
         const uint32_t dst = dst0 + it * THREADS * 16;
-        const __half* src = g + (size_t)r * K + gk;
+        const __half* src = gk_ptr + r * K;  // r < 256, K <= 2^20: the offset fits in 32 bits
         if (VEC) {
             // K % 8 == 0: a chunk is either wholly inside K or wholly outside.
             const bool ok = (r < rows_left) && (gk < K);
@@ -246,22 +252,25 @@ __device__ __forceinline__ void gemm_cta(const __half* __restrict__ A, const __h
 
     // ---- split-K: publish the partial, the last arriving CTA of the tile reduces ----
     if (SPLIT_K > 1) {
-        // Layout: workspace = [tiles][SPLIT_K][BM*BN] fp32 partials, then [tiles] u32 counters.
-        // Within a partial, float4 #(f*THREADS + tid) holds accumulator fragment f = i*NI+j of
-        // thread tid: coalesced, and the same for every split of a tile.
+        // Layout: workspace = [tiles][SPLIT_K][BM][BN] fp32 partials (row-major tiles, whole
+        // tile written even past the matrix edge), then [tiles] u32 arrival counters.
         const int tiles = tiles_m * tiles_n;
         const int tile_id = tile_m * tiles_n + tile_n;
-        float4* part = reinterpret_cast<float4*>(workspace) + (size_t)tile_id * SPLIT_K * (BM * BN / 4);
+        float* part = workspace + (size_t)tile_id * SPLIT_K * (BM * BN);
         unsigned int* counter = reinterpret_cast<unsigned int*>(workspace + (size_t)tiles * SPLIT_K * BM * BN) + tile_id;
         __shared__ unsigned int s_last;
 
-        float4* mine = part + (size_t)blockIdx.z * (BM * BN / 4);
+        float* mine = part + (size_t)blockIdx.z * (BM * BN);
+        const int prow = warp_m * WM + (lane >> 2);        // tile-local row of c0,c1
+        const int pcol = warp_n * WN + (lane & 3) * 2;     // tile-local col of c0
 #pragma unroll
         for (int i = 0; i < MI; ++i)
 #pragma unroll
-            for (int j = 0; j < NI; ++j)
-                __stcg(mine + (i * NI + j) * THREADS + tid,
-                       make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int j = 0; j < NI; ++j)
+                    __stcg(reinterpret_cast<float2*>(mine + (prow + i * 16 + h * 8) * BN + pcol + j * 8),
+                           make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
         __threadfence();  // partial visible device-wide before the arrival is counted
         __syncthreads();
         if (tid == 0) s_last = (atomicAdd(counter, 1u) == (unsigned int)(SPLIT_K - 1));
@@ -269,26 +278,42 @@ __device__ __forceinline__ void gemm_cta(const __half* __restrict__ A, const __h
         if (!s_last) return;
         __threadfence();  // acquire: see every other split's partial
 
-        // Fixed summation order 0..SPLIT_K-1, independent of which CTA arrived last.
+        // The accumulators are dead now: reduce straight from the workspace, 4 columns per
+        // thread and step (coalesced loads and C stores), summing in fixed order
+        // 0..SPLIT_K-1 whichever CTA arrived last (deterministic).
+        const bool quad_ok = ((N & 3) == 0) && ((reinterpret_cast<uintptr_t>(C) & 7) == 0);
+#pragma unroll 1
+        for (int idx = tid; idx < BM * BN / 4; idx += THREADS) {
+            const int r = idx / (BN / 4);
+            const int c = (idx % (BN / 4)) * 4;
+            float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int j = 0; j < NI; ++j) {
-                float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-                for (int z = 0; z < SPLIT_K; ++z) {
-                    const float4 v = __ldcg(part + (size_t)z * (BM * BN / 4) + (i * NI + j) * THREADS + tid);
-                    s.x += v.x;
-                    s.y += v.y;
-                    s.z += v.z;
-                    s.w += v.w;
-                }
-                acc[i][j][0] = s.x;
-                acc[i][j][1] = s.y;
-                acc[i][j][2] = s.z;
-                acc[i][j][3] = s.w;
+            for (int z = 0; z < SPLIT_K; ++z) {
+                const float4 v = __ldcg(reinterpret_cast<const float4*>(part + (size_t)z * (BM * BN) + r * BN + c));
+                sum.x += v.x;
+                sum.y += v.y;
+                sum.z += v.z;
+                sum.w += v.w;
             }
+            const int row = m0 + r, col = n0 + c;
+            if (row >= M || col >= N) continue;
+            __half* cp = C + (size_t)row * N + col;
+            if (quad_ok) {  // N % 4 == 0 and col % 4 == 0: all 4 columns are inside
+                const __half2 lo = __floats2half2_rn(sum.x, sum.y);
+                const __half2 hi = __floats2half2_rn(sum.z, sum.w);
+                uint2 u;
+                u.x = *reinterpret_cast<const uint32_t*>(&lo);
+                u.y = *reinterpret_cast<const uint32_t*>(&hi);
+                *reinterpret_cast<uint2*>(cp) = u;
+            } else {
+                cp[0] = __float2half_rn(sum.x);
+                if (col + 1 < N) cp[1] = __float2half_rn(sum.y);
+                if (col + 2 < N) cp[2] = __float2half_rn(sum.z);
+                if (col + 3 < N) cp[3] = __float2half_rn(sum.w);
+            }
+        }
         if (tid == 0) *counter = 0u;  // every split has arrived: reset for the next launch
+        return;
     }
 
     // ---- epilogue: fp32 -> fp16, predicated. Fragment (i, j): c0,c1 at (row, col..col+1),
