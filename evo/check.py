@@ -197,7 +197,7 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int) 
         worst = r if r.rel_err >= worst.rel_err else worst
     # the same addresses again, new values: a result cached by pointer (or by shape) is stale now
     a, b = random_inputs(problem, rs)
-    c, why = runs[0](kernel, a, b, "same buffers, new values")
+    c, why = runs[-1](kernel, a, b, "same buffers, new values")
     n += 1
     if c is None:
         return fail(CheckResult(False, why))

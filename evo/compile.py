@@ -97,17 +97,14 @@ class Compiler:
             if limit:
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-        try:
-            proc = subprocess.run(self.command(cu, tmp_cubin, arch), capture_output=True, text=True,
-                                  timeout=self.timeout_s, preexec_fn=_limits)
-            log, rc = (proc.stdout + proc.stderr), proc.returncode
-        except subprocess.TimeoutExpired:
-            log, rc = f"nvcc ran longer than {self.timeout_s:.0f} s and was killed", -1
+        log, rc = run_capped(self.command(cu, tmp_cubin, arch), self.timeout_s, _limits, "nvcc")
         res = parse_ptxas(ks.hash, arch, log)
         res.seconds = time.monotonic() - t0
         if rc != 0:
             res.ok = False
             res.error = first_error(log) or f"nvcc exited with code {rc}"
+            if rc != -1 and limit and any(m in log for m in ("bad_alloc", "out of memory", "Out of memory", "memory exhausted")):
+                res.error = f"nvcc ran out of memory (cap {self.memory_mb} MB): {res.error}"[:300]
         else:
             res.ok, res.error = gate(res, log, self.reject_spills)
         if res.ok:
@@ -131,6 +128,25 @@ class Compiler:
                 if on_done:
                     on_done(res)
         return out
+
+
+def run_capped(cmd: list[str], timeout_s: float, preexec, what: str) -> tuple[str, int]:
+    """Run cmd in its own process group; past timeout_s the whole group (nvcc and the cudafe++/cicc/ptxas
+    it started) is killed: killing nvcc alone leaves its children running and holding the output pipes."""
+    import signal
+
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=preexec, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+        return out or "", proc.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        return f"{what} ran longer than {timeout_s:g} s and was killed", -1
 
 
 def find_nvcc() -> str:

@@ -109,11 +109,23 @@ class Session:
                     f"(bound {bound_us:.3f} us from the measured peak and bandwidth, margin {ROOFLINE_MARGIN})")
         return ""
 
+    @staticmethod
+    def _fits(problem: Problem) -> None:
+        """The check and the rotating timing sets hold about 8 copies of A, B and C plus an fp32 reference."""
+        pool = cupy.get_default_memory_pool()
+        pool.free_all_blocks()
+        free, total = cupy.cuda.runtime.memGetInfo()
+        need = 8 * problem.min_bytes + 8.0 * problem.m * problem.n
+        if need > free:
+            raise EvoError(f"shape {problem.key} needs about {need / 2**30:.1f} GiB of GPU memory to check and time; "
+                           f"{free / 2**30:.1f} GiB of {total / 2**30:.0f} GiB are free")
+
     # --- one candidate ------------------------------------------------------
     def _load(self, problem: Problem, source: str, cubin: str) -> LoadedKernel:
         ks = KernelSource.parse(source)
         if not ks.accepts(problem, self.info.sm_count):
             raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
+        self._fits(problem)
         return LoadedKernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
 
     def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0) -> EvalResult:

@@ -104,9 +104,12 @@ class GpuWorker:
         try:
             msg = self.conn.recv()
         except (EOFError, OSError):
+            if self.proc is not None:
+                self.proc.join(timeout=5)  # reap it, so its exit status is known
             code = self.proc.exitcode if self.proc else None
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
             self.restart()
-            raise WorkerFault(f"crash: the GPU worker died (exit code {code}) after {time.monotonic() - t0:.1f} s; restarted") from None
+            raise WorkerFault(f"crash: the GPU worker died ({how}) after {time.monotonic() - t0:.1f} s; restarted") from None
         if msg[0] == "ok":
             return msg[1]
         _, detail, fatal = msg
