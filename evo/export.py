@@ -75,7 +75,8 @@ def lineage(store: Store, h: str, depth: int = 20) -> list[str]:
     return chain
 
 
-def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: tuple[float, float] | None) -> TableRow | None:
+def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: tuple[float, float] | None,
+            write: bool = True) -> TableRow | None:
     best = store.best(problem.key, problem.layout, gpu)
     base = {b.library: b.time_us for b in store.baselines(problem.key, problem.layout, gpu)}
     conf = store.confirm(problem.key, problem.layout, gpu)
@@ -97,6 +98,7 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
     kernel_path = ""
     if best is not None:
         kernel_path = str(rel_dir / f"{problem.key}.cu")
+    if best is not None and (write or not (out_dir / kernel_path).is_file()):
         ks = KernelSource.parse(best["source"])
         atomic_write(out_dir / kernel_path, best["source"])
         meta = {
@@ -129,14 +131,17 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
     )
 
 
-def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN") -> tuple[Path, list[TableRow]]:
-    """Write the whole table for one GPU from the archive (idempotent)."""
+def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN",
+                 only: set[str] | None = None) -> tuple[Path, list[TableRow]]:
+    """Write the table for one GPU from the archive (idempotent). Kernel files are rewritten only for the
+    shapes in `only` (all when None) or where missing; table.csv/json always cover every shape."""
     out = Path(out_dir)
     shapes = sorted({r[0] for r in store.rows(
         "SELECT shape FROM evaluations WHERE gpu=? AND layout=? UNION SELECT shape FROM baselines WHERE gpu=? AND layout=?",
         (gpu, layout, gpu, layout))}, key=lambda s: tuple(int(x) for x in s.split("x")))
     ceilings = store.ceilings(gpu)
-    rows = [r for r in (row_for(store, parse_shape(s, layout), gpu, out, ceilings) for s in shapes) if r]
+    rows = [r for r in (row_for(store, parse_shape(s, layout), gpu, out, ceilings, only is None or s in only)
+                        for s in shapes) if r]
     buf = io.StringIO()
     fields = list(TableRow.__dataclass_fields__)
     w = csv.DictWriter(buf, fieldnames=fields)

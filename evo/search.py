@@ -321,7 +321,7 @@ class Search:
                     print(f"  the best kernel failed its re-check: {timings['evo'].detail}", file=self.out)
             except (WorkerFault, EvoError) as e:
                 print(f"  re-timing failed: {e}", file=self.out)
-        out_dir, rows = export_table(store, gpu, self.cfg.paths.out, p.layout)
+        out_dir, rows = export_table(store, gpu, self.cfg.paths.out, p.layout, only={p.key})
         row = next((r for r in rows if r.shape == p.key), None)
         counts = store.counts(p.key, p.layout, gpu, info.arch)
         summary.compiled, summary.correct, summary.rejected = counts["compiled"], counts["correct"], counts["rejected"]

@@ -126,14 +126,14 @@ class Store:
         return self._exec(q, (h, shape, layout, gpu)).fetchone() is not None
 
     def individuals(self, shape: str, layout: str, gpu: str, arch: str) -> list[Individual]:
-        """Every candidate known for this problem: evaluated ones, and ones that failed to compile."""
+        """Every candidate evaluated on this problem (compile failures are recorded per problem too)."""
         q = """
         SELECT c.*, e.ok AS eok, e.time_us, e.cublas_us, e.error AS eerr,
                k.ok AS cok, k.error AS kerr, k.registers, k.smem_static, k.log AS klog
         FROM candidates c
         LEFT JOIN evaluations e ON e.hash=c.hash AND e.shape=? AND e.layout=? AND e.gpu=?
         LEFT JOIN compiles k ON k.hash=c.hash AND k.arch=?
-        WHERE e.hash IS NOT NULL OR k.ok=0
+        WHERE e.hash IS NOT NULL
         """
         out = []
         for r in self._exec(q, (shape, layout, gpu, arch)):
