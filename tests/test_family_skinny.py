@@ -1,0 +1,117 @@
+"""The wgmma_skinny_sm90 family: renders, constraints, launch geometry (cluster-divisible grids, workspace),
+and (with nvcc) its CI instances compile for sm_90a without spills, stack frames or serialized wgmma."""
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from evo.families import load_families
+from evo.problem import Problem
+
+ROOT = Path(__file__).resolve().parent.parent
+FLAGS = ["--cubin", "-O3", "-std=c++17", "-DNDEBUG", "-Xptxas", "-v", "-gencode=arch=compute_90a,code=sm_90a"]
+SHAPES = [(128, 128, 16384), (64, 4096, 4096), (256, 1024, 16384), (128, 12288, 4096),
+          (100, 200, 1000), (77, 1000, 4096), (3, 40, 72), (130, 260, 16392)]
+
+
+@pytest.fixture(scope="module")
+def fam():
+    (f,) = load_families(ROOT / "templates", names=["wgmma_skinny_sm90"])
+    return f
+
+
+def cdiv(a, b):
+    return -(-a // b)
+
+
+def test_ci_instances_are_few_and_valid(fam):
+    inst = fam.instances_for_ci()
+    assert 1 <= len(inst) <= 3  # CI has 2 cores
+    for p in inst:
+        assert fam.valid(p)
+        ks = fam.render(p)
+        assert ks.meta.archs == ("sm_90a",)
+        assert "__cluster_dims__(CS, 1, 1)" in ks.text
+
+
+def test_launch_rules(fam):
+    # 128x128x16384: swap 64x128 tiles (2), cluster of 8 K ranks x 8 global splits = 128 CTAs
+    ks = fam.render({"BM": 64, "BN": 128, "CONSUMERS": 1, "CLK": 8, "G": 8})
+    l = ks.launch(Problem(128, 128, 16384), num_sms=132)
+    assert l.grid == (128, 1, 1) and l.block == (160, 1, 1)  # 1 consumer warpgroup + 1 producer warp
+    assert [(t.operand, t.box_rows, t.box_cols, t.swizzle) for t in l.tensor_maps] == [("A", 128, 64, 128), ("B", 64, 64, 128)]
+    assert l.workspace == 256 + 2 * 8 * 64 * 128 * 4  # counters (2 tiles x 8 ranks, padded) + fp32 slices
+    # 64x4096x4096: swap 64x64, cluster 2, no global split: no workspace
+    l = fam.render({"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 2, "G": 1, "STAGES": 8}).launch(Problem(64, 4096, 4096), 132)
+    assert l.grid == (128, 1, 1) and l.workspace == 0 and l.smem == 8 * 128 * 128 + 1024
+    # multicast: the column operand's box is BN / MC rows; row tiles padded to a multiple of MC
+    l = fam.render({"CLK": 1, "MC": 4, "G": 1, "STAGES": 5}).launch(Problem(128, 12288 - 128, 4096), 132)
+    assert l.grid == (96, 1, 1)  # 95 row tiles -> 24 groups of 4
+    assert [(t.operand, t.box_rows) for t in l.tensor_maps] == [("A", 32), ("B", 128)]
+    assert fam.render({}).accepts(Problem(100, 200, 1000)) and not fam.render({}).accepts(Problem(64, 64, 100))
+
+
+def test_grids_are_whole_clusters_and_workspace_covers_the_slices(fam):
+    for clk, mc, g, swap in [(8, 1, 1, 1), (4, 2, 2, 1), (2, 4, 4, 0), (1, 2, 8, 0), (8, 1, 16, 0)]:
+        p = fam.complete({"BM": 128, "BN": 64, "CLK": clk, "MC": mc, "G": g, "SWAP_AB": swap})
+        assert fam.valid(p), p
+        ks = fam.render(p)
+        for m, n, k in SHAPES:
+            l = ks.launch(Problem(m, n, k), 132)
+            assert l.grid[0] % (clk * mc) == 0
+            rows, cols = (n, m) if swap else (m, n)
+            tiles = mc * cdiv(cdiv(rows, 128), mc) * cdiv(cols, 64)
+            assert l.grid[0] == tiles * clk * g
+            if g > 1:
+                assert l.workspace >= tiles * clk * 4 + tiles * g * 128 * 64 * 4
+            else:
+                assert l.workspace == 0
+            # the reduce tile (fp32, C orientation, padded rows) fits in the dynamic smem with the ring
+            r, cc, pitch = (64, 128, 132) if swap else (128, 64, 72)
+            assert l.smem >= r * pitch * 4 + 1024 and l.smem >= p["STAGES"] * (128 + 64) * 128 + 1024
+
+
+def _k_blocks(sidx, S, kblocks, ki):  # the kernel's k-block assignment of split sidx of S
+    if ki:
+        nk = (kblocks - 1 - sidx) // S + 1 if sidx < kblocks else 0
+        return [sidx + i * S for i in range(nk)]
+    kb0, kb1 = sidx * kblocks // S, (sidx + 1) * kblocks // S
+    return list(range(kb0, kb1))
+
+
+@pytest.mark.parametrize("ki", [0, 1])
+def test_k_splits_partition_the_k_blocks(ki):
+    for kblocks in (1, 2, 7, 64, 256, 257):
+        for S in (1, 2, 8, 64, 128):
+            got = sorted(b for s in range(S) for b in _k_blocks(s, S, kblocks, ki))
+            assert got == list(range(kblocks))
+
+
+def test_constraints_reject(fam):
+    ok = {"BM": 128, "BN": 128, "STAGES": 4}
+    assert fam.valid(fam.complete(ok))
+    assert not fam.valid(fam.complete({**ok, "CLK": 8, "MC": 2}))                 # cluster of 16: non-portable
+    assert not fam.valid(fam.complete({**ok, "BN": 48, "MC": 4}))                  # 12-row multicast pieces
+    assert not fam.valid(fam.complete({**ok, "BM": 256, "BN": 256}))               # 256 accumulators / thread
+    assert not fam.valid(fam.complete({**ok, "BM": 256, "BN": 256, "STAGES": 6}))  # smem
+    assert not fam.valid(fam.complete({**ok, "CONSUMERS": 2, "BM": 64}))           # a consumer owns >= 64 rows
+
+
+@pytest.mark.nvcc
+def test_ci_instances_compile_without_spills_or_serialized_wgmma(fam, tmp_path):
+    def build(i_p):
+        i, p = i_p
+        cu = tmp_path / f"i{i}.cu"
+        cu.write_text(fam.render(p).text)
+        r = subprocess.run(["nvcc", *FLAGS, str(cu), "-o", str(tmp_path / f"i{i}.cubin")], capture_output=True, text=True, timeout=300)
+        return p, r.returncode, r.stdout + r.stderr
+
+    with ThreadPoolExecutor(2) as ex:
+        results = list(ex.map(build, enumerate(fam.instances_for_ci())))
+    for p, rc, log in results:
+        assert rc == 0, f"{p}: {log[-2000:]}"
+        assert "C7510" not in log, f"{p}: wgmma serialized"
+        assert re.search(r"\b0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads", log), f"{p}: {log}"
+        assert "lmem" not in log or re.search(r"\b0 bytes lmem", log)
