@@ -62,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             for name, b in sorted(t.items(), key=lambda kv: kv[0] != "kernel"):
                 sp = "" if name == "kernel" else f"{b.time_us / k_us:.3f}x"
                 print(f"{name:<22}{b.time_us:>10.2f}{p.tflops(b.time_us):>10.1f}{sp:>16}")
+            lib = min((b for n, b in t.items() if n != "kernel"), key=lambda b: b.time_us, default=None)
+            print(f"noise: kernel spread (p90-min)/median {100 * t['kernel'].spread:.1f}% over {args.reps} reps"
+                  + (f", {lib.library} {100 * lib.spread:.1f}%" if lib else "")
+                  + f"; evaluation timing {100 * ev.spread:.1f}%; differences below ~2% are not speedups (python -m bench.noise)")
             if t["kernel"].detail.startswith("WRONG"):
                 print(f"{p.key}: REJECTED: {t['kernel'].detail}")
                 failed += 1

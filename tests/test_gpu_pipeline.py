@@ -49,7 +49,7 @@ def evaluate(gpu, name_or_text, shape):
 def test_naive_is_correct(gpu, shape):
     ev = evaluate(gpu, "naive.cu", shape)
     assert ev.ok, ev.error
-    assert ev.time_us > 0 and ev.cublas_us > 0 and ev.check.checks == 3
+    assert ev.time_us > 0 and ev.cublas_us > 0 and ev.check.checks >= 3
 
 
 def test_partial_write_rejected(gpu):

@@ -39,7 +39,7 @@ class LoadedKernel:
                            f"the GPU allows {smem_limit} per block")
         if threads > max_threads:
             raise EvoError(f"block of {threads} threads; with its registers the kernel can launch at most {max_threads}")
-        if self.spec.smem > 48 * 1024:
+        if self.spec.smem > 48 * 1024 or static + self.spec.smem > 48 * 1024:  # opt-in past 48 KB in total
             try:
                 self.fn.max_dynamic_shared_size_bytes = self.spec.smem
             except cupy.cuda.driver.CUDADriverError as e:

@@ -15,8 +15,9 @@ extern "C" __global__ void evo_gemm(const __half* __restrict__ A, const __half* 
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (row >= M || col >= N) return;
-    volatile int spin = 1;
-    while (spin) { }  // never returns
+    // never returns: a volatile *global* load the compiler must repeat (the workspace is zeroed and
+    // nothing writes it); a volatile local is promoted to a register and the loop deleted by nvcc 13
+    while (((volatile float*)workspace)[0] == 0.f) { }
     float acc = 0.f;
     for (int k = 0; k < K; ++k)
         acc += __half2float(A[(size_t)row * K + k]) * __half2float(B[(size_t)col * K + k]);
