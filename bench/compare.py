@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     print(header, flush=True)
     results: dict[str, list[dict]] = {m: [] for m in modes}
     for p in problems:
-        best = store.best(p.key, p.layout, info.key)
+        best = store.champion(p.key, p.layout, info.key)  # the vetted winner the table publishes
         rs = cupy.random.RandomState(rng.randrange(1 << 30))
         a, b = random_inputs(p, rs)
         c = cupy.empty((p.m, p.n), dtype=cupy.float16)

@@ -47,7 +47,7 @@ class TableRow:
     best_library: str
     roofline_us: float
     pct_of_roofline: float
-    timing_source: str  # "confirm" (side by side re-measurement) or "search"
+    timing_source: str  # "confirm": the vetted champion re-timed side by side with the libraries; "" without one
     lineage: str
     cuda: str
     driver: str
@@ -77,19 +77,18 @@ def lineage(store: Store, h: str, depth: int = 20) -> list[str]:
 
 def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: tuple[float, float] | None,
             write: bool = True) -> TableRow | None:
-    best = store.best(problem.key, problem.layout, gpu)
-    base = {b.library: b.time_us for b in store.baselines(problem.key, problem.layout, gpu)}
+    # Only a vetted champion is published: one that passed the strong re-check (and the sanitizer where
+    # enabled) and was then re-timed side by side with every baseline (the confirms table).
     conf = store.confirm(problem.key, problem.layout, gpu)
+    best = store.champion(problem.key, problem.layout, gpu)
+    base = {b.library: b.time_us for b in store.baselines(problem.key, problem.layout, gpu)}
     if best is None and not base:
         return None
-    source = "search"
-    time_us = best["time_us"] if best else 0.0
-    h = best["hash"] if best else ""
-    if conf is not None and best is not None and conf["hash"] == h:
-        # the side-by-side re-measurement is the number we publish
-        time_us = conf["time_us"]
+    source = "confirm" if best is not None else ""
+    time_us = conf["time_us"] if best is not None else 0.0
+    h = best["hash"] if best is not None else ""
+    if best is not None:
         base.update({k: v for k, v in json.loads(conf["baselines"]).items() if k in LIBRARIES})
-        source = "confirm"
     libs = {k: v for k, v in base.items() if k in LIBRARIES and v > 0}
     best_lib = min(libs, key=libs.get) if libs else ""
     best_lib_us = libs.get(best_lib, 0.0)

@@ -155,6 +155,18 @@ class Store:
                WHERE e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1 ORDER BY e.time_us LIMIT 1"""
         return self._exec(q, (shape, layout, gpu)).fetchone()
 
+    def champion(self, shape: str, layout: str, gpu: str) -> sqlite3.Row | None:
+        """The vetted, side-by-side re-timed winner of a problem (what the kernel table publishes)."""
+        conf = self.confirm(shape, layout, gpu)
+        return self.kernel_row(conf["hash"], shape, layout, gpu) if conf is not None else None
+
+    def kernel_row(self, h: str, shape: str, layout: str, gpu: str) -> sqlite3.Row | None:
+        """Like best(), for one given kernel; None unless it is stored as correct on this problem."""
+        q = """SELECT e.*, c.family, c.params, c.source, c.parent, c.proposer FROM evaluations e
+               JOIN candidates c ON c.hash=e.hash
+               WHERE e.hash=? AND e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1"""
+        return self._exec(q, (h, shape, layout, gpu)).fetchone()
+
     def counts(self, shape: str, layout: str, gpu: str, arch: str) -> dict[str, int]:
         q = """SELECT
             (SELECT COUNT(*) FROM compiles k JOIN candidates c ON c.hash=k.hash WHERE k.arch=? AND k.ok=1

@@ -18,6 +18,7 @@ class FakeWorker:
     """Answers like evo.gpu.worker.GpuWorker; PAD == 3 'crashes', UNROLL == 8 with TILE == 8 is 'wrong'."""
 
     instances = []
+    fail_recheck = None  # set to a predicate over params to make the champion's re-check fail
 
     def __init__(self, cfg, *a, **k):
         self.cfg = cfg
@@ -45,6 +46,9 @@ class FakeWorker:
                 res[name] = BaselineResult(name, fake_time(KernelSource.parse(src)))
             return {"results": res, "notes": {}, "samples": {}}
         if op == "recheck":  # the champion's re-check before export (evo.sanitize.vet_champion)
+            ks = KernelSource.parse(kw["source"])
+            if self.fail_recheck and self.fail_recheck(ks.meta.params):
+                return {"ok": False, "error": "seed #2: relative error 3e-01 > 1e-02", "shapes": {}}
             return {"ok": True, "error": "", "shapes": {kw["problem"].key: "ok"}}
         if op == "evaluate":
             ks = KernelSource.parse(kw["source"])

@@ -79,3 +79,23 @@ def test_optuna_proposer_runs(tmp_path):
     store = Store(str(tmp_path / "evo.db"))
     props = {r[0] for r in store.db.execute("SELECT proposer FROM candidates")}
     assert {"optuna", "mutate"} <= props
+
+
+def test_only_vetted_champions_are_published(tmp_path, monkeypatch):
+    """A champion that fails its pre-export re-check is rejected; the table publishes the next vetted one."""
+    monkeypatch.setattr(FakeWorker, "fail_recheck", staticmethod(lambda p: p.get("UNROLL") == 8 and p.get("PAD") == 0))
+    summary, text, _, cfg = run(tmp_path, max_candidates=0)
+    assert "is rejected: re-check failed" in text
+    rows = list(csv.DictReader((Path(summary.export_dir) / "table.csv").open()))
+    assert rows[0]["winner"] == "evo" and rows[0]["timing_source"] == "confirm"
+    kernel = (Path(cfg.paths.out) / rows[0]["kernel_path"]).read_text()
+    assert "UNROLL 8" in kernel and "PAD 1" in kernel  # the 12.5 us PAD 0 champion was rejected: 13.5 us is next
+    assert summary.best_us == pytest.approx(13.5)
+
+
+def test_nothing_published_when_no_champion_survives(tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "fail_recheck", staticmethod(lambda p: True))
+    summary, text, _, cfg = run(tmp_path, max_candidates=12)
+    rows = list(csv.DictReader((Path(summary.export_dir) / "table.csv").open()))
+    assert rows[0]["winner"] != "evo" and rows[0]["kernel_path"] == "" and rows[0]["family"] == ""
+    assert not list(Path(cfg.paths.out).rglob("*.cu"))
