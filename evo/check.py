@@ -224,16 +224,15 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int) 
 
 # --- per-repetition checksums during timing ---------------------------------------------------
 
-_WSUM = None
+def weighted_sum_kernel() -> cupy.ReductionKernel:
+    """sum(w * C) in fp64 on the device, as a 0-d array: no host synchronization. NaN propagates.
+    (cupy caches the compiled kernel by its source, so building the object again costs no compile.)"""
+    return cupy.ReductionKernel("T c, float32 w", "float64 y", "(double)(float)c * (double)w", "a + b", "y = a", "0",
+                                "evo_wsum")
 
 
-def weighted_sum(c: cupy.ndarray, w: cupy.ndarray) -> cupy.ndarray:
-    """sum(w * C) in fp64 on the device, as a 0-d array: no host synchronization. NaN propagates."""
-    global _WSUM
-    if _WSUM is None:
-        _WSUM = cupy.ReductionKernel("T c, float32 w", "float64 y", "(double)(float)c * (double)w", "a + b", "y = a", "0",
-                                     "evo_wsum")
-    return _WSUM(c.ravel(), w)
+def weighted_sum(c: cupy.ndarray, w: cupy.ndarray, kernel: cupy.ReductionKernel | None = None) -> cupy.ndarray:
+    return (kernel or weighted_sum_kernel())(c.ravel(), w)
 
 
 def checksum_weights(size: int, seed: int) -> cupy.ndarray:
@@ -254,10 +253,11 @@ class RotatingInputs:
         self.sets = [random_inputs(problem, rs) for _ in range(max(1, sets))]
         self.slots = [Run(problem) for _ in range(2)]
         self.w = checksum_weights(problem.m * problem.n, seed)
+        self.wsum = weighted_sum_kernel()
         self.expected, self.scale = [], []
         for a, b in self.sets:
             ref = reference(a, b)
-            self.expected.append(float(weighted_sum(ref.astype(cupy.float16), self.w)))
+            self.expected.append(float(weighted_sum(ref.astype(cupy.float16), self.w, self.wsum)))
             self.scale.append(float(cupy.linalg.norm(ref.ravel() * self.w)))
             del ref
         self.tol = tol
@@ -282,7 +282,7 @@ class RotatingInputs:
 
     def after(self) -> None:
         slot, s = self.current
-        self.log.append((s, weighted_sum(self.slots[slot].c.arr, self.w)))
+        self.log.append((s, weighted_sum(self.slots[slot].c.arr, self.w, self.wsum)))
 
     def verify(self, what: str = "timed call") -> str:
         """'' if every recorded call was right, else why not (one line)."""
