@@ -38,6 +38,12 @@ class ProposalContext:
     island: int = 0
 
 
+def known_hashes(ctx: ProposalContext) -> set[str]:
+    """Every candidate already evaluated on this problem. A hash is KernelSource.hash: the normalised code plus
+    the launch rules, so two texts that differ only in comments or spacing share one."""
+    return set(ctx.known) | {i.hash for i in ctx.population} | {i.hash for i in ctx.failures}
+
+
 class Proposer(Protocol):
     name: str
 

@@ -11,9 +11,8 @@ import random
 from typing import Any
 
 from ..families import Family
-from ..kernel import normalize
 from ..select import Selector
-from .base import Proposal, ProposalContext
+from .base import Proposal, ProposalContext, known_hashes
 
 
 class MutateProposer:
@@ -26,19 +25,18 @@ class MutateProposer:
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         fams = {f.name: f for f in ctx.families}
-        seen = {normalize(i.source) for i in ctx.population} | {normalize(i.source) for i in ctx.failures}
+        seen = known_hashes(ctx)
         out: list[Proposal] = []
 
         def add(fam: Family, params: dict[str, Any], parents: tuple[str, ...], idea: str) -> None:
             if not fam.valid(params):
                 return
             ks = fam.render(params)
-            key = normalize(ks.text)
-            if key in seen or ks.hash in ctx.known:
+            if ks.hash in seen:
                 return
             if not ks.accepts(ctx.problem, ctx.gpu.sm_count if ctx.gpu else 132):
                 return
-            seen.add(key)
+            seen.add(ks.hash)
             out.append(Proposal(ks.text, self.name, parents, idea))
 
         known_families = {i.family for i in ctx.population} | {i.family for i in ctx.failures}

@@ -3,8 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..kernel import normalize
-from .base import Proposal, ProposalContext
+from .base import Proposal, ProposalContext, known_hashes
 
 
 class OptunaProposer:
@@ -47,7 +46,7 @@ class OptunaProposer:
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         self._warm(ctx)
-        seen = {normalize(i.source) for i in ctx.population + ctx.failures}
+        seen = known_hashes(ctx)
         out: list[Proposal] = []
         for attempt in range(n * 4):
             if len(out) >= n:
@@ -60,10 +59,10 @@ class OptunaProposer:
                 study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
                 continue
             ks = fam.render(params)
-            if normalize(ks.text) in seen or not ks.accepts(ctx.problem):
+            if ks.hash in seen or not ks.accepts(ctx.problem):
                 study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
                 continue
-            seen.add(normalize(ks.text))
+            seen.add(ks.hash)
             self.pending[ks.hash] = (fam.name, trial)
             out.append(Proposal(ks.text, self.name, (), f"TPE trial {trial.number} of {fam.name}"))
         return out

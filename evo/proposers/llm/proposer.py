@@ -11,7 +11,7 @@ from ...config import LlmConfig
 from ...errors import EvoError
 from ...kernel import KernelSource
 from ...records import Individual
-from ..base import Proposal, ProposalContext
+from ..base import Proposal, ProposalContext, known_hashes
 from . import parse, prompt
 from .accounting import Ledger, ModelStats, fmt_tokens
 from .client import ChatClient, Endpoint, Reply, RequestFailed
@@ -91,7 +91,6 @@ class LlmProposer:
         self._proposed: set[str] = set()  # hashes handed out in this run
         self._fix_queue: list[tuple[Individual, int]] = []
         self._fix_asked: set[str] = set()
-        self._key_cache: dict[str, str] = {}
 
     # ------------------------------------------------------------------ protocol
     @property
@@ -310,15 +309,4 @@ class LlmProposer:
 
     def _seen_keys(self, ctx: ProposalContext) -> set[str]:
         """Hashes (normalized text + launch rules) of everything evaluated or proposed so far."""
-        seen = set(self._proposed)
-        for ind in list(ctx.population) + list(ctx.failures):
-            seen.add(ind.hash)
-            key = self._key_cache.get(ind.hash)
-            if key is None:
-                try:
-                    key = KernelSource.parse(ind.source).hash
-                except Exception:  # noqa: BLE001
-                    key = ind.hash
-                self._key_cache[ind.hash] = key
-            seen.add(key)
-        return seen
+        return known_hashes(ctx) | set(self._proposed)
