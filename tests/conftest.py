@@ -42,3 +42,19 @@ def cfg(tmp_path):
 @pytest.fixture
 def naive_source():
     return (DATA / "naive.cu").read_text()
+
+
+def gpu_worker_session(tmp, reps: int):
+    """A started GPU worker, the compiler and the config, for the module-scoped `gpu` fixtures of the GPU tests."""
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.gpu.worker import GpuWorker
+
+    cfg = load_config(overrides={"paths": {"db": str(tmp / "evo.db"), "out": str(tmp / "out")},
+                                 "compile": {"cache_dir": str(tmp / "cache")}, "timing": {"timeout_s": 60, "reps": reps}})
+    w = GpuWorker(cfg)
+    w.start()
+    try:
+        yield w, Compiler.from_config(cfg.compile), cfg
+    finally:
+        w.stop()

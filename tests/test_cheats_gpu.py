@@ -10,9 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import gpu_worker_session
 
 from evo.compile import Compiler
-from evo.gpu.worker import GpuWorker, WorkerFault
+from evo.gpu.worker import WorkerFault
 from evo.kernel import KernelSource
 from evo.problem import parse_shape
 
@@ -22,15 +23,7 @@ CHEATS = DATA / "cheats"
 
 @pytest.fixture(scope="module")
 def gpu(tmp_path_factory):
-    from evo.config import load_config
-
-    tmp = tmp_path_factory.mktemp("cheats")
-    cfg = load_config(overrides={"paths": {"db": str(tmp / "evo.db"), "out": str(tmp / "out")},
-                                 "compile": {"cache_dir": str(tmp / "cache")}, "timing": {"timeout_s": 60, "reps": 30}})
-    w = GpuWorker(cfg)
-    w.start()
-    yield w, Compiler.from_config(cfg.compile), cfg
-    w.stop()
+    yield from gpu_worker_session(tmp_path_factory.mktemp("cheats"), reps=30)
 
 
 def _compiled(gpu, path):

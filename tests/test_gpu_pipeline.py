@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import gpu_worker_session
 
-from evo.compile import Compiler
-from evo.gpu.worker import GpuWorker, WorkerFault
+from evo.gpu.worker import WorkerFault
 from evo.kernel import KernelSource
 from evo.problem import parse_shape
 
@@ -25,15 +25,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu(tmp_path_factory):
-    from evo.config import load_config
-
-    tmp = tmp_path_factory.mktemp("gpu")
-    cfg = load_config(overrides={"paths": {"db": str(tmp / "evo.db"), "out": str(tmp / "out")},
-                                 "compile": {"cache_dir": str(tmp / "cache")}, "timing": {"timeout_s": 60, "reps": 10}})
-    w = GpuWorker(cfg)
-    w.start()
-    yield w, Compiler.from_config(cfg.compile), cfg
-    w.stop()
+    yield from gpu_worker_session(tmp_path_factory.mktemp("gpu"), reps=10)
 
 
 def evaluate(gpu, name_or_text, shape):

@@ -9,7 +9,6 @@ from typing import Any
 
 from ...config import LlmConfig
 from ...errors import EvoError
-from ...kernel import KernelSource
 from ...records import Individual
 from ..base import Proposal, ProposalContext, known_hashes
 from . import parse, prompt
