@@ -62,6 +62,7 @@ class TimingConfig:
     reps: int
     flush_l2: bool
     flush_bytes: int
+    flush_mode: str
     timeout_s: float
 
 
@@ -218,5 +219,7 @@ def _validate(cfg: Config) -> None:
         raise EvoError(f"unknown proposer {', '.join(bad)}; known: {', '.join(sorted(known))}")
     if cfg.timing.reps < 1:
         raise EvoError("config timing.reps must be at least 1")
+    if cfg.timing.flush_mode not in ("write", "read"):
+        raise EvoError(f"config timing.flush_mode must be write or read, not {cfg.timing.flush_mode!r}")
     if cfg.check.seeds < 1:
         raise EvoError("config check.seeds must be at least 1")

@@ -1,9 +1,13 @@
 """Device timing: CUDA events, warm-up, L2 flushed before each repetition, contenders interleaved.
 
 Runs inside the GPU worker. Each repetition runs every contender once, in a freshly
-shuffled order; before each timed call the L2 is flushed by writing a buffer of 4x
-its size, then a short spin kernel gives the host time to queue the call, so the
-event window holds device work only (no launch or Python overhead).
+shuffled order; before each timed call the L2 is flushed with a buffer of 4x its size,
+then a short spin kernel gives the host time to queue the call, so the event window
+holds device work only (no launch or Python overhead).
+
+Flush modes: "write" fills the buffer (L2 is left full of dirty lines, whose write-back
+to HBM then lands inside the next timed call); "read" reads it (L2 is left full of clean
+lines: the timed call starts cold and pays only for its own traffic).
 """
 from __future__ import annotations
 
@@ -22,7 +26,18 @@ extern "C" __global__ void evo_spin(long long ns) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)ns);
 }
+
+// Reads n int4 of p; the (never true) test keeps the loads alive.
+extern "C" __global__ void evo_flush_read(const int4* __restrict__ p, long long n, int* sink) {
+    int acc = 0;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const int4 v = p[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x13572468) sink[0] = acc;
+}
 """
+FLUSH_MODES = ("write", "read")
 
 
 @dataclass
@@ -44,19 +59,29 @@ def _as_contender(c: Call) -> Contender:
 
 
 class Timer:
-    def __init__(self, l2_bytes: int, flush: bool = True, flush_bytes: int = 0, spin_us: float = 20.0, seed: int = 0):
+    def __init__(self, l2_bytes: int, flush: bool = True, flush_bytes: int = 0, spin_us: float = 20.0, seed: int = 0,
+                 flush_mode: str = "write"):
+        if flush_mode not in FLUSH_MODES:
+            raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, not {flush_mode!r}")
         self.flush = flush
-        nbytes = flush_bytes or 4 * max(l2_bytes, 1 << 20)
-        self.flush_buf = cupy.empty(nbytes // 4, dtype=cupy.int32) if flush else None
+        self.flush_mode = flush_mode
+        nbytes = (flush_bytes or 4 * max(l2_bytes, 1 << 20)) // 16 * 16
+        self.flush_buf = cupy.zeros(nbytes // 4, dtype=cupy.int32) if flush else None
         self.spin = cupy.RawKernel(_SPIN, "evo_spin")
+        self.flush_read = cupy.RawKernel(_SPIN, "evo_flush_read")
+        self.sink = cupy.zeros(1, dtype=cupy.int32)
         self.spin_ns = np.int64(spin_us * 1000)
         self.rng = random.Random(seed)
         self._flips = 0
 
     def _prepare(self) -> None:
         if self.flush_buf is not None:
-            self._flips += 1
-            self.flush_buf.fill(self._flips)  # a write pass over 4x L2 evicts every line of A, B, C
+            if self.flush_mode == "read":  # a read pass over 4x L2 evicts every line of A, B, C, leaves clean lines
+                n = np.int64(self.flush_buf.size // 4)
+                self.flush_read((1024,), (512,), (self.flush_buf, n, self.sink))
+            else:
+                self._flips += 1
+                self.flush_buf.fill(self._flips)  # a write pass over 4x L2 evicts every line of A, B, C
         self.spin((1,), (1,), (self.spin_ns,))
 
     def measure(self, contenders: dict[str, Call], reps: int, warmup: int = 3) -> dict[str, Timing]:

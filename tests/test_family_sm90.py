@@ -45,9 +45,19 @@ def test_launch_rules(fam):
     assert l.grid == (128, 1, 1)  # kernel rows over N (32 tiles) x cols over M (1 tile) x 4 splits
     assert [(t.operand, t.box_rows) for t in l.tensor_maps] == [("A", 64), ("B", 128)]
 
+    pp = fam.render({"BM": 128, "BN": 128, "PINGPONG": 1, "PERSISTENT": 0, "STAGES": 6})
+    l = pp.launch(Problem(4096, 4096, 1024), num_sms=132)
+    assert l.grid == (512, 1, 1) and l.block == (384, 1, 1)  # 1024 tiles, two per CTA (one per consumer)
+    assert fam.render({"BM": 128, "BN": 128, "PINGPONG": 1}).launch(Problem(4096, 4096, 1024), num_sms=132).grid == (132, 1, 1)
+
 
 def test_constraints_reject_oversized(fam):
     assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "STAGES": 5}))  # smem ring too large
     assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "CONSUMERS": 1}))  # 256 accumulators / thread
+    # ping-pong: a consumer owns the whole tile, so 128x256 would need 256 accumulators; no split-K
+    assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "STAGES": 4, "PINGPONG": 1}))
+    assert not fam.valid(fam.complete({"BM": 64, "BN": 128, "PINGPONG": 1, "SPLIT_K": 2}))
+    assert not fam.valid(fam.complete({"BM": 64, "BN": 128, "PINGPONG": 1, "CONSUMERS": 1}))
+    assert fam.valid(fam.complete({"BM": 128, "BN": 128, "STAGES": 6, "PINGPONG": 1}))
 
 # Compiling the CI instances through evo.compile (with its gates) is tests/test_families_compile.py.

@@ -37,7 +37,8 @@ class Session:
     def __init__(self, cfg: Config, device_id: int = 0):
         self.cfg = cfg
         self.info = gpu_info(device_id)
-        self.timer = Timer(self.info.l2_bytes, cfg.timing.flush_l2, cfg.timing.flush_bytes)
+        self.timer = Timer(self.info.l2_bytes, cfg.timing.flush_l2, cfg.timing.flush_bytes,
+                           flush_mode=cfg.timing.flush_mode)
         self.cublas = cublas_gemm()
         self.seed = cfg.search.seed * 1000003 + int(time.time())  # fresh inputs every process
 

@@ -3,7 +3,7 @@ family: wgmma_sm90
 archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
-grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K", 1, 1]
+grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, 1 + PINGPONG)", 1, 1]
 smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * 9216"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
 requires: "K % 8 == 0"
@@ -18,6 +18,9 @@ tensor_maps:
 //                      of the A and B tiles into a STAGES-deep shared-memory ring.
 //   warpgroups 1..C  = consumers: each owns BM/C rows of the BM x BN tile and issues
 //                      wgmma.m64nBNk16 (both operands from shared memory) per 16-wide k slice.
+//   PINGPONG (C = 2): each consumer owns whole tiles instead, alternating: consumer 0 takes the
+//                      CTA's units 0, 2, 4, ..., consumer 1 units 1, 3, 5, ...  The ring is filled in
+//                      unit order, so one consumer's epilogue runs while the other one's wgmmas do.
 //   full[s]  mbarrier: producer arms it with the stage's byte count, TMA completes it.
 //   empty[s] mbarrier: every consumer warp arrives once it no longer reads stage s.
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
@@ -43,9 +46,11 @@ constexpr int PERSISTENT = {{PERSISTENT}};
 constexpr int GROUP = {{GROUP}};
 constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int SWAP_AB = {{SWAP_AB}};
+constexpr int PINGPONG = {{PINGPONG}};
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
-constexpr int WM = BM / CONSUMERS;         // rows per consumer warpgroup
+constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
+constexpr int STAGE_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each stage
 constexpr int MT = WM / 64;                // m64 wgmmas per consumer per k16 slice
 constexpr int A_STAGE_BYTES = BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
@@ -66,6 +71,7 @@ static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
+static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -292,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), CONSUMERS * 4);
+      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -324,14 +330,21 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   } else {
     // ------------------------------------------------------------ consumer warpgroups
     if (CONSUMERS > 1) setmaxnreg_inc<232>();
-    const int c = wg - 1;  // this consumer's slice: tile rows [c*WM, (c+1)*WM)
+    const int c = wg - 1;  // this consumer's slice: tile rows [c*WM, (c+1)*WM), or (PINGPONG) units j % 2 == c
+    const int row_off = PINGPONG ? 0 : c * WM;
     const int warp = tid / 32, lane = tid % 32;
     float acc[MT][BN / 2];
     int s = 0;
     uint32_t phase = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int j = 0;  // this CTA's unit counter
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
+      if (PINGPONG && (j & 1) != c) {  // the other consumer's unit: step over its stages of the ring
+        s += nk;
+        while (s >= STAGES) { s -= STAGES; phase ^= 1; }
+        continue;
+      }
       if (nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -341,7 +354,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       int prev = 0;
       for (int i = 0; i < nk; ++i) {
         mbar_wait(smem_u32(&full_bar[s]), phase);
-        const uint32_t a_base = tiles + s * STAGE_BYTES + c * WM * 128;
+        const uint32_t a_base = tiles + s * STAGE_BYTES + row_off * 128;
         const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
         wgmma_fence();
 #pragma unroll
@@ -423,7 +436,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
 
       // -------------------------------------------------------- epilogue: registers -> smem -> C
-      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + c * WM, w.n0);
+      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
     }
   }
 }
