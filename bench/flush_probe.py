@@ -27,31 +27,30 @@ def main(argv: list[str] | None = None) -> int:
 
     require_gpu()
     import cupy
-    import numpy as np
 
     from evo.baselines import cublas_gemm
-    from evo.timing import _SPIN, Timer
+    from evo.timing import Timer
 
     info = gpu_info(0)
     print(f"GPU {info.name}, driver {info.driver}, CUDA {info.cuda_runtime}, L2 {info.l2_bytes >> 20} MiB")
     empty = cupy.RawKernel('extern "C" __global__ void evo_empty() {}', "evo_empty")
-    reader = cupy.RawKernel(_SPIN, "evo_flush_read")
-    sink = cupy.zeros(1, dtype=cupy.int32)
+    reader = Timer(info.l2_bytes, False, sms=info.sm_count)  # its read kernel
     calls = {"empty kernel": lambda: empty((1,), (32,), ())}
     for mib in (32, 64):
         buf = cupy.ones(mib << 18, dtype=cupy.int32)
-        n = np.int64(buf.size // 4)
-        calls[f"read {mib} MiB"] = lambda buf=buf, n=n: reader((1056,), (512,), (buf, n, sink))
+        calls[f"read {mib} MiB"] = lambda buf=buf: reader.read(buf, None)
     gemm = cublas_gemm()
     for p in load_shapes(args.shapes):
         a = cupy.random.standard_normal((p.m, p.k), dtype=cupy.float32).astype(cupy.float16)
         b = cupy.random.standard_normal((p.n, p.k), dtype=cupy.float32).astype(cupy.float16)
         c = cupy.empty((p.m, p.n), dtype=cupy.float16)
         calls[f"cuBLAS {p.key}"] = lambda a=a, b=b, c=c: gemm(a, b, c)
+        calls[f"read A+B {p.key}"] = lambda a=a, b=b: reader.read(a, b)
 
-    timers = {"write flush": Timer(info.l2_bytes, True, flush_mode="write", seed=1),
-              "read flush": Timer(info.l2_bytes, True, flush_mode="read", seed=2),
-              "no flush": Timer(info.l2_bytes, False, seed=3)}
+    sms = info.sm_count
+    timers = {"write flush": Timer(info.l2_bytes, True, flush_mode="write", seed=1, sms=sms),
+              "read flush": Timer(info.l2_bytes, True, flush_mode="read", seed=2, sms=sms),
+              "no flush": Timer(info.l2_bytes, False, seed=3, sms=sms)}
     res = {}
     for mode, timer in timers.items():
         res[mode] = timer.measure(calls, args.reps)

@@ -27,11 +27,14 @@ extern "C" __global__ void evo_spin(long long ns) {
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)ns);
 }
 
-// Reads n int4 of p; the (never true) test keeps the loads alive.
-extern "C" __global__ void evo_flush_read(const int4* __restrict__ p, long long n, int* sink) {
+// Reads n int4 of p, then m int4 of q; the (never true) test keeps the loads alive.
+extern "C" __global__ void evo_flush_read(const int4* __restrict__ p, long long n, const int4* __restrict__ q,
+                                          long long m, int* sink) {
     int acc = 0;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const int4 v = p[i];
+    const long long stride = (long long)gridDim.x * blockDim.x;
+#pragma unroll 4
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n + m; i += stride) {
+        const int4 v = i < n ? p[i] : q[i - n];
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
     if (acc == 0x13572468) sink[0] = acc;
@@ -60,11 +63,12 @@ def _as_contender(c: Call) -> Contender:
 
 class Timer:
     def __init__(self, l2_bytes: int, flush: bool = True, flush_bytes: int = 0, spin_us: float = 20.0, seed: int = 0,
-                 flush_mode: str = "write"):
+                 flush_mode: str = "write", sms: int = 132):
         if flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, not {flush_mode!r}")
         self.flush = flush
         self.flush_mode = flush_mode
+        self.sms = sms
         nbytes = (flush_bytes or 4 * max(l2_bytes, 1 << 20)) // 16 * 16
         self.flush_buf = cupy.zeros(nbytes // 4, dtype=cupy.int32) if flush else None
         self.spin = cupy.RawKernel(_SPIN, "evo_spin")
@@ -74,11 +78,16 @@ class Timer:
         self.rng = random.Random(seed)
         self._flips = 0
 
+    def read(self, p: cupy.ndarray, q: cupy.ndarray | None) -> None:
+        """Read every byte of p (and q): a memory-traffic floor for a kernel whose inputs are p and q."""
+        q = p if q is None else q
+        m = 0 if q is p else q.nbytes // 16
+        self.flush_read((4 * self.sms,), (512,), (p, np.int64(p.nbytes // 16), q, np.int64(m), self.sink))
+
     def _prepare(self) -> None:
         if self.flush_buf is not None:
             if self.flush_mode == "read":  # a read pass over 4x L2 evicts every line of A, B, C, leaves clean lines
-                n = np.int64(self.flush_buf.size // 4)
-                self.flush_read((1024,), (512,), (self.flush_buf, n, self.sink))
+                self.read(self.flush_buf, None)
             else:
                 self._flips += 1
                 self.flush_buf.fill(self._flips)  # a write pass over 4x L2 evicts every line of A, B, C

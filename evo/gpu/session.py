@@ -38,7 +38,7 @@ class Session:
         self.cfg = cfg
         self.info = gpu_info(device_id)
         self.timer = Timer(self.info.l2_bytes, cfg.timing.flush_l2, cfg.timing.flush_bytes,
-                           flush_mode=cfg.timing.flush_mode)
+                           flush_mode=cfg.timing.flush_mode, sms=self.info.sm_count)
         self.cublas = cublas_gemm()
         self.seed = cfg.search.seed * 1000003 + int(time.time())  # fresh inputs every process
 

@@ -21,6 +21,10 @@ tensor_maps:
 //   PINGPONG (C = 2): each consumer owns whole tiles instead, alternating: consumer 0 takes the
 //                      CTA's units 0, 2, 4, ..., consumer 1 units 1, 3, 5, ...  The ring is filled in
 //                      unit order, so one consumer's epilogue runs while the other one's wgmmas do.
+//                      The two mainloops strictly alternate (order mbarriers: a consumer starts its
+//                      k loop only after the other has issued its last wgmma of the previous unit), so a
+//                      consumer never waits on a stage more than one ring lap ahead: parity waits only
+//                      tell adjacent phases apart.
 //   full[s]  mbarrier: producer arms it with the stage's byte count, TMA completes it.
 //   empty[s] mbarrier: every consumer warp arrives once it no longer reads stage s.
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
@@ -287,6 +291,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) uint64_t full_bar[STAGES];
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
+  __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -300,6 +305,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4);
     }
+    mbar_init(smem_u32(&order_bar[0]), 4);
+    mbar_init(smem_u32(&order_bar[1]), 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -337,6 +344,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     int s = 0;
     uint32_t phase = 0;
     int j = 0;  // this CTA's unit counter
+    int t = 0;  // PINGPONG: units this consumer has done
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
@@ -350,6 +358,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) acc[mt][i] = 0.f;
+      }
+      if (PINGPONG) {  // consumer 0's unit t follows consumer 1's unit t-1; consumer 1's unit t follows consumer 0's unit t
+        if (c == 1) mbar_wait(smem_u32(&order_bar[1]), t & 1);
+        else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
       }
       int prev = 0;
       for (int i = 0; i < nk; ++i) {
@@ -371,6 +383,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         prev = s;
         if (++s == STAGES) { s = 0; phase ^= 1; }
+      }
+      if (PINGPONG) {  // every wgmma of this unit is issued: the other consumer may start its k loop
+        __syncwarp();
+        if (lane == 0) mbar_arrive(smem_u32(&order_bar[1 - c]));
+        ++t;
       }
       wgmma_wait<0>();
       if (nk > 0 && lane == 0) mbar_arrive(smem_u32(&empty_bar[prev]));
