@@ -2,8 +2,9 @@
 
 Runs inside the GPU worker. Each repetition runs every contender once, in a freshly
 shuffled order; before each timed call the L2 is flushed with a buffer of 4x its size,
-then a short spin kernel gives the host time to queue the call, so the event window
-holds device work only (no launch or Python overhead).
+then a spin kernel gives the host time to queue the call, so the event window holds
+device work only (no launch or Python overhead): the spin lasts at least 4x the longest
+host-side call seen in warm-up.
 
 Flush modes: "write" fills the buffer (L2 is left full of dirty lines, whose write-back
 to HBM then lands inside the next timed call); "read" reads it (L2 is left full of clean
@@ -12,6 +13,7 @@ lines: the timed call starts cold and pays only for its own traffic).
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 from typing import Callable, Union
 
@@ -84,27 +86,33 @@ class Timer:
         m = 0 if q is p else q.nbytes // 16
         self.flush_read((4 * self.sms,), (512,), (p, np.int64(p.nbytes // 16), q, np.int64(m), self.sink))
 
-    def _prepare(self) -> None:
+    def _prepare(self, spin_ns: np.int64) -> None:
         if self.flush_buf is not None:
             if self.flush_mode == "read":  # a read pass over 4x L2 evicts every line of A, B, C, leaves clean lines
                 self.read(self.flush_buf, None)
             else:
                 self._flips += 1
                 self.flush_buf.fill(self._flips)  # a write pass over 4x L2 evicts every line of A, B, C
-        self.spin((1,), (1,), (self.spin_ns,))
+        self.spin((1,), (1,), (spin_ns,))
 
     def measure(self, contenders: dict[str, Call], reps: int, warmup: int = 3) -> dict[str, Timing]:
         names = list(contenders)
         calls = {n: _as_contender(c) for n, c in contenders.items()}
+        host_s = 0.0
         for name in names:
             c = calls[name]
             for _ in range(warmup):
                 if c.before:
                     c.before()
+                cupy.cuda.runtime.deviceSynchronize()
+                t0 = time.perf_counter()
                 c.run()
+                host_s = max(host_s, time.perf_counter() - t0)
                 if c.after:
                     c.after()
         cupy.cuda.runtime.deviceSynchronize()
+        # the spin must outlast the host side of every call, or host time leaks into the window
+        spin_ns = np.int64(max(int(self.spin_ns), int(4 * host_s * 1e9)))
         samples: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(reps):
             order = names[:]
@@ -114,7 +122,7 @@ class Timer:
                 c = calls[name]
                 if c.before:
                     c.before()
-                self._prepare()
+                self._prepare(spin_ns)
                 start, end = cupy.cuda.Event(), cupy.cuda.Event()
                 start.record()
                 c.run()

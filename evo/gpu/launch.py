@@ -15,6 +15,9 @@ _LAUNCH_REFUSED = ("CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_RESOURCES", "C
                    "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED")
 
 
+MAP_CACHE = 8  # tensor-map sets kept per kernel: encoding them is host work that must stay out of timed windows
+
+
 class LoadedKernel:
     """A candidate's cubin loaded for one problem, with its workspace."""
 
@@ -61,7 +64,9 @@ class LoadedKernel:
             for t in self.spec.tensor_maps:
                 arr, rows, cols = arrays[t.operand]
                 maps.append(encode_tensor_map(arr.data.ptr, rows, cols, t.box_rows, t.box_cols, t.swizzle))
-            self._maps = {key: maps}  # keep one set: inputs rotate, stale maps must not pile up
+            if len(self._maps) >= MAP_CACHE:  # inputs rotate over a few buffers; stale maps must not pile up
+                self._maps.pop(next(iter(self._maps)))
+            self._maps[key] = maps
         return self._maps[key]
 
     def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
