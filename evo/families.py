@@ -15,6 +15,8 @@ A family is a folder ``templates/<name>/`` holding
         - "BM * BK / 8 % THREADS == 0"
       ci_instances:                   # extra instances compiled in CI besides the default
         - {BM: 64, BN: 64}
+      starts:                         # known-good instances every search evaluates first (with the default)
+        - {BM: 128, STAGES: 4}
 
 * ``kernel.cu``: a complete candidate (front matter included, see evo.kernel) in which
   ``{{NAME}}`` is replaced by the value of parameter NAME and ``{{PARAMS}}`` by the
@@ -44,6 +46,7 @@ class Family:
     template: str
     ci_instances: tuple[dict, ...]
     path: Path
+    starts: tuple[dict, ...] = ()
 
     @staticmethod
     def load(folder: Path) -> "Family":
@@ -62,6 +65,7 @@ class Family:
             template=(folder / spec.get("source", "kernel.cu")).read_text(),
             ci_instances=tuple(spec.get("ci_instances") or ()),
             path=folder,
+            starts=tuple(spec.get("starts") or ()),
         )
 
     def default_params(self) -> dict[str, Any]:
@@ -101,6 +105,11 @@ class Family:
             leftover = text[text.index("{{"): text.index("{{") + 40].split("}}")[0]
             raise EvoError(f"family {self.name}: template placeholder {leftover}}}}} has no parameter")
         return KernelSource.parse(text)
+
+    def start_instances(self) -> list[dict[str, Any]]:
+        """The default and the family's known-good starting points (complete, valid ones only)."""
+        out = [self.default_params()] + [self.complete(p) for p in self.starts]
+        return [p for p in out if self.valid(p)]
 
     def instances_for_ci(self) -> list[dict[str, Any]]:
         return [self.default_params()] + [self.complete(p) for p in self.ci_instances]

@@ -95,12 +95,11 @@ class Timer:
                 self.flush_buf.fill(self._flips)  # a write pass over 4x L2 evicts every line of A, B, C
         self.spin((1,), (1,), (spin_ns,))
 
-    def measure(self, contenders: dict[str, Call], reps: int, warmup: int = 3) -> dict[str, Timing]:
-        names = list(contenders)
-        calls = {n: _as_contender(c) for n, c in contenders.items()}
+    def warm_up(self, contenders: dict[str, Call], warmup: int) -> np.int64:
+        """Run every call `warmup` times; return a spin length (ns) that outlasts the host side of every
+        call (4x the longest seen), so that host time never leaks into a timed window."""
         host_s = 0.0
-        for name in names:
-            c = calls[name]
+        for c in (_as_contender(x) for x in contenders.values()):
             for _ in range(warmup):
                 if c.before:
                     c.before()
@@ -111,8 +110,12 @@ class Timer:
                 if c.after:
                     c.after()
         cupy.cuda.runtime.deviceSynchronize()
-        # the spin must outlast the host side of every call, or host time leaks into the window
-        spin_ns = np.int64(max(int(self.spin_ns), int(4 * host_s * 1e9)))
+        return np.int64(max(int(self.spin_ns), int(4 * host_s * 1e9)))
+
+    def measure(self, contenders: dict[str, Call], reps: int, warmup: int = 3) -> dict[str, Timing]:
+        names = list(contenders)
+        calls = {n: _as_contender(c) for n, c in contenders.items()}
+        spin_ns = self.warm_up(calls, warmup)
         samples: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(reps):
             order = names[:]

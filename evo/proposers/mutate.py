@@ -40,12 +40,15 @@ class MutateProposer:
             out.append(Proposal(ks.text, self.name, parents, idea))
 
         known_families = {i.family for i in ctx.population} | {i.family for i in ctx.failures}
-        # seed every family not tried yet on this problem: its default, then random instances
+        # every family's default and known-good starts are tried on every problem (once: known hashes are
+        # skipped), even where seeds from other shapes already brought the family in; families not tried
+        # yet on this problem also get random instances
         for fam in ctx.families:
+            for i, p in enumerate(fam.start_instances()):
+                add(fam, p, (), f"{fam.name} default instance" if i == 0 else f"{fam.name} start instance {i}")
             if fam.name in known_families:
                 continue
             before = len(out)
-            add(fam, fam.default_params(), (), f"{fam.name} default instance")
             for _ in range(self.initial_random * 4):
                 if len(out) - before > self.initial_random:
                     break

@@ -1,0 +1,27 @@
+"""bench.compare's markdown: every row has the header's columns, speedups are library time / evo time,
+host-bound b2b figures are marked, and a shape without an evo kernel shows '-' and stays out of the geomeans."""
+from bench.compare import render_markdown
+
+
+def _row(shape, evo, lib, hb=()):
+    r = {"shape": shape, "family": "wgmma_sm90", "roof": 10.0, "host_bound": set(hb), "read_ab": 8.0,
+         "cublas": lib, "cublaslt_heuristic": lib * 1.1, "cublaslt_autotune": lib * 0.9}
+    if evo:
+        r["evo"] = evo
+    return r
+
+
+def test_tables_have_consistent_columns_and_right_speedups():
+    res = {"cold": [_row("64x64x64", 10.0, 20.0), _row("128x128x128", 0.0, 5.0)],
+           "b2b": [_row("64x64x64", 10.0, 20.0, hb=("cublaslt_heuristic",))]}
+    md = render_markdown("# h\n", res)
+    tables = [ln for ln in md.splitlines() if ln.startswith("|")]
+    widths = {ln.count("|") for ln in tables}
+    assert len(widths) == 1, widths
+    row = next(ln for ln in tables if ln.startswith("| 64x64x64"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2] == "10.00" and cells[8] == "2.000" and cells[11] == "1.800"  # vs cuBLAS 2x; best lib = Lt auto 18
+    assert "22.00†" in md and "† host-bound" in md
+    assert "| 128x128x128 | wgmma_sm90 | - |" in md
+    geo = [ln for ln in tables if "geomean" in ln][0]
+    assert "2.000" in geo  # only the shape with an evo kernel counts
