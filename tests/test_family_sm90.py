@@ -61,3 +61,17 @@ def test_constraints_reject_oversized(fam):
     assert fam.valid(fam.complete({"BM": 128, "BN": 128, "STAGES": 6, "PINGPONG": 1}))
 
 # Compiling the CI instances through evo.compile (with its gates) is tests/test_families_compile.py.
+
+
+@pytest.mark.nvcc
+def test_swap_without_split_compiles_unserialized(fam, tmp_path):
+    # Regression: scalar fp32->fp16 converts in the swap-AB epilogue made ptxas serialize every wgmma
+    # (C7514) whenever SPLIT_K == 1, so the gate rejected that whole sub-space (100 of 100 on an H200 search).
+    from evo.compile import Compiler
+    from evo.config import load_config
+
+    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
+    p = {"BM": 64, "BN": 16, "CONSUMERS": 1, "SPLIT_K": 1, "SWAP_AB": 1, "STAGES": 7}
+    r = comp.compile(fam.render(p), "sm_90a")
+    assert r.ok, r.error
+    assert "C7514" not in r.log and "C7510" not in r.log

@@ -245,8 +245,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
           const int r = warp * 16 + lane / 4 + 8 * h, cc = 8 * jj + 2 * (lane % 4);
           const float v0 = acc[mt][4 * j + 2 * h], v1 = acc[mt][4 * j + 2 * h + 1];
           if (SWAP_AB) {
-            stage[cc * PITCH + r] = __float2half_rn(v0);
-            stage[(cc + 1) * PITCH + r] = __float2half_rn(v1);
+            const __half2 pr = __floats2half2_rn(v0, v1);
+            stage[cc * PITCH + r] = __low2half(pr);
+            stage[(cc + 1) * PITCH + r] = __high2half(pr);
           } else {
             *reinterpret_cast<__half2*>(&stage[r * PITCH + cc]) = __floats2half2_rn(v0, v1);
           }
