@@ -195,3 +195,20 @@ def first_error(log: str) -> str:
             return " ".join(line.split())[:300]
     lines = [l for l in log.splitlines() if l.strip()]
     return " ".join(lines[-1].split())[:300] if lines else ""
+
+
+def stored_cubin(compiler: Compiler, store, source: str, arch: str) -> str:
+    """The cubin of an archived candidate on this machine.
+
+    The archive's compile record points into the compile cache of the machine that built it; after the archive
+    moves to another machine (or the cache is cleared) that file is gone, so the source is compiled again
+    (through the cache) and the record updated. EvoError if it no longer compiles."""
+    ks = KernelSource.parse(source)
+    rec = store.compile_result(ks.hash, arch)
+    if rec is not None and rec.ok and rec.cubin_path and Path(rec.cubin_path).exists():
+        return rec.cubin_path
+    r = compiler.compile(ks, arch)
+    store.add_compile(r)
+    if not r.ok:
+        raise EvoError(f"kernel {ks.hash[:10]} does not compile here: {r.error}")
+    return r.cubin_path

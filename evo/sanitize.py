@@ -222,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
-def vet_champion(worker, store, problem: Problem, info, cfg, out, run_id: int = 0, tries: int = 3):
+def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_id: int = 0, tries: int = 3):
     """Before export: the best stored kernel must pass a strong re-check (cfg.check.recheck_seeds seeds on
     the exact shape, guards, plus off-tile shapes it claims to accept) and, with check.sanitize, the
     sanitizer. A kernel that fails is re-recorded as rejected and the next best is tried.
     Returns the store row of the vetted champion, or None."""
+    from .compile import stored_cubin
     from .gpu.worker import WorkerFault
     from .records import EvalResult
 
@@ -236,10 +237,10 @@ def vet_champion(worker, store, problem: Problem, info, cfg, out, run_id: int = 
         if best is None:
             return None
         h = best["hash"]
-        cubin = store.compile_result(h, info.arch)
-        cubin_path = cubin.cubin_path if cubin else ""
         off_tile = [f"{max(1, problem.m - 1)}x{problem.n + 3}x{problem.k}", "77x200x72", "129x67x33"]
+        cubin_path = ""
         try:
+            cubin_path = stored_cubin(compiler, store, best["source"], info.arch)  # recompiled where the cache lacks it
             res = worker.call("recheck", timeout_s=max(300.0, cfg.timing.timeout_s), problem=problem, source=best["source"],
                               cubin=cubin_path, shapes=off_tile, seeds=cfg.check.recheck_seeds)
             why = "" if res["ok"] else f"re-check failed: {res['error']}"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cli import config_from_args, parser, require_positive
-from .compile import Compiler
+from .compile import Compiler, stored_cubin
 from .config import Config
 from .errors import EvoError, cli_entry
 from .families import Family, load_families
@@ -303,15 +303,15 @@ class Search:
 
         p, store, gpu = self.problem, self.store, info.key
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
-        best = vet_champion(worker, store, p, info, self.cfg, self.out, run_id)  # re-check (+ sanitizer) before export
+        best = vet_champion(worker, store, self.compiler, p, info, self.cfg, self.out, run_id)  # re-check (+ sanitizer) before export
         if best is not None:
             print(f"re-timing the best kernel {best['hash'][:10]} side by side with every baseline "
                   f"({self.cfg.search.confirm_reps} flushed repetitions)...", file=self.out, flush=True)
-            cubin = store.compile_result(best["hash"], info.arch)
             cfg_reps = self.cfg.search.confirm_reps
             try:
+                cubin = stored_cubin(self.compiler, store, best["source"], info.arch)
                 res = worker.call("baselines", timeout_s=900, problem=p,
-                                  extra={"evo": (best["source"], cubin.cubin_path if cubin else "")}, reps=cfg_reps,
+                                  extra={"evo": (best["source"], cubin)}, reps=cfg_reps,
                                   bound_us=info.extra.get("roofline_us", 0.0))
                 timings = res["results"]
                 if "evo" in timings and not timings["evo"].detail.startswith("WRONG"):

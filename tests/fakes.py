@@ -1,6 +1,9 @@
 """Stand-ins for the GPU worker and nvcc, so the search plumbing is tested on any machine."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from evo.errors import EvoError
 from evo.kernel import KernelSource
 from evo.problem import GpuInfo
 from evo.records import BaselineResult, CheckResult, CompileResult, EvalResult
@@ -37,6 +40,10 @@ class FakeWorker:
         from evo.gpu.worker import WorkerFault
 
         self.calls.append(op)
+        cubins = [kw.get("cubin")] + [c for _src, c in (kw.get("extra") or {}).values()]
+        for c in cubins:  # like the real worker: a kernel is loaded from its cubin file
+            if c is not None and not Path(c).exists():
+                raise EvoError(f"cannot load evo_gemm from the cubin: CUDA_ERROR_FILE_NOT_FOUND: {c}")
         if op == "ceilings":
             return {"peak_tflops": 800.0, "bw_gbs": 4000.0, "detail": "fake"}
         if op == "baselines":
@@ -66,14 +73,20 @@ class FakeCompiler:
 
     nvcc = "fake-nvcc"
 
-    def __init__(self):
+    def __init__(self, cache_dir=None):
         self.compiled = []
+        self.cache_dir = cache_dir  # None: every cubin is /dev/null; else one (empty) file per kernel there
 
     def compile(self, ks, arch):
         self.compiled.append(ks.hash)
         if ks.meta.params.get("TILE") == 32:
             return CompileResult(ks.hash, arch, False, error="error: too many resources requested", log="ptxas error")
-        return CompileResult(ks.hash, arch, True, cubin_path="/dev/null", registers=32)
+        path = "/dev/null"
+        if self.cache_dir is not None:
+            Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
+            path = str(Path(self.cache_dir) / f"{ks.hash}.cubin")
+            Path(path).touch()
+        return CompileResult(ks.hash, arch, True, cubin_path=path, registers=32)
 
     def compile_many(self, items, jobs=0, on_done=None):
         out = []

@@ -22,10 +22,10 @@ def make_cfg(tmp_path, **search):
                                                           "templates": TOY}})
 
 
-def run(tmp_path, **search):
+def run(tmp_path, cache_dir=None, **search):
     cfg = make_cfg(tmp_path, **search)
     out = io.StringIO()
-    comp = FakeCompiler()
+    comp = FakeCompiler(cache_dir)
     s = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp)
     summary = s.run()
     return summary, out.getvalue(), comp, cfg
@@ -99,3 +99,20 @@ def test_nothing_published_when_no_champion_survives(tmp_path, monkeypatch):
     rows = list(csv.DictReader((Path(summary.export_dir) / "table.csv").open()))
     assert rows[0]["winner"] != "evo" and rows[0]["kernel_path"] == "" and rows[0]["family"] == ""
     assert not list(Path(cfg.paths.out).rglob("*.cu"))
+
+
+def test_archive_on_a_machine_without_its_cubins(tmp_path):
+    """The archive's compile records point into the compile cache of the machine that built it. On another
+    machine (or after the cache is cleared) the champion is compiled again, not rejected for a missing file."""
+    import shutil
+
+    s1, _, _, cfg = run(tmp_path, cache_dir=tmp_path / "cache1", max_candidates=0)  # exhausts the toy space
+    shutil.rmtree(tmp_path / "cache1")  # the archive moves on; its cubins stay behind
+    s2, text, comp2, _ = run(tmp_path, cache_dir=tmp_path / "cache2", max_candidates=0)  # nothing new to try
+    assert "is rejected" not in text and "re-timing failed" not in text
+    assert s2.best_hash == s1.best_hash and s2.best_us == pytest.approx(12.5)
+    assert s2.best_hash in comp2.compiled  # recompiled here, into this machine's cache
+    store = Store(cfg.paths.db)
+    assert Path(store.compile_result(s2.best_hash, "sm_90a").cubin_path).parent == tmp_path / "cache2"
+    bad = store.db.execute("SELECT COUNT(*) FROM evaluations WHERE stage = 'recheck'").fetchone()[0]
+    assert bad == 0
