@@ -1,9 +1,10 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 256, CONSUMERS: 2, GROUP: 8, PERSISTENT: 1, SPLIT_K: 1, STAGES: 4, SWAP_AB: 0}
+params: {BM: 128, BN: 256, CONSUMERS: 2, GROUP: 16, PERSISTENT: 1, PINGPONG: 0, SPLIT_K: 1,
+  STAGES: 4, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
-grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K", 1, 1]
+grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, 1 + PINGPONG)", 1, 1]
 smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * 9216"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
 requires: "K % 8 == 0"
@@ -18,6 +19,13 @@ tensor_maps:
 //                      of the A and B tiles into a STAGES-deep shared-memory ring.
 //   warpgroups 1..C  = consumers: each owns BM/C rows of the BM x BN tile and issues
 //                      wgmma.m64nBNk16 (both operands from shared memory) per 16-wide k slice.
+//   PINGPONG (C = 2): each consumer owns whole tiles instead, alternating: consumer 0 takes the
+//                      CTA's units 0, 2, 4, ..., consumer 1 units 1, 3, 5, ...  The ring is filled in
+//                      unit order, so one consumer's epilogue runs while the other one's wgmmas do.
+//                      The two mainloops strictly alternate (order mbarriers: a consumer starts its
+//                      k loop only after the other has issued its last wgmma of the previous unit), so a
+//                      consumer never waits on a stage more than one ring lap ahead: parity waits only
+//                      tell adjacent phases apart.
 //   full[s]  mbarrier: producer arms it with the stage's byte count, TMA completes it.
 //   empty[s] mbarrier: every consumer warp arrives once it no longer reads stage s.
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
@@ -40,12 +48,14 @@ constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 8;
+constexpr int GROUP = 16;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
+constexpr int PINGPONG = 0;
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
-constexpr int WM = BM / CONSUMERS;         // rows per consumer warpgroup
+constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
+constexpr int STAGE_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each stage
 constexpr int MT = WM / 64;                // m64 wgmmas per consumer per k16 slice
 constexpr int A_STAGE_BYTES = BM * BK * 2;
 constexpr int B_STAGE_BYTES = BN * BK * 2;
@@ -66,6 +76,7 @@ static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
+static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -281,6 +292,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) uint64_t full_bar[STAGES];
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
+  __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -292,8 +304,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), CONSUMERS * 4);
+      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4);
     }
+    mbar_init(smem_u32(&order_bar[0]), 4);
+    mbar_init(smem_u32(&order_bar[1]), 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -324,24 +338,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   } else {
     // ------------------------------------------------------------ consumer warpgroups
     if (CONSUMERS > 1) setmaxnreg_inc<232>();
-    const int c = wg - 1;  // this consumer's slice: tile rows [c*WM, (c+1)*WM)
+    const int c = wg - 1;  // this consumer's slice: tile rows [c*WM, (c+1)*WM), or (PINGPONG) units j % 2 == c
+    const int row_off = PINGPONG ? 0 : c * WM;
     const int warp = tid / 32, lane = tid % 32;
     float acc[MT][BN / 2];
     int s = 0;
     uint32_t phase = 0;
-    for (int u = blockIdx.x; u < units; u += gridDim.x) {
+    int j = 0;  // this CTA's unit counter
+    int t = 0;  // PINGPONG: units this consumer has done
+    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
+      if (PINGPONG && (j & 1) != c) {  // the other consumer's unit: step over its stages of the ring
+        s += nk;
+        while (s >= STAGES) { s -= STAGES; phase ^= 1; }
+        continue;
+      }
       if (nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) acc[mt][i] = 0.f;
       }
+      if (PINGPONG) {  // consumer 0's unit t follows consumer 1's unit t-1; consumer 1's unit t follows consumer 0's unit t
+        if (c == 1) mbar_wait(smem_u32(&order_bar[1]), t & 1);
+        else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
+      }
       int prev = 0;
       for (int i = 0; i < nk; ++i) {
         mbar_wait(smem_u32(&full_bar[s]), phase);
-        const uint32_t a_base = tiles + s * STAGE_BYTES + c * WM * 128;
+        const uint32_t a_base = tiles + s * STAGE_BYTES + row_off * 128;
         const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
         wgmma_fence();
 #pragma unroll
@@ -358,6 +384,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         }
         prev = s;
         if (++s == STAGES) { s = 0; phase ^= 1; }
+      }
+      if (PINGPONG) {  // every wgmma of this unit is issued: the other consumer may start its k loop
+        __syncwarp();
+        if (lane == 0) mbar_arrive(smem_u32(&order_bar[1 - c]));
+        ++t;
       }
       wgmma_wait<0>();
       if (nk > 0 && lane == 0) mbar_arrive(smem_u32(&empty_bar[prev]));
@@ -423,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
 
       // -------------------------------------------------------- epilogue: registers -> smem -> C
-      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + c * WM, w.n0);
+      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
     }
   }
 }
