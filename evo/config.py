@@ -12,6 +12,7 @@ import yaml
 from .errors import EvoError
 
 DEFAULTS_PATH = Path(__file__).with_name("defaults.yaml")
+FLUSH_MODES = ("read", "write")  # timing.flush_mode: how evo.timing flushes L2 before a timed call
 
 
 @dataclass
@@ -219,7 +220,7 @@ def _validate(cfg: Config) -> None:
         raise EvoError(f"unknown proposer {', '.join(bad)}; known: {', '.join(sorted(known))}")
     if cfg.timing.reps < 1:
         raise EvoError("config timing.reps must be at least 1")
-    if cfg.timing.flush_mode not in ("write", "read"):
-        raise EvoError(f"config timing.flush_mode must be write or read, not {cfg.timing.flush_mode!r}")
+    if cfg.timing.flush_mode not in FLUSH_MODES:
+        raise EvoError(f"config timing.flush_mode must be one of {', '.join(FLUSH_MODES)}, not {cfg.timing.flush_mode!r}")
     if cfg.check.seeds < 1:
         raise EvoError("config check.seeds must be at least 1")

@@ -20,6 +20,7 @@ from typing import Callable, Union
 import cupy
 import numpy as np
 
+from .config import FLUSH_MODES
 from .records import Timing
 
 _SPIN = r"""
@@ -42,7 +43,6 @@ extern "C" __global__ void evo_flush_read(const int4* __restrict__ p, long long 
     if (acc == 0x13572468) sink[0] = acc;
 }
 """
-FLUSH_MODES = ("write", "read")
 
 
 @dataclass
@@ -65,7 +65,7 @@ def _as_contender(c: Call) -> Contender:
 
 class Timer:
     def __init__(self, l2_bytes: int, flush: bool = True, flush_bytes: int = 0, spin_us: float = 20.0, seed: int = 0,
-                 flush_mode: str = "write", sms: int = 132):
+                 flush_mode: str = "read", sms: int = 132):
         if flush_mode not in FLUSH_MODES:
             raise ValueError(f"flush_mode must be one of {FLUSH_MODES}, not {flush_mode!r}")
         self.flush = flush

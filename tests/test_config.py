@@ -27,7 +27,7 @@ def test_file_and_override(tmp_path):
     ("search:\n  proposers: [mutate, oracle]\n", "unknown proposer oracle"),
     ("search:\n  elites: 50\n", "elites cannot exceed"),
     ("check:\n  exact: 3\n", "true or false"),
-    ("timing:\n  flush_mode: evict\n", "flush_mode must be write or read"),
+    ("timing:\n  flush_mode: evict\n", "flush_mode must be one of read, write"),
 ])
 def test_bad_config(tmp_path, text, msg):
     f = tmp_path / "c.yaml"
