@@ -24,10 +24,11 @@ A family is a folder ``templates/<name>/`` holding
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -105,6 +106,14 @@ class Family:
             leftover = text[text.index("{{"): text.index("{{") + 40].split("}}")[0]
             raise EvoError(f"family {self.name}: template placeholder {leftover}}}}} has no parameter")
         return KernelSource.parse(text)
+
+    def valid_instances(self) -> Iterator[dict[str, Any]]:
+        """Every constraint-valid point of the parameter space, in space order."""
+        names = list(self.space)
+        for combo in itertools.product(*self.space.values()):
+            p = dict(zip(names, combo))
+            if self.valid(p):
+                yield p
 
     def start_instances(self) -> list[dict[str, Any]]:
         """The default and the family's known-good starting points (complete, valid ones only)."""

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import itertools
 import random
 import re
 import shutil
@@ -30,14 +29,6 @@ def family():
     return load_families(names=[NAME])[0]
 
 
-def all_valid(fam):
-    names = list(fam.space)
-    for combo in itertools.product(*fam.space.values()):
-        p = dict(zip(names, combo))
-        if fam.valid(p):
-            yield p
-
-
 def test_space_and_ci_instances_valid():
     fam = family()
     assert set(fam.archs) == {"sm_80", "sm_90a"}
@@ -52,7 +43,7 @@ def test_space_and_ci_instances_valid():
 
 def test_constraints_keep_every_instance_buildable():
     fam = family()
-    valid = list(all_valid(fam))
+    valid = list(fam.valid_instances())
     assert len(valid) >= 50
     for p in valid:
         threads = 32 * p["WARPS_M"] * p["WARPS_N"]
@@ -67,7 +58,7 @@ def test_launch_geometry(shape):
     fam = family()
     prob = Problem(*shape)
     rng = random.Random(1)
-    valid = list(all_valid(fam))
+    valid = list(fam.valid_instances())
     for p in rng.sample(valid, 40) + fam.instances_for_ci():
         ks = fam.render(p)
         assert ks.meta.family == NAME and ks.meta.params == fam.complete(p) and "{{" not in ks.text

@@ -7,8 +7,6 @@ tests/test_families_compile.py.
 """
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
@@ -22,13 +20,6 @@ def fam():
     return f
 
 
-def _valid(fam):
-    for combo in itertools.product(*fam.space.values()):
-        p = dict(zip(fam.space, combo))
-        if fam.valid(p):
-            yield p
-
-
 def test_space_ci_and_starts_valid(fam):
     assert set(fam.archs) == {"sm_80", "sm_90a"}
     assert 1 <= len(fam.instances_for_ci()) <= 4
@@ -36,13 +27,13 @@ def test_space_ci_and_starts_valid(fam):
         assert fam.valid(p), p
     assert not fam.valid(fam.complete({"WARPS": 4, "KS": 8}))            # splits must divide the warps
     assert not fam.valid(fam.complete({"WN": 8, "UNROLL": 4}))            # register budget
-    assert len(list(_valid(fam))) >= 100
+    assert len(list(fam.valid_instances())) >= 100
 
 
 @pytest.mark.parametrize("shape", ["16x4096x4096", "1x77x72", "13x1000x333", "16x28672x4096", "5x3x7"])
 def test_launch_covers_the_streamed_rows(fam, shape):
     prob = parse_shape(shape)
-    for p in _valid(fam):
+    for p in fam.valid_instances():
         ks = fam.render(p)
         small, big = (prob.n, prob.m) if p["SWAP_AB"] else (prob.m, prob.n)
         assert ks.accepts(prob) == (small <= 16)
@@ -142,7 +133,7 @@ def test_correct_on_gpu(gpu, fam):
 
     w, comp, _ = gpu
     rng = random.Random(3)
-    instances = fam.instances_for_ci() + list(fam.start_instances()) + rng.sample(list(_valid(fam)), 6)
+    instances = fam.instances_for_ci() + list(fam.start_instances()) + rng.sample(list(fam.valid_instances()), 6)
     shapes = ["16x4096x4096", "1x77x72", "13x1000x333", "7x200x1000", "4096x16x72", "1000x5x4096", "3x3x8"]
     failures, checked = [], 0
     for p in instances:

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import itertools
 import random
 import re
 import shutil
@@ -35,14 +34,6 @@ def family(name):
     return load_families(names=[name])[0]
 
 
-def all_valid(fam):
-    names = list(fam.space)
-    for combo in itertools.product(*fam.space.values()):
-        p = dict(zip(names, combo))
-        if fam.valid(p):
-            yield p
-
-
 @pytest.mark.parametrize("name", FAMILIES)
 def test_space_and_ci_instances_valid(name):
     fam = family(name)
@@ -60,7 +51,7 @@ def test_space_and_ci_instances_valid(name):
 @pytest.mark.parametrize("name", FAMILIES)
 def test_every_valid_instance_launches_sanely(name):
     fam = family(name)
-    valid = list(all_valid(fam))
+    valid = list(fam.valid_instances())
     assert len(valid) >= 20
     rng = random.Random(1)
     for p in rng.sample(valid, min(60, len(valid))) + fam.instances_for_ci():
