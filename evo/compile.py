@@ -14,9 +14,10 @@ import re
 import resource
 import shutil
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -42,6 +43,7 @@ class Compiler:
     timeout_s: float
     memory_mb: int
     reject_spills: bool
+    locks: dict = field(default_factory=dict, compare=False, repr=False)  # cache key -> lock, per compiler
 
     @staticmethod
     def from_config(cfg: CompileConfig) -> "Compiler":
@@ -60,8 +62,13 @@ class Compiler:
         )
 
     def key(self, ks: KernelSource, arch: str) -> str:
-        h = hashlib.sha256(f"{ks.hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}".encode())
+        """The cache key: the code nvcc compiles (not the front matter), the target and the flags."""
+        h = hashlib.sha256(f"{ks.code_hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}".encode())
         return h.hexdigest()[:20]
+
+    def _key_lock(self, key: str) -> threading.Lock:
+        with self.locks.setdefault("", threading.Lock()):
+            return self.locks.setdefault(key, threading.Lock())
 
     def command(self, cu: Path, cubin: Path, arch: str) -> list[str]:
         code = arch.replace("sm_", "")
@@ -75,6 +82,12 @@ class Compiler:
         if arch not in ks.meta.archs:
             return CompileResult(ks.hash, arch, False, error=f"family {ks.meta.family} does not claim {arch}")
         key = self.key(ks, arch)
+        with self._key_lock(key):  # two candidates with the same code compile once
+            res = self._compile(ks, arch, key)
+        res.hash = ks.hash  # a cache entry may have been made for another candidate with the same code
+        return res
+
+    def _compile(self, ks: KernelSource, arch: str, key: str) -> CompileResult:
         folder = self.cache_dir / arch
         folder.mkdir(parents=True, exist_ok=True)
         meta_path, cubin = folder / f"{key}.json", folder / f"{key}.cubin"

@@ -21,6 +21,11 @@ A family is a folder ``templates/<name>/`` holding
 * ``kernel.cu``: a complete candidate (front matter included, see evo.kernel) in which
   ``{{NAME}}`` is replaced by the value of parameter NAME and ``{{PARAMS}}`` by the
   YAML flow mapping of all parameters.
+
+A family whose template uses ``{{M}}``, ``{{N}}`` or ``{{K}}`` compiles the problem's shape in
+(no runtime divisions, loops of known trip count): it is rendered for one problem
+(``render(params, problem)``), and its front matter's ``requires`` should pin that shape. Its
+``family.yaml`` names the shape its CI instances are rendered for (``ci_shape: 128x64x512``).
 """
 from __future__ import annotations
 
@@ -35,6 +40,9 @@ import yaml
 from . import expr
 from .errors import EvoError
 from .kernel import KernelSource
+from .problem import Problem, parse_shape
+
+SHAPE_KEYS = ("M", "N", "K")  # template placeholders of a shape-specialized family; never parameter names
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,7 @@ class Family:
     ci_instances: tuple[dict, ...]
     path: Path
     starts: tuple[dict, ...] = ()
+    ci_shape: str = ""
 
     @staticmethod
     def load(folder: Path) -> "Family":
@@ -57,6 +66,9 @@ class Family:
         except (OSError, yaml.YAMLError) as e:
             raise EvoError(f"family {folder.name}: cannot read family.yaml: {str(e).splitlines()[0]}") from None
         space = {k: tuple(v if isinstance(v, list) else [v]) for k, v in (spec.get("params") or {}).items()}
+        reserved = sorted(set(space) & set(SHAPE_KEYS))
+        if reserved:
+            raise EvoError(f"family {folder.name}: {', '.join(reserved)} name the problem's shape, not a parameter")
         return Family(
             name=spec["name"],
             description=spec.get("description", ""),
@@ -67,7 +79,21 @@ class Family:
             ci_instances=tuple(spec.get("ci_instances") or ()),
             path=folder,
             starts=tuple(spec.get("starts") or ()),
+            ci_shape=str(spec.get("ci_shape") or ""),
         )
+
+    @property
+    def shape_specialized(self) -> bool:
+        """The template compiles the problem's shape in: render it with a problem."""
+        return any("{{" + k + "}}" in self.template for k in SHAPE_KEYS)
+
+    def ci_problem(self) -> Problem | None:
+        """The shape CI instances of a shape-specialized family are rendered for (None for the others)."""
+        if not self.shape_specialized:
+            return None
+        if not self.ci_shape:
+            raise EvoError(f"family {self.name} compiles the shape in; its family.yaml needs a ci_shape")
+        return parse_shape(self.ci_shape)
 
     def default_params(self) -> dict[str, Any]:
         return {k: v[0] for k, v in self.space.items()}
@@ -95,11 +121,18 @@ class Family:
                 return p
         return None
 
-    def render(self, params: dict[str, Any]) -> KernelSource:
+    def render(self, params: dict[str, Any], problem: Problem | None = None) -> KernelSource:
+        """The candidate for these parameters; a shape-specialized family needs the problem it is for
+        (other families ignore it: one rendering serves every shape its ``requires`` accepts)."""
         full = self.complete(params)
         if not self.valid(full):
             raise EvoError(f"family {self.name}: parameters {full} violate its constraints")
         text = self.template.replace("{{PARAMS}}", yaml.safe_dump(full, default_flow_style=True, sort_keys=True).strip())
+        if self.shape_specialized:
+            if problem is None:
+                raise EvoError(f"family {self.name} compiles the shape in: render it for a problem")
+            for k, v in zip(SHAPE_KEYS, (problem.m, problem.n, problem.k)):
+                text = text.replace("{{" + k + "}}", str(v))
         for k, v in full.items():
             text = text.replace("{{" + k + "}}", str(int(v) if isinstance(v, bool) else v))
         if "{{" in text.split("---*/", 1)[-1] and "}}" in text:

@@ -102,6 +102,12 @@ class KernelSource:
             raise EvoError(f'kernel does not follow the ABI: no extern "C" __global__ {ENTRY}(...) entry point')
         return KernelSource(text=text, meta=meta, hash=source_hash(text, meta))
 
+    @property
+    def code_hash(self) -> str:
+        """Hash of the code alone (front matter, comments and spacing left out): what nvcc sees. Candidates
+        that differ only in launch rules or runtime arguments share one compile."""
+        return hashlib.sha256(normalize(_FRONT.sub("", self.text, count=1)).encode()).hexdigest()[:16]
+
     def env(self, problem: Problem, num_sms: int) -> dict[str, int]:
         env = {k: v for k, v in self.meta.params.items() if isinstance(v, (int, bool))}
         env.update(M=problem.m, N=problem.n, K=problem.k, NUM_SMS=num_sms)

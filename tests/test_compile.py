@@ -84,3 +84,32 @@ def test_compile_only_bad_arch(tmp_path):
     res = subprocess.run([sys.executable, "-m", "evo.search", "--shape", "64x64x64", "--compile-only", "--arch", "sm_70",
                           "--db", str(tmp_path / "e.db")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and res.stderr.strip().startswith("error: unknown arch") and "Traceback" not in res.stderr
+
+
+def test_candidates_with_the_same_code_share_one_compile(tmp_path):
+    """Front matter (launch rules, runtime arguments) is not compiled: one nvcc run serves every candidate
+    whose code is the same, and each gets its own hash back."""
+    import threading
+    from evo.compile import Compiler
+    from evo.kernel import KernelSource
+
+    calls = []
+
+    class Counting(Compiler):
+        def _compile(self, ks, arch, key):
+            calls.append(key)
+            return super()._compile(ks, arch, key)
+
+    src = (Path(__file__).parent / "data" / "naive.cu").read_text()
+    a = KernelSource.parse(src)
+    b = KernelSource.parse(src.replace("---*/", "# another launch rule\nworkspace: 16\n---*/", 1))
+    assert a.hash != b.hash and a.code_hash == b.code_hash
+    comp = Counting(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                    reject_spills=True)
+    res = {}
+    ts = [threading.Thread(target=lambda k=k: res.__setitem__(k.hash, comp.compile(k, "sm_90a"))) for k in (a, b)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert res[a.hash].hash == a.hash and res[b.hash].hash == b.hash
+    assert len(calls) == 2 and calls[0] == calls[1]          # both took the lock for one key...
+    assert len(list((tmp_path / "sm_90a").glob("*.json"))) == 1   # ...and the second found the first's entry

@@ -32,7 +32,7 @@ def test_every_family_claims_a_known_arch_and_has_ci_instances():
 def test_ci_instance_compiles_clean(compiler, family, arch, index):
     fam = next(f for f in load_families() if f.name == family)
     params = fam.instances_for_ci()[index]
-    ks = fam.render(params)
+    ks = fam.render(params, fam.ci_problem())
     r = compiler.compile(ks, arch)
     assert r.ok, f"{family} {params} for {arch}: {r.error}\n{r.log[-3000:]}"
     assert "C7508" not in r.log, f"{family} {params}: setmaxnreg ignored"

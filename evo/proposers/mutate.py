@@ -31,7 +31,7 @@ class MutateProposer:
         def add(fam: Family, params: dict[str, Any], parents: tuple[str, ...], idea: str) -> None:
             if not fam.valid(params):
                 return
-            ks = fam.render(params)
+            ks = fam.render(params, ctx.problem)
             if ks.hash in seen:
                 return
             if not ks.accepts(ctx.problem, ctx.gpu.sm_count if ctx.gpu else 132):

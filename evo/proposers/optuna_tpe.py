@@ -58,7 +58,7 @@ class OptunaProposer:
             if not fam.valid(params):
                 study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
                 continue
-            ks = fam.render(params)
+            ks = fam.render(params, ctx.problem)
             if ks.hash in seen or not ks.accepts(ctx.problem):
                 study.tell(trial, state=self.optuna.trial.TrialState.PRUNED)
                 continue

@@ -272,7 +272,7 @@ class LlmProposer:
         out = []
         for fam in ctx.families:
             try:
-                ks = fam.render(fam.default_params())
+                ks = fam.render(fam.default_params(), ctx.problem)
             except Exception:  # noqa: BLE001
                 continue
             out.append(Individual(hash=ks.hash, family=fam.name, params=dict(ks.meta.params), source=ks.text))
