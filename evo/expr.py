@@ -6,6 +6,7 @@ few functions are allowed; names come from the given environment.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 
 from .errors import EvoError
@@ -44,11 +45,16 @@ def evaluate(expr: str | int | float | bool, env: dict[str, int]) -> int:
         return int(expr)
     if isinstance(expr, (int, float)):
         return int(expr)
+    return int(_eval(_parse(str(expr)).body, env, str(expr)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(src: str) -> ast.Expression:
+    """Parsed once per distinct text: a search evaluates the same few launch rules for thousands of instances."""
     try:
-        tree = ast.parse(str(expr), mode="eval")
+        return ast.parse(src, mode="eval")
     except SyntaxError as e:
-        raise EvoError(f"bad expression {expr!r}: {e.msg}") from None
-    return int(_eval(tree.body, env, str(expr)))
+        raise EvoError(f"bad expression {src!r}: {e.msg}") from None
 
 
 def _eval(node: ast.AST, env: dict[str, int], src: str):
