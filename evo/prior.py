@@ -1,0 +1,242 @@
+"""A shape-aware estimate of an instance's time, from the instance and the shape alone (nothing compiled).
+
+The estimate is a roofline of one work unit per SM slot, with the things that decide which tile wins on a given
+shape: waves of work units over the SMs (the last wave's idle SMs), tile padding (work on rows and columns past
+the shape's edge), resident CTAs per SM (shared memory, threads, an accumulator-based register guess) and
+resident clusters, bytes moved (DRAM once, L2 per tile, split-K partial sums), the bandwidth a few CTAs can draw,
+and fixed costs (launch, pipeline fill per wave, split-K fix-up). It ranks instances before anything is compiled;
+the cost model (evo.cost_model) learns what it gets wrong from the archive's measurements.
+
+Parameter names it understands (where a family has them): BM, BN (tile, kernel view), TILE (square tile),
+SWAP_AB (the kernel computes C^T), SPLIT_K, G and CLK (K splits over CTAs), MC and CLK (cluster size), PERSISTENT,
+BK; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from .families import Family
+from .problem import GpuInfo, Problem, cdiv
+from .space import FamilySpace, Geometry, params_key
+
+# share of the tensor-core peak a family's main loop reaches on large tiles (the cost model corrects the rest)
+FAMILY_EFFICIENCY = {"wgmma_sm90": 1.0, "wgmma_skinny_sm90": 0.9, "mma_sm80": 0.62, "cute_sm80": 0.6,
+                     "gemv_sm80": 0.5, "simt": 0.06}
+DEFAULT_EFFICIENCY = 0.5
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """What the prior needs of a GPU (H100/H200 SXM by default)."""
+
+    sms: int = 132
+    smem_per_sm: int = 233472  # 228 KB
+    threads_per_sm: int = 2048
+    ctas_per_sm: int = 32
+    regs_per_sm: int = 65536
+    peak_tflops: float = 700.0  # measured 8192^3 cuBLAS rate is used when known
+    bw_gbs: float = 4000.0  # measured copy bandwidth is used when known
+    launch_us: float = 2.5  # event window of an almost empty kernel, beyond its work
+    fill_us: float = 0.8  # first loads of a wave (DRAM latency + pipeline fill)
+    fixup_us: float = 1.5  # serial split-K reduction step
+    l2_gbs_per_sm: float = 150.0  # what one SM draws from L2
+
+    @staticmethod
+    def from_info(info: GpuInfo | None, peak_tflops: float = 0.0, bw_gbs: float = 0.0) -> "GpuSpec":
+        s = GpuSpec()
+        if info is None:
+            return s
+        peak = peak_tflops or float(info.extra.get("peak_tflops", 0.0) or 0.0) or s.peak_tflops
+        bw = bw_gbs or float(info.extra.get("bw_gbs", 0.0) or 0.0) or s.bw_gbs
+        return GpuSpec(sms=info.sm_count, peak_tflops=peak, bw_gbs=bw)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The prior's estimate of one instance on one problem, with the terms it is made of (features for the cost model)."""
+
+    us: float
+    tile_m: int
+    tile_n: int
+    split: int  # K splits over CTAs
+    units: int  # work units (tile x split)
+    ctas: int
+    threads: int
+    smem: int
+    resident: int  # CTAs per SM
+    cluster: int
+    waves: float  # units / concurrent slots
+    wave_eff: float  # units / (ceil(waves) * slots)
+    pad_eff: float  # useful / padded MNK
+    compute_us: float
+    memory_us: float
+    overhead_us: float
+    intensity: float  # tile flops per byte loaded
+
+
+INFEASIBLE = float("inf")
+
+
+def tile_of(params: dict[str, Any], problem: Problem) -> tuple[int, int, int, int, bool]:
+    """(tile rows, tile cols, rows, cols) in the kernel's view, and whether it is swapped."""
+    swap = bool(params.get("SWAP_AB", 0))
+    m, n = (problem.n, problem.m) if swap else (problem.m, problem.n)
+    if "BM" in params and "BN" in params:
+        return int(params["BM"]), int(params["BN"]), m, n, swap
+    if "TILE" in params:
+        return int(params["TILE"]), int(params["TILE"]), m, n, swap
+    if "WN" in params and "WARPS" in params:  # gemv: the small dimension in one m16 slice, WN n8 groups per warp
+        ks = max(1, int(params.get("KS", 1)))
+        return 16, 8 * int(params["WN"]) * max(1, int(params["WARPS"]) // ks), m, n, swap
+    return m, n, m, n, swap
+
+
+def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Problem, gpu: GpuSpec) -> Estimate:
+    tm, tn, m, n, _ = tile_of(params, problem)
+    split = max(1, int(params.get("SPLIT_K", 1))) * max(1, int(params.get("G", 1))) * max(1, int(params.get("CLK", 1)))
+    cluster = max(1, int(params.get("CLK", 1))) * max(1, int(params.get("MC", 1)))
+    tiles = cdiv(m, tm) * cdiv(n, tn)
+    units = tiles * split
+    bk = int(params.get("BK", 64 if family.startswith("wgmma") else 32))
+    k_per = cdiv(cdiv(problem.k, split), bk) * bk
+    pad_eff = (m * n * problem.k) / float(tiles * tm * tn * k_per * split)
+    # residency: shared memory (1 KB reserved per CTA), threads, and registers guessed from the accumulators
+    threads = max(1, geo.threads)
+    acc = tm * tn / threads
+    regs = min(255, int(acc) + 48)
+    by_regs = gpu.regs_per_sm // (threads * (cdiv(regs, 8) * 8))
+    by_smem = gpu.smem_per_sm // (geo.smem + 1024) if geo.smem else gpu.ctas_per_sm
+    by_threads = gpu.threads_per_sm // threads
+    resident = min(by_smem, by_threads, by_regs, gpu.ctas_per_sm)
+    if resident < 1:
+        return _infeasible(tm, tn, split, units, geo, cluster, pad_eff)
+    sms = gpu.sms
+    if cluster > 2:  # clusters are packed inside GPCs: measured 15 resident clusters of 8 on 132 SMs
+        slot_sms = max(cluster, int(0.9 * sms / cluster) * cluster)
+    else:
+        slot_sms = sms // cluster * cluster
+    slots = slot_sms * resident
+    waves = units / slots
+    wave_eff = units / (math.ceil(waves) * slots)
+    # compute: every busy SM shares its tensor-core rate among its resident units
+    intensity = tm * tn / (tm + tn) / 2.0  # flops per byte of one k step's A and B tile loads
+    eff = FAMILY_EFFICIENCY.get(family, DEFAULT_EFFICIENCY) * intensity / (intensity + 8.0)
+    warps = resident * threads / 32
+    eff *= min(1.0, 0.5 + warps / 16.0)
+    sm_rate = gpu.peak_tflops * 1e6 / sms * eff  # flop per us
+    unit_flops = 2.0 * tm * tn * k_per
+    per_sm_units = math.ceil(units / slot_sms) if units > slot_sms else 1
+    busy_units_per_sm = min(resident, max(1, math.ceil(units / slot_sms)))
+    compute_us = per_sm_units * unit_flops / sm_rate if per_sm_units > 1 else unit_flops * busy_units_per_sm / sm_rate
+    # memory: A, B and C through DRAM once, split-K partials written and read, tile loads through L2; a few
+    # busy SMs cannot draw the full bandwidth
+    dram = problem.min_bytes + (8.0 * problem.m * problem.n * split if split > 1 else 0.0)
+    l2 = units * (tm + tn) * k_per * 2.0
+    busy_sms = min(slot_sms, units)
+    bw = gpu.bw_gbs * 1e3 * min(1.0, busy_sms / (0.5 * sms))  # bytes per us
+    memory_us = max(dram / bw, l2 / (busy_sms * gpu.l2_gbs_per_sm * 1e3))
+    overhead_us = gpu.launch_us + math.ceil(waves) * gpu.fill_us + (gpu.fixup_us if split > 1 else 0.0)
+    us = max(compute_us, memory_us) + overhead_us
+    return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
+                    compute_us, memory_us, overhead_us, intensity)
+
+
+def _infeasible(tm, tn, split, units, geo, cluster, pad_eff) -> Estimate:
+    return Estimate(INFEASIBLE, tm, tn, split, units, geo.ctas, geo.threads, geo.smem, 0, cluster, 0.0, 0.0, pad_eff,
+                    INFEASIBLE, INFEASIBLE, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
+class Ranked:
+    family: str
+    params: dict[str, Any]
+    est: Estimate
+
+
+class Prior:
+    """Ranks the instances of the families for a problem by the estimate (a sample of each large space)."""
+
+    def __init__(self, families: list[Family], gpu: GpuSpec, sample: int = 3000, seed: int = 0):
+        self.spaces = {f.name: FamilySpace(f) for f in families}
+        self.gpu = gpu
+        self.sample = sample
+        self.seed = seed
+
+    def space(self, family: str) -> FamilySpace | None:
+        return self.spaces.get(family)
+
+    def estimate(self, family: str, params: dict[str, Any], problem: Problem) -> Estimate | None:
+        sp = self.spaces.get(family)
+        if sp is None:
+            return None
+        geo = sp.geometry(params, problem, self.gpu.sms)
+        return None if geo is None else estimate(family, params, geo, problem, self.gpu)
+
+    def rank(self, problem: Problem) -> list[Ranked]:
+        """Every sampled instance that accepts the problem, best estimate first."""
+        rng = random.Random(self.seed * 1000003 + problem.m * 31 + problem.n * 17 + problem.k)
+        out = []
+        for name, sp in self.spaces.items():
+            for params in sp.sample(rng, self.sample):
+                geo = sp.geometry(params, problem, self.gpu.sms)
+                if geo is None:
+                    continue
+                e = estimate(name, params, geo, problem, self.gpu)
+                if e.us < INFEASIBLE:
+                    out.append(Ranked(name, params, e))
+        out.sort(key=lambda r: (r.est.us, r.family, str(sorted(r.params.items()))))
+        return out
+
+
+def diverse_top(ranked: list[Ranked], n: int, per_family: int = 1, competitive: float = 3.0) -> list[Ranked]:
+    """The top n of a ranking, kept diverse: each family's best ``per_family`` first (families whose best estimate
+    is within ``competitive`` x the overall best), then the ranking in order, skipping instances with the same
+    (family, tile, split) as one already taken."""
+    if not ranked or n <= 0:
+        return []
+    best = ranked[0].est.us
+    out: list[Ranked] = []
+    taken: set[tuple] = set()
+    sig: set[tuple] = set()
+    per: dict[str, int] = {}
+
+    def take(r: Ranked) -> None:
+        out.append(r)
+        taken.add((r.family, params_key(r.params)))
+        sig.add((r.family, r.est.tile_m, r.est.tile_n, r.est.split))
+        per[r.family] = per.get(r.family, 0) + 1
+
+    for r in ranked:
+        if len(out) >= n:
+            break
+        if per.get(r.family, 0) < per_family and r.est.us <= competitive * best:
+            if (r.family, r.est.tile_m, r.est.tile_n, r.est.split) not in sig:
+                take(r)
+    for r in ranked:
+        if len(out) >= n:
+            break
+        if (r.family, params_key(r.params)) in taken or (r.family, r.est.tile_m, r.est.tile_n, r.est.split) in sig:
+            continue
+        take(r)
+    for r in ranked:  # fewer distinct signatures than n: fill with the rest in order
+        if len(out) >= n:
+            break
+        if (r.family, params_key(r.params)) not in taken:
+            take(r)
+    out.sort(key=lambda r: r.est.us)
+    return out
+
+
+def competitive_families(ranked: list[Ranked], factor: float = 2.0) -> list[str]:
+    """Families whose best estimate is within ``factor`` x the overall best (optuna searches only these)."""
+    if not ranked:
+        return []
+    best = ranked[0].est.us
+    fams: list[str] = []
+    for r in ranked:
+        if r.family not in fams and r.est.us <= factor * best:
+            fams.append(r.family)
+    return fams

@@ -1,0 +1,99 @@
+"""The instance space and the shape-aware prior (no GPU, no nvcc)."""
+import random
+
+import pytest
+
+from evo.families import load_families
+from evo.prior import GpuSpec, Prior, competitive_families, diverse_top, estimate
+from evo.problem import parse_shape
+from evo.space import FamilySpace, Geometry
+
+SHAPES = ["4096x4096x1024", "512x2048x4096", "64x4096x4096", "128x128x16384", "16x4096x4096", "1000x1000x1000"]
+
+
+@pytest.fixture(scope="module")
+def fams():
+    return [f for f in load_families() if "sm_90a" in f.archs]
+
+
+@pytest.fixture(scope="module")
+def prior(fams):
+    return Prior(fams, GpuSpec(peak_tflops=750, bw_gbs=4300), sample=400)
+
+
+def test_geometry_matches_the_rendered_launch(fams):
+    """The space sizes instances from the launch rules without rendering; it must agree with the rendered candidate."""
+    rng = random.Random(3)
+    for fam in fams:
+        sp = FamilySpace(fam)
+        for params in sp.sample(rng, 15):
+            for key in SHAPES[:3] + SHAPES[4:5]:
+                p = parse_shape(key)
+                ks = fam.render(params, p)
+                geo = sp.geometry(params, p, 132)
+                if not ks.accepts(p, 132):
+                    assert geo is None
+                    continue
+                spec = ks.launch(p, 132)
+                assert geo == Geometry(spec.grid[0] * spec.grid[1] * spec.grid[2], spec.block[0] * spec.block[1] * spec.block[2],
+                                       spec.smem, spec.workspace), (fam.name, params, key)
+
+
+def test_sample_keeps_starts_and_is_bounded(fams):
+    fam = next(f for f in fams if f.name == "wgmma_sm90")
+    sp = FamilySpace(fam)
+    s = sp.sample(random.Random(0), 50)
+    assert s[: len(fam.start_instances())] == fam.start_instances()
+    assert len(s) <= 50 + len(fam.start_instances())
+    assert len({tuple(sorted(p.items())) for p in s}) == len(s)
+    assert all(fam.valid(p) for p in s)
+
+
+def test_waves_padding_residency():
+    gpu = GpuSpec()
+    p = parse_shape("4096x4096x1024")
+    e = estimate("wgmma_sm90", {"BM": 128, "BN": 256}, Geometry(512, 384, 200_000, 0), p, gpu)
+    assert e.units == 512 and e.resident == 1 and e.pad_eff == 1.0
+    assert e.wave_eff == pytest.approx(512 / (4 * 132))
+    q = parse_shape("4096x4353x1024")  # one column past the tiles: a column of tiles is mostly padding, a 5th wave
+    e2 = estimate("wgmma_sm90", {"BM": 128, "BN": 256}, Geometry(576, 384, 200_000, 0), q, gpu)
+    assert e2.units == 576 and e2.pad_eff < 0.95 and e2.us > e.us
+    small = estimate("mma_sm80", {"BM": 64, "BN": 64, "BK": 32}, Geometry(4096, 128, 32768, 0), p, gpu)
+    assert small.resident == min(233472 // (32768 + 1024), 2048 // 128, 32) and small.resident > 1
+    too_big = estimate("mma_sm80", {"BM": 64, "BN": 64}, Geometry(64, 128, 300_000, 0), p, gpu)
+    assert too_big.us == float("inf")
+    # swap-AB puts the small M in the tile's N: 64x4096 with a 64-wide tile column pads nothing
+    s = estimate("wgmma_sm90", {"BM": 128, "BN": 64, "SWAP_AB": 1}, Geometry(32, 256, 100_000, 0), parse_shape("64x4096x4096"), gpu)
+    assert s.pad_eff == 1.0
+    ns = estimate("wgmma_sm90", {"BM": 128, "BN": 64, "SWAP_AB": 0}, Geometry(64, 256, 100_000, 0), parse_shape("64x4096x4096"), gpu)
+    assert ns.pad_eff == pytest.approx(0.5)
+    # clusters of 8 are packed into GPCs: fewer than 132/8 resident
+    c8 = estimate("wgmma_skinny_sm90", {"BM": 128, "BN": 128, "CLK": 8}, Geometry(8 * 16, 288, 200_000, 0), p, gpu)
+    assert c8.cluster == 8 and c8.split == 8
+
+
+def test_prior_ranks_shape_appropriate_instances(prior):
+    big = prior.rank(parse_shape("4096x4096x1024"))
+    assert big[0].family == "wgmma_sm90" and big[0].est.tile_m * big[0].est.tile_n >= 128 * 128
+    long_k = prior.rank(parse_shape("128x128x16384"))
+    assert long_k[0].est.split > 1  # a 128x128 output cannot fill 132 SMs without splitting K
+    default = prior.estimate("wgmma_sm90", next(f for f in prior.spaces.values() if f.name == "wgmma_sm90").family.default_params(),
+                             parse_shape("128x128x16384"))
+    assert default is not None and long_k[0].est.us < default.us / 5
+    skinny = prior.rank(parse_shape("16x4096x4096"))
+    assert skinny[0].est.pad_eff >= 0.5
+    tiny = prior.rank(parse_shape("16x4096x4096"))
+    assert "gemv_sm80" in competitive_families(tiny)
+    assert "simt" not in competitive_families(big)
+
+
+def test_diverse_top(prior):
+    ranked = prior.rank(parse_shape("512x2048x4096"))
+    top = diverse_top(ranked, 10)
+    assert len(top) == 10
+    assert len({(r.family, tuple(sorted(r.params.items()))) for r in top}) == 10
+    assert len({r.family for r in top}) >= 3
+    sigs = [(r.family, r.est.tile_m, r.est.tile_n, r.est.split) for r in top]
+    assert len(set(sigs)) == len(sigs)
+    assert [r.est.us for r in top] == sorted(r.est.us for r in top)
+    assert diverse_top([], 5) == []
