@@ -26,8 +26,9 @@ workspace: "0 if SPLIT_K == 1 else SPLIT_K * cdiv(M, BM) * cdiv(N, BN) * BM * BN
 //   * Grouped rasterization: consecutive CTAs walk GROUP_M tile rows column by column, so
 //     CTAs running together share A and B tiles in L2.
 //   * Split-K (grid z = SPLIT_K): each split stores its fp32 partial tile to `workspace`,
-//     bumps a per-tile arrival counter; the last arriving CTA sums the partials in fixed
-//     order 0..SPLIT_K-1 (deterministic), writes C and resets the counter to zero.
+//     bumps a per-tile arrival counter (atom.add.acq_rel.gpu after a CTA barrier, no SC
+//     fence); the last arriving CTA sums the partials in fixed order 0..SPLIT_K-1
+//     (deterministic), writes C and resets the counter to zero.
 //     SPLIT_K == 1 skips all of that and stores the accumulators straight to C.
 //   * Any M, N, K >= 1: the fast path needs K % 8 == 0 and 16-byte aligned A, B (cp.async
 //     chunks never straddle the K edge); otherwise the same kernel takes a path that fills
@@ -82,6 +83,13 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
+}
+
+// Split-K arrival: atomic add with acquire-release semantics at gpu scope (no SC fence).
+__device__ __forceinline__ unsigned int ticket_acq_rel(unsigned int* p) {
+    unsigned int old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(p) : "memory");
+    return old;
 }
 
 // D = A * B + D, one m16n8k16 tile, fp16 inputs, fp32 accumulators.
@@ -271,12 +279,12 @@ __device__ __forceinline__ void gemm_cta(const __half* __restrict__ A, const __h
                 for (int j = 0; j < NI; ++j)
                     __stcg(reinterpret_cast<float2*>(mine + (prow + i * 16 + h * 8) * BN + pcol + j * 8),
                            make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]));
-        __threadfence();  // partial visible device-wide before the arrival is counted
+        // CTA barrier, then one gpu-scope acq_rel ticket: its release is cumulative (orders every
+        // thread's partial stores), its acquire shows the last CTA every other split's partial.
         __syncthreads();
-        if (tid == 0) s_last = (atomicAdd(counter, 1u) == (unsigned int)(SPLIT_K - 1));
+        if (tid == 0) s_last = (ticket_acq_rel(counter) == (unsigned int)(SPLIT_K - 1));
         __syncthreads();
         if (!s_last) return;
-        __threadfence();  // acquire: see every other split's partial
 
         // The accumulators are dead now: reduce straight from the workspace, 4 columns per
         // thread and step (coalesced loads and C stores), summing in fixed order

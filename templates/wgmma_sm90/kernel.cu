@@ -131,6 +131,13 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// Split-K ticket: one gpu-scope acq_rel atomic releases this CTA's partial (ordered before it by
+// the consumer barrier; release is cumulative) and acquires the earlier arrivals' (no SC fence).
+__device__ __forceinline__ int ticket_acq_rel(int* p) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+  return old;
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
@@ -412,17 +419,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           for (int j = 0; j < BN / 8; ++j)
             __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
                    make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        // Publish: CTA barrier, then one thread fences (cumulative: orders every consumer's
-        // partial stores before the counter bump) and takes a ticket; the last ticket reduces.
+        // Publish: consumer barrier, then one thread takes a ticket with an acq_rel atomic (its
+        // release is cumulative: it orders every consumer's partial stores; its acquire makes
+        // the earlier splits' partials visible to the last one); the last ticket reduces.
         consumer_sync();
         if (threadIdx.x == 128) {
-          __threadfence();
-          const int arrived = atomicAdd(&counters[w.tile], 1);
+          const int arrived = ticket_acq_rel(&counters[w.tile]);
           s_last = (arrived == SPLIT_K - 1);
-          if (s_last) {
-            counters[w.tile] = 0;  // every split has arrived: reset for the next launch
-            __threadfence();       // acquire side: the partials are read after the ticket
-          }
+          if (s_last) counters[w.tile] = 0;  // every split has arrived: reset for the next launch
         }
         consumer_sync();
         if (!s_last) continue;
