@@ -1,12 +1,22 @@
 """The embedded default proposer: mutate and cross over template parameters.
 
-Works with no endpoint at all. Generation 0 (or any generation with no correct
-parent of a family) samples each family's default and random valid instances; later
-generations take tournament-selected parents and move one or two parameters to a
-neighbouring allowed value, or mix the parameters of two parents of one family.
+Works with no endpoint at all. Generation 0 (any family with no candidate yet on this problem) takes each
+family's default and known-good starts, a few random instances, and, with a prior (evo.prior), the top of the
+prior's ranking for this shape kept diverse across families. Later generations take tournament-selected parents
+and make one of:
+
+* a mutation: one or two parameters moved to a neighbouring (sometimes any) allowed value;
+* a coordinated move: several parameters at once (tile M and N together or transposed, the ring depth against
+  the tile size, the K split against the tile size);
+* a crossover of two parents of one family;
+* a cross-family proposal: the parent's tile and K split mapped to the nearest instance of another family.
+
+A child that breaks a family constraint is repaired (the nearest valid instance, moving the parameters the move
+did not touch first) instead of being dropped; ``summary_lines`` counts repairs and drops.
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -14,30 +24,51 @@ from ..families import Family
 from ..select import Selector
 from .base import Proposal, ProposalContext, known_hashes
 
+TILE_PAIRS = (("BM", "BN"),)
+SPLITS = ("SPLIT_K", "G", "KS", "CLK")
+
 
 class MutateProposer:
     name = "mutate"
 
-    def __init__(self, selector: Selector, crossover_rate: float = 0.3, initial_random: int = 8):
+    def __init__(self, selector: Selector, crossover_rate: float = 0.3, initial_random: int = 8, prior: Any = None,
+                 prior_top: int = 0, coordinated_rate: float = 0.35, cross_family_rate: float = 0.15):
         self.selector = selector
         self.crossover_rate = crossover_rate
         self.initial_random = initial_random
+        self.prior = prior  # evo.prior.Prior or None
+        self.prior_top = prior_top
+        self.coordinated_rate = coordinated_rate
+        self.cross_family_rate = cross_family_rate
+        self.repairs = 0
+        self.dropped = 0
+        self.moves: dict[str, int] = {}
+        self._prior_done: set[str] = set()
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         fams = {f.name: f for f in ctx.families}
         seen = known_hashes(ctx)
         out: list[Proposal] = []
 
-        def add(fam: Family, params: dict[str, Any], parents: tuple[str, ...], idea: str) -> None:
+        def add(fam: Family, params: dict[str, Any], parents: tuple[str, ...], idea: str, fixed: tuple = ()) -> bool:
             if not fam.valid(params):
-                return
+                fixed_params, moved = repair(fam, params, ctx.rng, fixed)
+                if fixed_params is None:
+                    self.dropped += 1
+                    return False
+                self.repairs += 1
+                params = fixed_params
+                idea += " (repaired: " + ", ".join(moved) + ")"
             ks = fam.render(params, ctx.problem)
             if ks.hash in seen:
-                return
+                return False
             if not ks.accepts(ctx.problem, ctx.gpu.sm_count if ctx.gpu else 132):
-                return
+                return False
             seen.add(ks.hash)
             out.append(Proposal(ks.text, self.name, parents, idea))
+            kind = idea.split(" ")[0]
+            self.moves[kind] = self.moves.get(kind, 0) + 1
+            return True
 
         known_families = {i.family for i in ctx.population} | {i.family for i in ctx.failures}
         # every family's default and known-good starts are tried on every problem (once: known hashes are
@@ -50,11 +81,19 @@ class MutateProposer:
                 continue
             before = len(out)
             for _ in range(self.initial_random * 4):
-                if len(out) - before > self.initial_random:
+                if len(out) - before >= self.initial_random:
                     break
                 p = fam.random_params(ctx.rng)
                 if p:
                     add(fam, p, (), f"{fam.name} random instance")
+        if self.prior is not None and self.prior_top and ctx.problem.key not in self._prior_done:
+            from ..prior import diverse_top
+
+            self._prior_done.add(ctx.problem.key)  # once per problem and run: a resumed run skips what it knows
+            for r in diverse_top(self.prior.rank(ctx.problem), self.prior_top):
+                if r.family in fams:
+                    add(fams[r.family], r.params, (), f"prior {r.family} instance (estimate {r.est.us:.1f} us, "
+                                                      f"{r.est.waves:.2f} waves, padding {1 - r.est.pad_eff:.0%})")
         pool = self.selector.survivors([i for i in ctx.population if i.family in fams])
         attempts = 0
         while len(out) < n and attempts < n * 30:
@@ -68,13 +107,25 @@ class MutateProposer:
             a = self.selector.parent(pool, ctx.rng)
             fam = fams[a.family]
             same = [i for i in pool if i.family == a.family and i.hash != a.hash]
-            if same and ctx.rng.random() < self.crossover_rate:
+            base = _complete(fam, a.params)
+            r = ctx.rng.random()
+            if same and r < self.crossover_rate:
                 b = self.selector.parent(same, ctx.rng)
                 child = {k: ctx.rng.choice((a.params.get(k, v), b.params.get(k, v))) for k, v in fam.default_params().items()}
                 add(fam, child, (a.hash, b.hash), f"crossover of {a.hash[:8]} and {b.hash[:8]}")
+            elif r < self.crossover_rate + self.cross_family_rate and len(ctx.families) > 1:
+                other = ctx.rng.choice([f for f in ctx.families if f.name != fam.name])
+                child = nearest_instance(fam, base, other, ctx, self.prior)
+                if child is not None:
+                    add(other, child, (a.hash,), f"cross-family {fam.name} -> {other.name} (nearest tile/split)")
+            elif r < self.crossover_rate + self.cross_family_rate + self.coordinated_rate:
+                moved = coordinated(fam, base, ctx.rng)
+                if moved is not None:
+                    child, names, what = moved
+                    add(fam, child, (a.hash,), f"coordinated {what}", fixed=tuple(names))
             else:
                 child, changed = mutate(fam, a.params, ctx.rng)
-                add(fam, child, (a.hash,), "mutate " + ", ".join(changed))
+                add(fam, child, (a.hash,), "mutate " + ", ".join(changed), fixed=tuple(c.split(" ")[0] for c in changed))
         # mutation found nothing new near the parents: explore unvisited instances at random
         attempts = 0
         while len(out) < n and attempts < n * 50:
@@ -88,15 +139,35 @@ class MutateProposer:
     def observe(self, results) -> None:  # parameter mutation learns only through selection
         return None
 
+    def summary_lines(self) -> list[str]:
+        moves = ", ".join(f"{k} {v}" for k, v in sorted(self.moves.items()))
+        return [f"mutate: {self.repairs} children repaired to satisfy their family's constraints, {self.dropped} dropped "
+                f"(no valid instance nearby); proposals by kind: {moves or 'none'}"]
+
+
+def _complete(fam: Family, params: dict[str, Any]) -> dict[str, Any]:
+    child = dict(fam.default_params())
+    child.update({k: v for k, v in params.items() if k in fam.space})
+    return child
+
+
+def _ordered(fam: Family, name: str) -> list:
+    return sorted(fam.space[name], key=lambda x: (isinstance(x, str), x))
+
+
+def _step(fam: Family, name: str, value: Any, d: int) -> Any:
+    vals = _ordered(fam, name)
+    i = vals.index(value) if value in vals else 0
+    return vals[max(0, min(len(vals) - 1, i + d))]
+
 
 def mutate(fam: Family, params: dict[str, Any], rng: random.Random) -> tuple[dict[str, Any], list[str]]:
     """Move one or two parameters to a neighbouring (sometimes any) allowed value."""
-    child = dict(fam.default_params())
-    child.update({k: v for k, v in params.items() if k in fam.space})
+    child = _complete(fam, params)
     names = [k for k, v in fam.space.items() if len(v) > 1]
     changed = []
     for name in rng.sample(names, min(len(names), rng.choice((1, 1, 2)))):
-        values = sorted(fam.space[name], key=lambda x: (isinstance(x, str), x))
+        values = _ordered(fam, name)
         idx = values.index(child[name]) if child[name] in values else 0
         if rng.random() < 0.8:
             idx = max(0, min(len(values) - 1, idx + rng.choice((-1, 1))))
@@ -106,3 +177,121 @@ def mutate(fam: Family, params: dict[str, Any], rng: random.Random) -> tuple[dic
             changed.append(f"{name} {child[name]}->{values[idx]}")
         child[name] = values[idx]
     return child, changed
+
+
+def coordinated(fam: Family, params: dict[str, Any], rng: random.Random) -> tuple[dict[str, Any], list[str], str] | None:
+    """Several parameters moved together; None when the family has none of the parameters such a move needs."""
+    moves = []
+    tiles = [pair for pair in TILE_PAIRS if all(k in fam.space for k in pair)]
+    splits = [k for k in SPLITS if k in fam.space and len(fam.space[k]) > 1]
+    if tiles:
+        moves += ["tile", "transpose"]
+        if "STAGES" in fam.space:
+            moves.append("stages")
+        if splits:
+            moves.append("split")
+    if not moves:
+        return None
+    what = rng.choice(moves)
+    child = dict(params)
+    if what == "tile":
+        d = rng.choice((-1, 1))
+        bm, bn = tiles[0]
+        child[bm], child[bn] = _step(fam, bm, child[bm], d), _step(fam, bn, child[bn], d)
+        names = [bm, bn]
+        desc = f"tile {params[bm]}x{params[bn]}->{child[bm]}x{child[bn]}"
+    elif what == "transpose":
+        bm, bn = tiles[0]
+        if child[bn] not in fam.space[bm] or child[bm] not in fam.space[bn] or child[bm] == child[bn]:
+            return None
+        child[bm], child[bn] = params[bn], params[bm]
+        names = [bm, bn]
+        desc = f"tile {params[bm]}x{params[bn]}->{child[bm]}x{child[bn]} (transposed)"
+    elif what == "stages":  # a larger tile with a shallower ring (same shared memory), or the reverse
+        d = rng.choice((-1, 1))
+        k = rng.choice(tiles[0])
+        child[k] = _step(fam, k, child[k], d)
+        child["STAGES"] = _step(fam, "STAGES", child["STAGES"], -d)
+        names = [k, "STAGES"]
+        desc = f"{k} {params[k]}->{child[k]} with STAGES {params['STAGES']}->{child['STAGES']}"
+    else:  # more K splits with a smaller tile (more CTAs, each shorter), or the reverse
+        d = rng.choice((-1, 1))
+        s = rng.choice(splits)
+        k = rng.choice(tiles[0])
+        child[s] = _step(fam, s, child[s], d)
+        child[k] = _step(fam, k, child[k], -d)
+        names = [s, k]
+        desc = f"{s} {params[s]}->{child[s]} with {k} {params[k]}->{child[k]}"
+    if child == params:
+        return None
+    return child, names, desc
+
+
+def repair(fam: Family, params: dict[str, Any], rng: random.Random, fixed: tuple = ()) -> tuple[dict[str, Any] | None, list[str]]:
+    """The nearest valid instance: one parameter the move did not touch changed by the fewest steps, else two,
+    else any parameter. Returns (params, what was moved) or (None, []) when nothing nearby is valid."""
+    if fam.valid(params):
+        return params, []
+    names = [k for k, v in fam.space.items() if len(v) > 1]
+    free = [k for k in names if k not in fixed]
+    for pool in (free, names):
+        best = None
+        for k in pool:
+            vals = _ordered(fam, k)
+            i = vals.index(params[k]) if params[k] in vals else 0
+            for j, v in enumerate(vals):
+                if v == params[k]:
+                    continue
+                cand = dict(params)
+                cand[k] = v
+                if fam.valid(cand):
+                    d = abs(j - i) + rng.random() * 0.1
+                    if best is None or d < best[0]:
+                        best = (d, cand, [f"{k} {params[k]}->{v}"])
+        if best is not None:
+            return best[1], best[2]
+        if len(pool) >= 2:
+            for _ in range(300):
+                k1, k2 = rng.sample(pool, 2)
+                cand = dict(params)
+                cand[k1] = _step(fam, k1, params[k1], rng.choice((-2, -1, 1, 2)))
+                cand[k2] = _step(fam, k2, params[k2], rng.choice((-2, -1, 1, 2)))
+                if cand != params and fam.valid(cand):
+                    return cand, [f"{k} {params[k]}->{cand[k]}" for k in (k1, k2) if cand[k] != params[k]]
+    return None, []
+
+
+def _problem_view(params: dict[str, Any], problem) -> tuple[float, float, float]:
+    from ..prior import tile_of
+
+    tm, tn, _, _, swap = tile_of(params, problem)
+    rows, cols = (tn, tm) if swap else (tm, tn)
+    split = 1
+    for k in SPLITS[:2] + ("CLK",):
+        split *= max(1, int(params.get(k, 1)))
+    return math.log2(max(1, rows)), math.log2(max(1, cols)), math.log2(split)
+
+
+def nearest_instance(src: Family, params: dict[str, Any], dst: Family, ctx: ProposalContext, prior: Any = None,
+                     sample: int = 600) -> dict[str, Any] | None:
+    """The instance of ``dst`` whose tile (rows over M, columns over N) and K split are nearest to ``params`` of
+    ``src`` on this problem; among the five nearest, the one the prior estimates fastest (random without a prior)."""
+    target = _problem_view(params, ctx.problem)
+    if prior is not None and prior.space(dst.name) is not None:
+        pool = prior.space(dst.name).sample(ctx.rng, sample)
+    else:
+        pool = [p for p in (dst.random_params(ctx.rng) for _ in range(min(sample, 200))) if p]
+    if not pool:
+        return None
+    scored = []
+    for p in pool:
+        v = _problem_view(p, ctx.problem)
+        scored.append((abs(v[0] - target[0]) + abs(v[1] - target[1]) + 0.5 * abs(v[2] - target[2]), p))
+    scored.sort(key=lambda x: x[0])
+    near = [p for _, p in scored[:5]]
+    if prior is not None:
+        ests = [(prior.estimate(dst.name, p, ctx.problem), p) for p in near]
+        ests = [(e.us, p) for e, p in ests if e is not None]
+        if ests:
+            return min(ests, key=lambda x: x[0])[1]
+    return ctx.rng.choice(near)

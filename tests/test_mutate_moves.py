@@ -1,0 +1,98 @@
+"""Moves of the mutate proposer: constraint repair, coordinated moves, cross-family proposals, the prior's generation 0."""
+import random
+
+import pytest
+
+from evo.families import load_families
+from evo.kernel import KernelSource
+from evo.prior import GpuSpec, Prior
+from evo.problem import Problem
+from evo.proposers.base import ProposalContext
+from evo.proposers.mutate import MutateProposer, coordinated, nearest_instance, repair
+from evo.records import Individual
+from evo.select import Selector
+
+
+@pytest.fixture(scope="module")
+def fams():
+    return {f.name: f for f in load_families() if "sm_90a" in f.archs}
+
+
+def test_repair_keeps_the_moved_parameters(fams):
+    fam = fams["wgmma_sm90"]
+    bad = fam.complete({"BM": 64, "CONSUMERS": 2, "BN": 256})  # 64 rows cannot feed two consumer warpgroups
+    assert not fam.valid(bad)
+    fixed, moved = repair(fam, bad, random.Random(0), fixed=("BM",))
+    assert fixed is not None and fam.valid(fixed) and fixed["BM"] == 64
+    assert moved and all(not m.startswith("BM ") for m in moved)
+    assert repair(fam, fam.default_params(), random.Random(0)) == (fam.default_params(), [])
+
+
+def test_coordinated_moves_change_several_parameters(fams):
+    fam = fams["wgmma_sm90"]
+    base = fam.complete({"BM": 128, "BN": 128, "CONSUMERS": 1, "SPLIT_K": 2, "STAGES": 5})
+    rng = random.Random(1)
+    kinds = set()
+    for _ in range(60):
+        r = coordinated(fam, base, rng)
+        if r is None:
+            continue
+        child, names, desc = r
+        kinds.add(desc.split(" ")[0] if "transposed" not in desc else "transpose")
+        assert len(names) == 2 and sum(child[k] != base[k] for k in fam.space) >= 1
+    assert {"tile", "STAGES", "SPLIT_K"} & kinds and len(kinds) >= 3
+    assert coordinated(fams["gemv_sm80"], fams["gemv_sm80"].default_params(), rng) is None
+
+
+def test_cross_family_maps_to_the_nearest_tile(fams):
+    p = Problem(4096, 4096, 1024)
+    ctx = ProposalContext(p, "sm_90a", None, list(fams.values()), [], [], random.Random(0))
+    src = fams["wgmma_sm90"].complete({"BM": 128, "BN": 128, "CONSUMERS": 1})
+    prior = Prior(list(fams.values()), GpuSpec(), sample=800)
+    child = nearest_instance(fams["wgmma_sm90"], src, fams["mma_sm80"], ctx, prior)
+    assert child is not None and fams["mma_sm80"].valid(child)
+    assert child["BM"] == 128 and child["BN"] == 128 and child["SPLIT_K"] == 1
+    # swap-AB in the source: its tile rows run over N, the nearest non-swapped tile is transposed
+    swapped = fams["wgmma_sm90"].complete({"BM": 128, "BN": 64, "CONSUMERS": 1, "SWAP_AB": 1})
+    child = nearest_instance(fams["wgmma_sm90"], swapped, fams["mma_sm80"], ctx, prior)
+    assert (child["BM"], child["BN"]) == (64, 128)
+
+
+def _ctx(population, families, rng, problem=Problem(512, 2048, 4096)):
+    return ProposalContext(problem, "sm_90a", None, families, population, [], rng,
+                           known={i.hash for i in population})
+
+
+def test_generation_zero_from_the_prior_is_diverse(fams):
+    prop = MutateProposer(Selector(16, 4, 3), 0.3, 2, prior=Prior(list(fams.values()), GpuSpec(), sample=300), prior_top=10)
+    out = prop.propose(_ctx([], list(fams.values()), random.Random(0)), 12)
+    from_prior = [p for p in out if p.idea.startswith("prior ")]
+    assert len(from_prior) >= 8
+    assert len({KernelSource.parse(p.source).meta.family for p in from_prior}) >= 3
+    random_ = [p for p in out if "random instance" in p.idea]
+    assert len(random_) <= 2 * len(fams)
+    # the prior's picks are made once per problem
+    again = prop.propose(_ctx([], list(fams.values()), random.Random(1)), 12)
+    assert not any(p.idea.startswith("prior ") for p in again)
+
+
+def test_later_generations_use_every_move_and_stay_valid(fams):
+    fl = [fams["wgmma_sm90"], fams["mma_sm80"]]
+    rng = random.Random(4)
+    pop = []
+    for i, (f, params) in enumerate([(fl[0], {"BM": 128, "BN": 128, "CONSUMERS": 1}), (fl[0], {"BM": 64, "BN": 256, "PINGPONG": 1, "STAGES": 5}),
+                                     (fl[1], {"BM": 128, "BN": 64}), (fl[1], {"BM": 64, "BN": 64, "SPLIT_K": 4})]):
+        ks = f.render(f.complete(params))
+        pop.append(Individual(ks.hash, f.name, ks.meta.params, ks.text, correct=True, time_us=50.0 + i))
+    prop = MutateProposer(Selector(16, 4, 2), 0.2, 0, coordinated_rate=0.4, cross_family_rate=0.2)
+    kinds = set()
+    for g in range(6):
+        for p in prop.propose(_ctx(pop, fl, rng), 12):
+            ks = KernelSource.parse(p.source)
+            fam = fams[ks.meta.family]
+            assert fam.valid(ks.meta.params)
+            kinds.add(p.idea.split(" ")[0])
+    assert {"coordinated", "cross-family", "mutate"} <= kinds
+    line = prop.summary_lines()[0]
+    assert "repaired" in line and "coordinated" in line
+    assert prop.repairs > 0
