@@ -1,0 +1,319 @@
+/*---evo
+family: mma_small_sm80
+archs: [sm_80, sm_90a]
+params: {{PARAMS}}
+block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
+grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K"]
+smem: "max(STAGES * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4)"
+workspace: "0 if SPLIT_K == 1 else SPLIT_K * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * 4"
+requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % SPLIT_K == 0"
+---*/
+// Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a).
+//
+//   C[M,N] = A[M,K] * B[N,K]^T      (A, B, C row-major fp16: both operands K-major, "TN")
+//
+// What makes it cheap where a library call is mostly launch, prologue and epilogue:
+//   * M, N, K are compile-time constants (the family renders one kernel per shape; `requires`
+//     pins it): no runtime divisions, edge predicates vanish where the tiles divide the shape,
+//     and the K loop (KT_PER tiles of BK) is fully unrolled up to 64 tiles.
+//   * Tiny CTAs: 1-4 warps, tiles from 16 rows (BM 16..64, BN 16..128), so small outputs still
+//     give many CTAs; the tile is taken straight from blockIdx (no rasterizer).
+//   * The first cp.async is issued right after the tile origin is known: the prologue's
+//     STAGES-1 tiles go out before the accumulators are even cleared.
+//   * mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix.x4 from XOR-swizzled shared memory
+//     (chunk L of 16 bytes lives at L ^ ((L >> 3) & 7): conflict-free ldmatrix and cp.async),
+//     STAGES-deep cp.async ring, one __syncthreads per K tile.
+//   * WARPS_K: the warps of a CTA split each K tile's k16 steps; partial accumulators are
+//     summed through shared memory in fixed warp order (deterministic).
+//   * SPLIT_K: CTAs (grid z) split K. Each publishes its fp32 partial (fragment order, 16-byte
+//     coalesced stores), then one thread takes a ticket with atom.add.acq_rel.gpu after a CTA
+//     barrier (release is cumulative: it orders every thread's partial). The CTA drawing the
+//     last ticket sums the partials in fixed order 0..SPLIT_K-1, its own from registers
+//     (deterministic whichever CTA arrives last), writes C and resets the ticket to zero.
+//     No sequentially consistent fence (__threadfence / membar.sc) anywhere.
+#include <cuda_fp16.h>
+#include <cstdint>
+
+namespace {
+
+constexpr int kM = {{M}};
+constexpr int kN = {{N}};
+constexpr int kK = {{K}};
+constexpr int BM = {{BM}};
+constexpr int BN = {{BN}};
+constexpr int BK = {{BK}};
+constexpr int WARPS_M = {{WARPS_M}};
+constexpr int WARPS_N = {{WARPS_N}};
+constexpr int WARPS_K = {{WARPS_K}};
+constexpr int STAGES = {{STAGES}};
+constexpr int SPLIT_K = {{SPLIT_K}};
+
+constexpr int WARPS_MN = WARPS_M * WARPS_N;
+constexpr int THREADS = WARPS_MN * WARPS_K * 32;
+constexpr int WM = BM / WARPS_M;            // warp tile rows
+constexpr int WN = BN / WARPS_N;            // warp tile cols
+constexpr int MI = WM / 16;                 // m16 mma tiles per warp
+constexpr int NI = WN / 8;                  // n8 mma tiles per warp
+constexpr int CPR = BK / 8;                 // 16-byte chunks per smem row
+constexpr int KSTEPS = BK / 16;             // k16 steps per K tile
+constexpr int KS_PER_WARP = KSTEPS / WARPS_K;
+constexpr int KT = (kK + BK - 1) / BK;      // K tiles of the whole problem
+constexpr int KT_PER = KT / SPLIT_K;        // K tiles of one split (`requires`: KT % SPLIT_K == 0)
+constexpr int TILES_N = (kN + BN - 1) / BN;
+constexpr int TILES_M = (kM + BM - 1) / BM;
+constexpr int A_STAGE = BM * BK;            // halves per stage
+constexpr int B_STAGE = BN * BK;
+constexpr bool FULL_M = kM % BM == 0;       // no row predicates on A / C
+constexpr bool FULL_N = kN % BN == 0;       // no row predicates on B, column predicates on C
+constexpr bool FULL_K = kK % BK == 0;       // no K predicates
+constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x BN tile
+constexpr int UNROLL = KT_PER <= 64 ? KT_PER : STAGES;
+
+static_assert(BK == 32 || BK == 64, "swizzle is laid out for BK = 32 or 64");
+static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
+static_assert(KSTEPS % WARPS_K == 0, "WARPS_K must divide the k16 steps of a K tile");
+static_assert(KT % SPLIT_K == 0 && KT_PER >= 1, "every split gets the same number of K tiles");
+static_assert(kK % 8 == 0, "16-byte chunks never straddle the K edge");
+static_assert(STAGES >= 2, "need at least double buffering");
+static_assert(FRAG4 * 4 == BM * BN, "fragments cover the tile");
+
+__device__ __forceinline__ int swz(int L) { return L ^ ((L >> 3) & 7); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Split-K ticket: release this CTA's partial (ordered before by the CTA barrier; release is
+// cumulative) and acquire every earlier arrival's, in one gpu-scope atomic.
+__device__ __forceinline__ unsigned int ticket_acq_rel(unsigned int* p) {
+    unsigned int old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(p) : "memory");
+    return old;
+}
+
+// One ROWS x BK tile from global row pointer g (row stride kK; rows [0, rows_left) valid)
+// at K column k0 into the swizzled smem stage at s. Chunk L = r * CPR + c.
+template <int ROWS, bool FULL_ROWS>
+__device__ __forceinline__ void load_tile(uint32_t s, const __half* g, int rows_left, int k0, unsigned tid) {
+    constexpr int CHUNKS = ROWS * CPR;
+    constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+        const unsigned L = tid + it * THREADS;   // unsigned: / and % by CPR are plain shifts
+        if (CHUNKS % THREADS != 0 && L >= CHUNKS) break;
+        const int r = L / CPR;
+        const int gk = k0 + (L % CPR) * 8;
+        const bool ok = (FULL_ROWS || r < rows_left) && (FULL_K || gk < kK);
+        const __half* src = g + r * kK + gk;
+        cp_async_16(s + swz(L) * 16, ok ? src : g, ok ? 16 : 0);
+    }
+}
+
+__device__ __forceinline__ void store_pair(__half* c, int row, int col, float v0, float v1) {
+    if (!FULL_M && row >= kM) return;
+    __half* p = c + row * kN + col;
+    if (kN % 2 == 0) {
+        if (FULL_N || col < kN) *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
+    } else {
+        if (col < kN) p[0] = __float2half_rn(v0);
+        if (col + 1 < kN) p[1] = __float2half_rn(v1);
+    }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
+         int, int, int, float* __restrict__ workspace)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned tid = threadIdx.x;
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * BN;
+    const int kt0 = SPLIT_K > 1 ? blockIdx.z * KT_PER : 0;
+    const uint32_t sA = smem_u32(smem);                  // STAGES x [BM][BK]
+    const uint32_t sB = sA + STAGES * A_STAGE * 2;       // STAGES x [BN][BK]
+    const __half* gA = A + m0 * kK;
+    const __half* gB = B + n0 * kK;
+    const int rows_a = kM - m0;
+    const int rows_b = kN - n0;
+
+    // ---- prologue first: tiles 0 .. STAGES-2 in flight (one commit group per tile) ----
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT_PER) {
+            const int k0 = (kt0 + s) * BK;
+            load_tile<BM, FULL_M>(sA + s * A_STAGE * 2, gA, rows_a, k0, tid);
+            load_tile<BN, FULL_N>(sB + s * B_STAGE * 2, gB, rows_b, k0, tid);
+        }
+        cp_async_commit();
+    }
+
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int warp_k = warp / WARPS_MN;
+    const int warp_mn = warp % WARPS_MN;
+    const int warp_m = warp_mn / WARPS_N;
+    const int warp_n = warp_mn % WARPS_N;
+    // ldmatrix sources (16-byte chunks, stage 0, k-step 0), as in mma_sm80: a k-step adds 2 to
+    // the chunk column (swz(L + 2ks) = swz(L) ^ 2ks), 16 rows add 16 * CPR chunks (a multiple
+    // of 64: the swizzle key is unchanged).
+    const int a_chunk = swz((warp_m * WM + (lane & 15)) * CPR + (lane >> 4));
+    const int b_chunk = swz((warp_n * WN + ((lane >> 4) << 3) + (lane & 7)) * CPR + ((lane >> 3) & 1));
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    // ---- main loop: fully unrolled when KT_PER <= 64 (stage indices become constants) ----
+#pragma unroll UNROLL
+    for (int t = 0; t < KT_PER; ++t) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int tn = t + STAGES - 1;
+        if (tn < KT_PER) {
+            const int ws = tn % STAGES;
+            const int k0 = (kt0 + tn) * BK;
+            load_tile<BM, FULL_M>(sA + ws * A_STAGE * 2, gA, rows_a, k0, tid);
+            load_tile<BN, FULL_N>(sB + ws * B_STAGE * 2, gB, rows_b, k0, tid);
+        }
+        cp_async_commit();
+
+        const int rs = t % STAGES;
+        const uint32_t a_base = sA + rs * A_STAGE * 2;
+        const uint32_t b_base = sB + rs * B_STAGE * 2;
+#pragma unroll
+        for (int kk = 0; kk < KS_PER_WARP; ++kk) {
+            const int ks = warp_k * KS_PER_WARP + kk;
+            uint32_t af[MI][4];
+            uint32_t bf[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+                ldmatrix_x4(af[i], a_base + ((a_chunk ^ (2 * ks)) + i * 16 * CPR) * 16);
+#pragma unroll
+            for (int j = 0; j < NI / 2; ++j) {
+                uint32_t r[4];
+                ldmatrix_x4(r, b_base + ((b_chunk ^ (2 * ks)) + j * 16 * CPR) * 16);
+                bf[2 * j][0] = r[0];
+                bf[2 * j][1] = r[1];
+                bf[2 * j + 1][0] = r[2];
+                bf[2 * j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) mma_16816(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        }
+    }
+    cp_async_wait<0>();  // only empty groups can remain
+
+    // ---- WARPS_K: warps 1.. hand their partials to warp group 0 through shared memory ----
+    if (WARPS_K > 1) {
+        float4* red = reinterpret_cast<float4*>(smem);   // [WARPS_K-1][WARPS_MN][MI][NI][32]
+        __syncthreads();                                 // everyone is done reading the ring
+        if (warp_k > 0) {
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j)
+                    red[(((warp_k - 1) * WARPS_MN + warp_mn) * MI + i) * NI * 32 + j * 32 + lane] =
+                        make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+        }
+        __syncthreads();
+        if (warp_k == 0) {
+#pragma unroll
+            for (int w = 1; w < WARPS_K; ++w)
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) {
+                        const float4 v = red[(((w - 1) * WARPS_MN + warp_mn) * MI + i) * NI * 32 + j * 32 + lane];
+                        acc[i][j][0] += v.x;
+                        acc[i][j][1] += v.y;
+                        acc[i][j][2] += v.z;
+                        acc[i][j][3] += v.w;
+                    }
+        }
+    }
+
+    // ---- SPLIT_K: publish the partial, the last ticket sums all of them in fixed order ----
+    if (SPLIT_K > 1) {
+        __shared__ unsigned int s_last;
+        const int tile = blockIdx.y * TILES_N + blockIdx.x;
+        float4* part = reinterpret_cast<float4*>(workspace) + tile * SPLIT_K * FRAG4;  // [SPLIT_K][FRAG4]
+        unsigned int* ticket = reinterpret_cast<unsigned int*>(workspace + TILES_M * TILES_N * SPLIT_K * BM * BN) + tile;
+        const int kz = blockIdx.z;
+        if (warp_k == 0) {
+            float4* mine = part + kz * FRAG4 + warp_mn * MI * NI * 32 + lane;
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j)
+                    __stcg(mine + (i * NI + j) * 32, make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
+        }
+        __syncthreads();
+        if (tid == 0) s_last = ticket_acq_rel(ticket) == (unsigned int)(SPLIT_K - 1);
+        __syncthreads();
+        if (!s_last) return;
+        if (warp_k == 0) {
+            const float4* base = part + warp_mn * MI * NI * 32 + lane;
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                    for (int z = 0; z < SPLIT_K; ++z) {
+                        const float4 v = z == kz ? make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3])
+                                                 : __ldcg(base + z * FRAG4 + (i * NI + j) * 32);
+                        sum.x += v.x;
+                        sum.y += v.y;
+                        sum.z += v.z;
+                        sum.w += v.w;
+                    }
+                    acc[i][j][0] = sum.x;
+                    acc[i][j][1] = sum.y;
+                    acc[i][j][2] = sum.z;
+                    acc[i][j][3] = sum.w;
+                }
+        }
+        if (tid == 0) *ticket = 0u;  // every split has arrived: ready for the next launch
+    }
+
+    // ---- epilogue: fragment (i, j) holds c0,c1 at (row, col..col+1), c2,c3 at row + 8 ----
+    if (warp_k != 0) return;
+    const int row0 = m0 + warp_m * WM + (lane >> 2);
+    const int col0 = n0 + warp_n * WN + (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            store_pair(C, row0 + i * 16, col0 + j * 8, acc[i][j][0], acc[i][j][1]);
+            store_pair(C, row0 + i * 16 + 8, col0 + j * 8, acc[i][j][2], acc[i][j][3]);
+        }
+}

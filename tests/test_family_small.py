@@ -1,0 +1,265 @@
+"""CPU tests of the `mma_small_sm80` family (templates/mma_small_sm80): small shapes, the shape compiled in.
+
+* the parameter space, starts and CI instances are valid; the shape is pinned by `requires` (with the
+  split-K rule cdiv(K, BK) % SPLIT_K == 0); launch geometry, shared memory and workspace are sane;
+* a pure-Python model of the kernel's index math (chunk loader, XOR swizzle, ldmatrix / mma fragments,
+  stage ring, WARPS_K shared-memory reduce, split-K fragment-order partials and the ticket's fixed-order
+  sum, predicated epilogue) gives exact results on off-tile shapes in any CTA arrival order. It mirrors
+  kernel.cu: keep them in sync;
+* off-tile instances compile with nvcc without spills, and the first cp.async comes within the first
+  few dozen PTX instructions of the entry.
+"""
+from __future__ import annotations
+
+import random
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from evo.families import load_families
+from evo.problem import parse_shape
+from test_family_sm80 import _ldmatrix_x4, _mma_16816, _swz
+
+
+def family():
+    return load_families(names=["mma_small_sm80"])[0]
+
+
+def test_space_starts_and_ci_instances():
+    fam = family()
+    assert set(fam.archs) == {"sm_80", "sm_90a"} and fam.shape_specialized
+    assert fam.ci_problem().key == "128x64x512"
+    for p in fam.instances_for_ci() + fam.start_instances():
+        assert fam.valid(p), p
+    assert len(fam.start_instances()) == 1 + len(fam.starts)
+    valid = list(fam.valid_instances())
+    assert len(valid) >= 200
+    for p in valid:
+        threads = p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32
+        assert 32 <= threads <= 128
+        assert p["BM"] * p["BN"] // (32 * p["WARPS_M"] * p["WARPS_N"]) <= 64
+
+
+def test_shape_is_pinned_and_split_k_divides_the_k_tiles():
+    fam = family()
+    p = {"BM": 16, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 1, "WARPS_K": 1, "STAGES": 4, "SPLIT_K": 4}
+    ks = fam.render(p, parse_shape("128x64x512"))
+    assert "constexpr int kM = 128;" in ks.text and "constexpr int kK = 512;" in ks.text
+    assert ks.accepts(parse_shape("128x64x512"))
+    assert not ks.accepts(parse_shape("128x64x1024")) and not ks.accepts(parse_shape("64x64x512"))
+    # 16 K tiles of 32 split 4 ways: fine; K = 96 has 3 K tiles: not 4 ways; K = 100 is not a multiple of 8
+    assert not fam.render(p, parse_shape("128x64x96")).accepts(parse_shape("128x64x96"))
+    assert not fam.render(dict(p, SPLIT_K=1), parse_shape("128x64x100")).accepts(parse_shape("128x64x100"))
+    assert fam.render(dict(p, SPLIT_K=1), parse_shape("77x33x104")).accepts(parse_shape("77x33x104"))
+
+
+@pytest.mark.parametrize("shape", ["64x64x64", "128x64x512", "77x1000x336", "128x128x16384", "16x8x8"])
+def test_launch_geometry(shape):
+    fam = family()
+    prob = parse_shape(shape)
+    rng = random.Random(3)
+    valid = list(fam.valid_instances())
+    n_ok = 0
+    for p in rng.sample(valid, 80) + fam.start_instances():
+        ks = fam.render(p, prob)
+        if not ks.accepts(prob):
+            assert -(-prob.k // p["BK"]) % p["SPLIT_K"] != 0
+            continue
+        n_ok += 1
+        spec = ks.launch(prob, 132)
+        assert spec.grid == (-(-prob.n // p["BN"]), -(-prob.m // p["BM"]), p["SPLIT_K"])
+        assert spec.block == (p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32, 1, 1)
+        assert 0 < spec.smem <= 96 * 1024
+        tiles = spec.grid[0] * spec.grid[1]
+        assert spec.workspace == (0 if p["SPLIT_K"] == 1 else p["SPLIT_K"] * tiles * p["BM"] * p["BN"] * 4 + tiles * 4)
+    assert n_ok > 0
+
+
+# ---------------------------------------------------------------------------------------
+# Python model of templates/mma_small_sm80/kernel.cu (one "thread" at a time)
+
+
+def _model_small(p, M, N, K, seed):
+    BM, BN, BK = p["BM"], p["BN"], p["BK"]
+    WARPS_M, WARPS_N, WARPS_K, STAGES, SPLIT_K = p["WARPS_M"], p["WARPS_N"], p["WARPS_K"], p["STAGES"], p["SPLIT_K"]
+    WARPS_MN = WARPS_M * WARPS_N
+    THREADS = WARPS_MN * WARPS_K * 32
+    WM, WN = BM // WARPS_M, BN // WARPS_N
+    MI, NI, CPR, KSTEPS = WM // 16, WN // 8, BK // 8, BK // 16
+    KS_PER_WARP = KSTEPS // WARPS_K
+    KT = -(-K // BK)
+    assert K % 8 == 0 and KT % SPLIT_K == 0
+    KT_PER = KT // SPLIT_K
+    TILES_M, TILES_N = -(-M // BM), -(-N // BN)
+    FRAG4 = WARPS_MN * MI * NI * 32
+    rng = np.random.default_rng(seed)
+    A = rng.integers(-3, 4, size=(M, K)).astype(np.float64)
+    B = rng.integers(-3, 4, size=(N, K)).astype(np.float64)
+    C = np.full((M, N), np.nan)
+    written = np.zeros((M, N), np.int64)
+    part = np.full((TILES_M * TILES_N, SPLIT_K, FRAG4, 4), np.nan)  # fp32 partials in fragment order
+    ticket = np.zeros(TILES_M * TILES_N, np.int64)
+
+    def load_tile(smem, base, G, row0g, rows_left, k0, ROWS):
+        CHUNKS = ROWS * CPR
+        for tid in range(THREADS):
+            for it in range(-(-CHUNKS // THREADS)):
+                L = tid + it * THREADS
+                if L >= CHUNKS:
+                    break
+                r, gk = L // CPR, k0 + (L % CPR) * 8
+                ok = r < rows_left and gk < K
+                vals = G[row0g + r, gk:gk + 8] if ok else np.zeros(8)
+                smem[base + _swz(L) * 8: base + _swz(L) * 8 + 8] = vals
+
+    ctas = [(x, y, z) for z in range(SPLIT_K) for y in range(TILES_M) for x in range(TILES_N)]
+    random.Random(seed).shuffle(ctas)  # any arrival order
+    for bx, by, bz in ctas:
+        m0, n0, kt0 = by * BM, bx * BN, bz * KT_PER
+        sA = np.full(STAGES * BM * BK, np.nan)  # NaN: a never-written chunk shows up
+        sB = np.full(STAGES * BN * BK, np.nan)
+        acc = np.zeros((WARPS_K * WARPS_MN, MI, NI, 32, 4))
+
+        def load(stage, t):
+            k0 = (kt0 + t) * BK
+            load_tile(sA, stage * BM * BK, A, m0, M - m0, k0, BM)
+            load_tile(sB, stage * BN * BK, B, n0, N - n0, k0, BN)
+
+        for s in range(STAGES - 1):
+            if s < KT_PER:
+                load(s, s)
+        for t in range(KT_PER):
+            rs = t % STAGES
+            if t + STAGES - 1 < KT_PER:
+                assert (t + STAGES - 1) % STAGES != rs
+                load((t + STAGES - 1) % STAGES, t + STAGES - 1)
+            for w in range(WARPS_K * WARPS_MN):
+                wk, wmn = w // WARPS_MN, w % WARPS_MN
+                wm, wn = wmn // WARPS_N, wmn % WARPS_N
+                a_chunk = [_swz((wm * WM + (ln & 15)) * CPR + (ln >> 4)) for ln in range(32)]
+                b_chunk = [_swz((wn * WN + ((ln >> 4) << 3) + (ln & 7)) * CPR + ((ln >> 3) & 1)) for ln in range(32)]
+                for kk in range(KS_PER_WARP):
+                    ks = wk * KS_PER_WARP + kk
+                    af = [_ldmatrix_x4(sA, [rs * BM * CPR + (a_chunk[ln] ^ (2 * ks)) + i * 16 * CPR for ln in range(32)])
+                          for i in range(MI)]
+                    bf = []
+                    for j in range(NI // 2):
+                        r = _ldmatrix_x4(sB, [rs * BN * CPR + (b_chunk[ln] ^ (2 * ks)) + j * 16 * CPR for ln in range(32)])
+                        bf += [(r[:, 0], r[:, 1]), (r[:, 2], r[:, 3])]
+                    for i in range(MI):
+                        for j in range(NI):
+                            _mma_16816(acc[w, i, j], af[i], *bf[j])
+        if WARPS_K > 1:  # smem [WARPS_K-1][WARPS_MN][MI][NI][32] float4, summed by warp group 0 in order
+            red = np.full(((WARPS_K - 1) * WARPS_MN * MI * NI * 32, 4), np.nan)
+            for w in range(WARPS_MN, WARPS_K * WARPS_MN):
+                wk, wmn = w // WARPS_MN, w % WARPS_MN
+                for i in range(MI):
+                    for j in range(NI):
+                        for ln in range(32):
+                            red[(((wk - 1) * WARPS_MN + wmn) * MI + i) * NI * 32 + j * 32 + ln] = acc[w, i, j, ln]
+            for wmn in range(WARPS_MN):
+                for wk in range(1, WARPS_K):
+                    for i in range(MI):
+                        for j in range(NI):
+                            for ln in range(32):
+                                acc[wmn, i, j, ln] += red[(((wk - 1) * WARPS_MN + wmn) * MI + i) * NI * 32 + j * 32 + ln]
+        if SPLIT_K > 1:
+            tile = by * TILES_N + bx
+            for wmn in range(WARPS_MN):
+                for i in range(MI):
+                    for j in range(NI):
+                        for ln in range(32):
+                            part[tile, bz, wmn * MI * NI * 32 + (i * NI + j) * 32 + ln] = acc[wmn, i, j, ln]
+            prev = ticket[tile]
+            ticket[tile] += 1
+            if prev != SPLIT_K - 1:
+                continue
+            for wmn in range(WARPS_MN):
+                for i in range(MI):
+                    for j in range(NI):
+                        for ln in range(32):
+                            s = np.zeros(4)
+                            for z in range(SPLIT_K):
+                                s += acc[wmn, i, j, ln] if z == bz else part[tile, z, wmn * MI * NI * 32 + (i * NI + j) * 32 + ln]
+                            acc[wmn, i, j, ln] = s
+            ticket[tile] = 0
+        for wmn in range(WARPS_MN):  # warp group 0 stores
+            wm, wn = wmn // WARPS_N, wmn % WARPS_N
+            for ln in range(32):
+                row0 = m0 + wm * WM + (ln >> 2)
+                col0 = n0 + wn * WN + (ln & 3) * 2
+                for i in range(MI):
+                    for j in range(NI):
+                        for h in range(2):
+                            row = row0 + i * 16 + h * 8
+                            for e in range(2):
+                                col = col0 + j * 8 + e
+                                if row < M and col < N:
+                                    C[row, col] = acc[wmn, i, j, ln, 2 * h + e]
+                                    written[row, col] += 1
+    assert (written == 1).all(), "every C element written exactly once"
+    assert np.array_equal(C, A @ B.T)
+    assert (ticket == 0).all(), "split-K tickets back at zero"
+
+
+_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1)
+
+
+@pytest.mark.parametrize("p,M,N,K", [
+    (dict(_S, BM=16, BN=64, BK=32, WARPS_K=1), 40, 70, 104),                      # off-tile M, N and K
+    (dict(_S, BM=16, BN=32, WARPS_K=4, STAGES=2), 17, 33, 256),                  # 4 warps split k16 steps
+    (dict(_S, BM=32, BN=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, SPLIT_K=4, STAGES=3), 33, 31, 512),
+    (dict(_S, BM=64, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, SPLIT_K=2, STAGES=6), 64, 24, 120),
+])
+def test_index_model(p, M, N, K):
+    assert family().valid(p)
+    assert family().render(p, parse_shape(f"{M}x{N}x{K}")).accepts(parse_shape(f"{M}x{N}x{K}"))
+    for seed in range(2):
+        _model_small(p, M, N, K, seed)
+
+
+# ---------------------------------------------------------------------------------------
+# nvcc: off-tile instances compile clean; loads start in the first instructions
+
+_COMPILE = [
+    (dict(_S, BM=16, BN=64, BK=32, WARPS_K=1), "40x70x104", "sm_80"),
+    (dict(_S, BM=32, BN=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, SPLIT_K=4, STAGES=3), "33x31x512", "sm_90a"),
+    (dict(_S, BM=64, BN=128, BK=32, WARPS_M=4, WARPS_N=1, WARPS_K=1, STAGES=3), "64x128x16384", "sm_90a"),
+]
+
+
+@pytest.fixture(scope="module")
+def compiler(tmp_path_factory):
+    from evo.compile import Compiler
+    from evo.config import load_config
+
+    cfg = load_config(overrides={"compile": {"cache_dir": str(tmp_path_factory.mktemp("small-cache"))}})
+    return Compiler.from_config(cfg.compile)
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("p,shape,arch", _COMPILE, ids=[s for _, s, _ in _COMPILE])
+def test_off_tile_instances_compile_clean(compiler, p, shape, arch):
+    ks = family().render(p, parse_shape(shape))
+    r = compiler.compile(ks, arch)
+    assert r.ok, r.error + r.log[-2000:]
+    assert r.spill_bytes == 0 and r.stack_bytes == 0
+
+
+@pytest.mark.nvcc
+def test_first_cp_async_within_the_first_instructions(tmp_path):
+    fam = family()
+    cu = tmp_path / "k.cu"
+    cu.write_text(fam.render(fam.starts[0], parse_shape("128x64x512")).text)
+    ptx = tmp_path / "k.ptx"
+    r = subprocess.run(["nvcc", "-ptx", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(ptx), str(cu)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    body = ptx.read_text().split(".entry evo_gemm", 1)[1].split("{", 1)[1]
+    instrs = [l.strip() for l in body.splitlines()
+              if l.strip() and not l.strip().startswith(("//", ".reg", "$", "{", "}"))]
+    first = next(i for i, l in enumerate(instrs) if l.startswith("cp.async.cg"))
+    assert first < 48, instrs[:first + 1]
+    assert not any(re.match(r"(div|rem)\.", l) for l in instrs), "a runtime division in the kernel"
