@@ -198,7 +198,8 @@ class Search:
             if fresh:
                 prog.line(f"timing {len(fresh)} seed kernels (winners of other shapes) before proposing anything new")
                 self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
-        while not (stop := out_of_budget()):
+        while not (stop := out_of_budget()) or (prog.generation == 0 and not prog.best_us):
+            # no shape ends without a kernel: while none is correct, generation 0 runs even past the budget
             prog.generation += 1
             individuals = store.individuals(p.key, p.layout, gpu, info.arch)
             failures = [i for i in individuals if not i.correct][:20]
@@ -250,52 +251,58 @@ class Search:
         return fresh
 
     def _compile_and_evaluate(self, fresh, worker: GpuWorker, info: GpuInfo, prog: Progress, out_of_budget, run_id: int) -> list[Individual]:
-        p, store, gpu = self.problem, self.store, info.key
+        store = self.store
         items = [(ks, info.arch) for ks, _ in fresh]
-        results: dict[str, CompileResult] = {}
+        by_hash = {ks.hash: (ks, prop) for ks, prop in fresh}
+        children: list[Individual] = []
 
         def compiled(r: CompileResult) -> None:
+            # each candidate is evaluated as its compile finishes (proposal order), while later ones compile
             store.add_compile(r)
-            results[r.hash] = r
+            ks, prop = by_hash[r.hash]
+            child = self._evaluate_compiled(ks, prop, r, worker, info, prog, out_of_budget, run_id)
+            if child is not None:
+                children.append(child)
 
         self.compiler.compile_many(items, self.cfg.compile.jobs, on_done=compiled)
-        children = []
-        for ks, prop in fresh:
-            r = results[ks.hash]
-            if not r.ok:
-                prog.compile_failed += 1
-                ev = EvalResult(ks.hash, False, "compile", r.error)
-            elif out_of_budget():
-                continue  # compiled and cached; a later run evaluates it
-            else:
-                prog.compiled += 1
-                try:
-                    ev = worker.call("evaluate", timeout_s=self.cfg.timing.timeout_s, problem=p, source=ks.text,
-                                     cubin=r.cubin_path, h=ks.hash, bound_us=info.extra.get("roofline_us", 0.0))
-                except WorkerFault as e:
-                    ev = EvalResult(ks.hash, False, "crash" if "crash" in str(e) else "timeout", str(e))
-                except EvoError as e:
-                    ev = EvalResult(ks.hash, False, "check", str(e))
-            store.add_evaluation(p.key, p.layout, gpu, ev, info.cuda_runtime, info.driver, run_id)
-            if ev.ok:
-                prog.correct += 1
-                mark = ""
-                if not prog.best_us or ev.time_us < prog.best_us:
-                    prog.best_us = ev.time_us
-                    mark = "  * new best"
-                prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
-                           f"cuBLAS {ev.cublas_us:.2f} us ({ev.cublas_us / ev.time_us:.2f}x){mark}")
-            elif ev.stage != "compile":
-                prog.failed += 1
-                prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} rejected at {ev.stage}: {ev.error[:140]}")
-            else:
-                prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} compile failed: {ev.error[:140]}")
-            children.append(Individual(hash=ks.hash, family=ks.meta.family, params=ks.meta.params, source=ks.text,
-                                       parent=",".join(prop.parents), proposer=prop.proposer, idea=prop.idea,
-                                       compiled=r.ok, correct=ev.ok, time_us=ev.time_us, cublas_us=ev.cublas_us,
-                                       error=ev.error, registers=r.registers, smem=r.smem_static,
-                                       compile_log=r.log if not r.ok else ""))
         return children
+
+    def _evaluate_compiled(self, ks: KernelSource, prop: Proposal, r: CompileResult, worker: GpuWorker, info: GpuInfo,
+                           prog: Progress, out_of_budget, run_id: int) -> Individual | None:
+        p, store, gpu = self.problem, self.store, info.key
+        if not r.ok:
+            prog.compile_failed += 1
+            ev = EvalResult(ks.hash, False, "compile", r.error)
+        elif out_of_budget() and prog.best_us:
+            return None  # compiled and cached; a later run evaluates it (past the budget only while no kernel is correct)
+        else:
+            prog.compiled += 1
+            try:
+                ev = worker.call("evaluate", timeout_s=self.cfg.timing.timeout_s, problem=p, source=ks.text,
+                                 cubin=r.cubin_path, h=ks.hash, bound_us=info.extra.get("roofline_us", 0.0))
+            except WorkerFault as e:
+                ev = EvalResult(ks.hash, False, "crash" if "crash" in str(e) else "timeout", str(e))
+            except EvoError as e:
+                ev = EvalResult(ks.hash, False, "check", str(e))
+        store.add_evaluation(p.key, p.layout, gpu, ev, info.cuda_runtime, info.driver, run_id)
+        if ev.ok:
+            prog.correct += 1
+            mark = ""
+            if not prog.best_us or ev.time_us < prog.best_us:
+                prog.best_us = ev.time_us
+                mark = "  * new best"
+            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
+                       f"cuBLAS {ev.cublas_us:.2f} us ({ev.cublas_us / ev.time_us:.2f}x){mark}")
+        elif ev.stage != "compile":
+            prog.failed += 1
+            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} rejected at {ev.stage}: {ev.error[:140]}")
+        else:
+            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} compile failed: {ev.error[:140]}")
+        return Individual(hash=ks.hash, family=ks.meta.family, params=ks.meta.params, source=ks.text,
+                          parent=",".join(prop.parents), proposer=prop.proposer, idea=prop.idea,
+                          compiled=r.ok, correct=ev.ok, time_us=ev.time_us, cublas_us=ev.cublas_us,
+                          error=ev.error, registers=r.registers, smem=r.smem_static,
+                          compile_log=r.log if not r.ok else "")
 
     def _finish(self, worker, info: GpuInfo, run_id: int, stop: str, prog: Progress, t_start: float, proposers) -> SearchSummary:
         from .export import export_table
