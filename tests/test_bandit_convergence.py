@@ -11,8 +11,8 @@ def test_unpulled_arms_first_then_the_paying_arm():
     assert sorted(a for a, _ in picks) == ["a", "b", "c"]  # every new arm once
     for _ in range(5):
         b.update("a", 0.2, 10.0)
-        b.update("b", 0.0, 10.0)
-        b.update("c", 0.01, 10.0)
+        b.update("b", 0.15, 10.0)
+        b.update("c", 0.0, 10.0)
     picks = b.allocate({"a": list(range(10)), "b": list(range(10)), "c": list(range(10))}, 12)
     counts = {k: sum(1 for a, _ in picks if a == k) for k in "abc"}
     assert counts["a"] > counts["b"] >= 2 and counts["a"] >= 6  # a close second still gets slots
