@@ -46,6 +46,8 @@ from .errors import EvoError
 from .problem import Problem
 
 ENTRY = "evo_gemm"
+HOST_ENTRIES = ("evo_host_query", "evo_host_params")  # launch: host (evo.gpu.host_launch, README)
+LAUNCH_MODES = ("device", "host")
 _FRONT = re.compile(r"\A\s*/\*---evo\s*\n(.*?)\n\s*---\*/", re.S)
 _ENTRY_RE = re.compile(r'extern\s+"C"[^;{}]*?\b' + ENTRY + r"\s*\(")
 _LINE_COMMENT = re.compile(r"//[^\n]*")
@@ -85,6 +87,8 @@ class KernelMeta:
     workspace: Any = 0
     requires: Any = True
     tensor_maps: tuple[dict, ...] = ()
+    launch: str = "device"   # "host": the candidate's own host functions build its launch (see HOST_ENTRIES)
+    host_args: tuple = ()    # launch: host: expressions passed to the host functions as int64s
 
 
 @dataclass(frozen=True)
@@ -98,8 +102,13 @@ class KernelSource:
     @staticmethod
     def parse(text: str) -> "KernelSource":
         meta = parse_meta(text)
-        if not _ENTRY_RE.search(strip_comments(text)):
+        code = strip_comments(text)
+        if not _ENTRY_RE.search(code):
             raise EvoError(f'kernel does not follow the ABI: no extern "C" __global__ {ENTRY}(...) entry point')
+        if meta.launch == "host":
+            missing = [f for f in HOST_ENTRIES if not re.search(r'extern\s+"C"[^;{}]*?\b' + f + r"\s*\(", code)]
+            if missing:
+                raise EvoError(f'kernel says launch: host but defines no extern "C" {", ".join(missing)}(...)')
         return KernelSource(text=text, meta=meta, hash=source_hash(text, meta))
 
     @property
@@ -115,6 +124,11 @@ class KernelSource:
 
     def accepts(self, problem: Problem, num_sms: int = 132) -> bool:
         return bool(expr.evaluate(self.meta.requires, self.env(problem, num_sms)))
+
+    def host_arg_values(self, problem: Problem, num_sms: int) -> tuple[int, ...]:
+        """launch: host: the front matter's host_args evaluated for this problem (int64s for the host functions)."""
+        env = self.env(problem, num_sms)
+        return tuple(int(expr.evaluate(a, env)) for a in self.meta.host_args)
 
     def launch(self, problem: Problem, num_sms: int) -> LaunchSpec:
         env = self.env(problem, num_sms)
@@ -172,6 +186,12 @@ def parse_meta(text: str) -> KernelMeta:
     params = d.get("params") or {}
     if not isinstance(params, dict):
         raise EvoError("front matter: params must be a mapping")
+    launch = str(d.get("launch", "device"))
+    if launch not in LAUNCH_MODES:
+        raise EvoError(f"front matter: launch must be one of {', '.join(LAUNCH_MODES)}, not {launch!r}")
+    host_args = d.get("host_args") or []
+    if not isinstance(host_args, list) or (host_args and launch != "host"):
+        raise EvoError("front matter: host_args must be a list, and only with launch: host")
     return KernelMeta(
         family=str(d["family"]),
         archs=tuple(str(a) for a in archs),
@@ -182,6 +202,8 @@ def parse_meta(text: str) -> KernelMeta:
         workspace=d.get("workspace", 0),
         requires=d.get("requires", True),
         tensor_maps=tuple(maps),
+        launch=launch,
+        host_args=tuple(host_args),
     )
 
 
@@ -211,6 +233,8 @@ def source_hash(text: str, meta: KernelMeta) -> str:
         "tensor_maps": meta.tensor_maps,
         "params": meta.params,
     }
+    if meta.launch != "device":  # only then: hashes of device-launched candidates stay as they were
+        launch.update(launch_mode=meta.launch, host_args=meta.host_args)
     h = hashlib.sha256()
     h.update(normalize(_FRONT.sub("", text, count=1)).encode())
     h.update(json.dumps(launch, sort_keys=True, default=str).encode())
