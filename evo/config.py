@@ -103,6 +103,17 @@ class LlmConfig:
 
 
 @dataclass
+class DispatchConfig:
+    decisions: str
+    noise_floor: float
+    measure_reps: int
+    general_tries: int
+    lt_algorithms: int
+    autotune: bool
+    measure_libraries: bool
+
+
+@dataclass
 class Config:
     search: SearchConfig
     compile: CompileConfig
@@ -111,6 +122,7 @@ class Config:
     baselines: BaselineConfig
     paths: PathConfig
     llm: LlmConfig
+    dispatch: DispatchConfig
     source: list = field(default_factory=list)  # files merged in, for the record
 
     def to_dict(self) -> dict[str, Any]:

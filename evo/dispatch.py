@@ -1,20 +1,23 @@
-"""Call the kernel table from a program: ``C = A·Bᵀ`` with the fastest kernel known for the shape.
+"""Call the kernel table from a program: ``C = A·Bᵀ``, never slower than the best library (beyond noise).
 
     from evo.dispatch import Dispatcher, matmul
     d = Dispatcher.load()                 # kernels_out/<this GPU's name, spaces -> _>/table.json
     c = d.matmul(a, b)                    # a [M, K], b [N, K]: fp16, C-contiguous, CuPy arrays or torch CUDA tensors
     c = matmul(a, b)                      # the same through a lazily created default Dispatcher
+    print(d.explain(4096, 4096, 1024))    # what serves a shape, and the measured ratio behind it
 
-Per shape, chosen once and cached:
-* the shape is in the table and evo won there: evo's kernel (compiled once into ``<table>/cubins``, loaded once);
-* the shape is in the table and a library won: cuBLAS (``cublasGemmEx``; rows won by cuBLASLt are served by
-  cuBLAS too);
-* the shape is not in the table: if the nearest table shape (log-distance of M, N, K) was won by evo, the evo
-  winners of the nearest shapes whose ``requires`` accept this shape are tried in order, each checked once on
-  this shape (random inputs against an fp32 reference and an exact {0,1} test, as in the search) before it is
-  used; the first one that passes serves the shape. Otherwise, or when none passes, cuBLAS.
-A kernel that fails to compile, load or check is never used: the shape falls back to cuBLAS, so the result is
-never wrong. ``Dispatcher.explain(M, N, K)`` says what serves a shape and why.
+Per shape, chosen once per process and cached:
+* in the table, evo won beyond the row's noise band: evo's kernel (compiled once into ``<table>/cubins``);
+* in the table, otherwise: the library that won it. cuBLASLt rows run cuBLASLt with the algorithm that won
+  (stored in the table as ``library_algorithm``), else the heuristic's top-1 for a heuristic row, else an
+  algorithm autotuned once on this GPU (persisted); cuBLAS rows run ``cublasGemmEx``. An evo win inside the
+  noise band is a tie and goes to the library.
+* not in the table: evo kernels of the nearest table shapes whose ``requires`` accept it are checked on it
+  (random inputs against an fp32 reference and an exact {0,1} test); those that pass are timed on it side by side
+  with cuBLAS and cuBLASLt (CUDA events, L2 flushed, ``dispatch.measure_reps`` repetitions). A borrowed kernel
+  serves only when it beats the fastest library beyond the noise band; else that library serves. The decision is
+  persisted per (GPU, driver, shape) (evo.decisions, ``~/.cache/evo/dispatch.json``), so it is measured once.
+A kernel that fails to compile, load or check is never used, so the result is never wrong.
 """
 from __future__ import annotations
 
@@ -27,24 +30,50 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import EvoError
+from . import noise
+from .decisions import Decision, Decisions, key as decision_key
+from .errors import EvoError, NoGpuError
 from .kernel import KernelSource
 from .problem import Problem
 
 Fn = Callable[[Any, Any, Any], None]
+LIBS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 
 
 @dataclass
 class Plan:
     """What serves one shape."""
 
-    kind: str  # "evo" (the shape's table winner), "library" (cuBLAS, table says a library wins),
-    #            "general" (another shape's evo winner, checked on this shape), "cublas" (not in the table)
+    kind: str  # "evo" (the shape's table winner), "library" (a table row a library won or tied),
+    #            "general" (another shape's evo winner, checked and timed on this shape), "cublas" / "cublaslt"
+    #            (a shape not in the table, served by the library that measured fastest, or cuBLAS by default)
     shape: str
     source_shape: str = ""  # the table row whose kernel is used
     hash: str = ""
+    library: str = ""  # the library that serves: cublas, cublaslt_heuristic, cublaslt_autotune, cublaslt
     reason: str = ""
+    ratio: float = 0.0  # best library µs / served kernel µs, where measured (table or here)
     fn: Fn | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
+class DispatchSettings:
+    """dispatch: in evo/defaults.yaml."""
+
+    decisions: str = ""  # path of the decisions file ("" = $EVO_DISPATCH_DECISIONS or ~/.cache/evo/dispatch.json)
+    noise_floor: float = noise.DEFAULT_FLOOR
+    measure_reps: int = 20
+    general_tries: int = 3
+    lt_algorithms: int = 8
+    autotune: bool = True
+    measure_libraries: bool = True
+
+    @classmethod
+    def from_config(cls) -> "DispatchSettings":
+        from .config import load_config
+
+        d = load_config().dispatch
+        return cls(**{f: getattr(d, f) for f in cls.__dataclass_fields__})
 
 
 _F16 = np.dtype(np.float16)
@@ -86,15 +115,46 @@ def log_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
     return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))
 
 
+def row_band(row: dict, floor: float) -> float:
+    """The noise band of a table row: exported with the table, else from its spreads, else the floor."""
+    if row.get("noise_band"):
+        return max(float(row["noise_band"]), 0.0)
+    return noise.band(row.get("spread") or 0.0, row.get("best_library_spread") or 0.0, floor=floor)
+
+
+def row_algorithm(row: dict, library: str) -> dict:
+    """The stored cuBLASLt algorithm of a row's library (table column library_algorithms), or {}."""
+    algos = row.get("library_algorithms") or {}
+    if isinstance(algos, str):
+        try:
+            algos = json.loads(algos) if algos else {}
+        except ValueError:
+            algos = {}
+    a = algos.get(library) if isinstance(algos, dict) else None
+    return a if isinstance(a, dict) else {}
+
+
+def lib_label(lib: str) -> str:
+    return {"cublas": "cuBLAS", "cublaslt_heuristic": "cuBLASLt (heuristic)", "cublaslt_autotune": "cuBLASLt (autotuned)",
+            "cublaslt": "cuBLASLt"}.get(lib, lib)
+
+
 class CupyBackend:
-    """The GPU side of the dispatcher: CuPy arrays, cubins compiled with nvcc and loaded once, cuBLAS."""
+    """The GPU side of the dispatcher: CuPy arrays, cubins compiled with nvcc and loaded once, cuBLAS, cuBLASLt."""
 
-    def __init__(self, device_id: int | None = None, cache_dir: str | Path | None = None):
-        import cupy
+    def __init__(self, device_id: int | None = None, cache_dir: str | Path | None = None, lt_algorithms: int = 8):
+        try:
+            import cupy
 
+            device_id = cupy.cuda.runtime.getDevice() if device_id is None else device_id
+            p = cupy.cuda.runtime.getDeviceProperties(device_id)
+        except ImportError:
+            raise NoGpuError("evo.dispatch needs CuPy and a CUDA GPU: pip install 'evo[gpu]'") from None
+        except Exception as e:  # noqa: BLE001 - CUDARuntimeError without a driver or a device
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise NoGpuError(f"evo.dispatch needs a CUDA GPU; none is usable here ({type(e).__name__}: {first})") from None
         self.cupy = cupy
-        self.device_id = cupy.cuda.runtime.getDevice() if device_id is None else device_id
-        p = cupy.cuda.runtime.getDeviceProperties(self.device_id)
+        self.device_id = device_id
         name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
         from .problem import arch_for_cc
 
@@ -103,7 +163,11 @@ class CupyBackend:
         self.arch = arch_for_cc(p["major"], p["minor"])
         self.num_sms = p["multiProcessorCount"]
         self.smem_limit = p.get("sharedMemPerBlockOptin", 48 * 1024)
+        self.l2_bytes = int(p.get("l2CacheSize", 50 << 20))
+        v = cupy.cuda.runtime.driverGetVersion()
+        self.driver = f"{v // 1000}.{v % 1000 // 10}"
         self.cache_dir = cache_dir
+        self.lt_algorithms = lt_algorithms
         self._compiler = None
         self._cublas: Fn | None = None
         self.native = cupy.ndarray
@@ -141,6 +205,26 @@ class CupyBackend:
             self._cublas = call
         return self._cublas
 
+    def cublaslt(self, problem: Problem, config: dict | None, tune: bool) -> tuple[Fn, dict, str]:
+        """cuBLASLt for this shape: the algorithm with `config` if planned, else autotuned here (tune), else the
+        heuristic's top-1. Returns (call, the algorithm's config, how it was chosen); EvoError if unavailable."""
+        from .ltgemm import LtGemm, algorithm_config
+
+        try:
+            lt = LtGemm(problem.m, problem.n, problem.k, limit=self.lt_algorithms)
+            alg, how = (lt.find(config), "the stored algorithm") if config else (None, "")
+            if alg is None and tune:
+                alg, how = lt.autotune(), "autotuned on this GPU" + (" (the stored one is not planned here)" if config else "")
+            if alg is None:
+                alg, how = lt.heuristic, "the heuristic's top-1" + (" (the stored one is not planned here)" if config else "")
+            return lt.bind(alg), algorithm_config(alg), how
+        except ImportError as e:
+            raise EvoError(f"cuBLASLt through nvmath-python is not available ({e})") from None
+        except EvoError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a cuBLASLt / nvmath error: the caller falls back to cuBLAS
+            raise EvoError(f"cuBLASLt failed for {problem.key}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+
     def load(self, ks: KernelSource, problem: Problem, cache_dir: Path) -> Fn:
         """Compile (or take from the cubin cache) and load the kernel for this shape; EvoError if it cannot."""
         from .compile import Compiler
@@ -163,17 +247,39 @@ class CupyBackend:
         r = check_kernel(fn, problem, load_config().check, seed=12345)
         return "" if r.correct else r.error
 
+    def time(self, problem: Problem, calls: dict[str, Fn], reps: int) -> dict[str, tuple[float, float]]:
+        """{name: (median µs, spread)} of each call on this shape: CUDA events, L2 flushed (read) before every
+        repetition, calls interleaved in shuffled order (evo.timing.Timer, as the search times candidates)."""
+        from .timing import Timer
+
+        cupy = self.cupy
+        rs = cupy.random.RandomState(4242)
+        a = rs.standard_normal((problem.m, problem.k), dtype=cupy.float32).astype(cupy.float16)
+        b = rs.standard_normal((problem.n, problem.k), dtype=cupy.float32).astype(cupy.float16)
+        outs = {name: cupy.empty((problem.m, problem.n), dtype=cupy.float16) for name in calls}
+        timer = Timer(self.l2_bytes, flush=True, flush_mode="read", sms=self.num_sms)
+        try:
+            res = timer.measure({name: (lambda fn=fn, c=outs[name]: fn(a, b, c)) for name, fn in calls.items()},
+                                reps=max(3, reps), warmup=3)
+        finally:
+            del timer
+        return {name: (t.median_us, t.spread) for name, t in res.items()}
+
 
 class Dispatcher:
-    def __init__(self, table: dict, table_dir: str | Path, backend: Any, verify: str = "general", general_tries: int = 3):
+    def __init__(self, table: dict, table_dir: str | Path, backend: Any, verify: str = "general",
+                 general_tries: int | None = None, settings: DispatchSettings | None = None,
+                 decisions: Decisions | None = None):
         """table: the parsed table.json; verify: "general" checks borrowed kernels on their new shape before use,
         "all" also checks each shape's own winner once, "none" trusts the table (borrowed kernels are still checked)."""
         if verify not in ("general", "all", "none"):
             raise EvoError(f"verify must be general, all or none, not {verify!r}")
+        self.settings = settings or DispatchSettings()
         self.table_dir = Path(table_dir)
         self.backend = backend
         self.verify = verify
-        self.general_tries = general_tries
+        self.general_tries = self.settings.general_tries if general_tries is None else general_tries
+        self.decisions = decisions or Decisions(self.settings.decisions or None)
         self.gpu = table.get("gpu", "")
         self.rows: dict[tuple[int, int, int], dict] = {}
         for r in table.get("rows", []):
@@ -185,7 +291,8 @@ class Dispatcher:
     @classmethod
     def load(cls, table_dir: str | Path | None = None, backend: Any = None, **kw: Any) -> "Dispatcher":
         """The table of the current GPU: <table_dir or $EVO_KERNELS or kernels_out>/<GPU name>/table.json."""
-        backend = backend or CupyBackend()
+        settings = kw.pop("settings", None) or DispatchSettings.from_config()
+        backend = backend or CupyBackend(lt_algorithms=settings.lt_algorithms)
         if table_dir is None:
             table_dir = Path(os.environ.get("EVO_KERNELS", "kernels_out")) / backend.gpu_key
         path = Path(table_dir) / "table.json"
@@ -198,7 +305,7 @@ class Dispatcher:
             raise EvoError(f"{path} is not valid JSON: {e}") from None
         if table.get("gpu") and table["gpu"] != backend.gpu_key:
             raise EvoError(f"{path} is the table of {table['gpu']}, this GPU is {backend.gpu_key}")
-        return cls(table, table_dir, backend, **kw)
+        return cls(table, table_dir, backend, settings=settings, **kw)
 
     # --- choosing ---------------------------------------------------------------------------------------
     def _source(self, row: dict) -> KernelSource | None:
@@ -226,7 +333,7 @@ class Dispatcher:
             return False
 
     def candidates(self, m: int, n: int, k: int) -> list[tuple[str, dict]]:
-        """What could serve (M, N, K), best first: [(kind, row)]; cuBLAS is always the last resort."""
+        """Evo kernels that could serve (M, N, K), nearest first: [(kind, row)]; a library is always the rest."""
         row = self.rows.get((m, n, k))
         if row is not None:
             if row.get("winner") == "evo" and row.get("kernel_path"):
@@ -235,7 +342,7 @@ class Dispatcher:
         p = Problem(m, n, k)
         near = sorted(self.rows.items(), key=lambda kv: log_distance(kv[0], (m, n, k)))
         if not near or near[0][1].get("winner") != "evo":
-            return []  # the region belongs to the libraries
+            return []  # the region belongs to the libraries: no kernel is compiled or timed for it
         out = []
         seen = set()
         for _, r in near:
@@ -249,34 +356,165 @@ class Dispatcher:
                 out.append(("general", r))
         return out
 
+    def _driver(self) -> str:
+        return str(getattr(self.backend, "driver", ""))
+
+    def _gpu_key(self) -> str:
+        return self.gpu or str(getattr(self.backend, "gpu_key", ""))
+
+    def _library(self, lib: str, p: Problem, row: dict | None, why: str, kind: str, ratio: float = 0.0) -> Plan:
+        """A plan served by `lib`; cuBLASLt falls back to cuBLAS (said in the reason) where it cannot run."""
+        if lib.startswith("cublaslt"):
+            stored = row_algorithm(row, lib) if row else {}
+            tune = lib == "cublaslt_autotune" and self.settings.autotune
+            lt_key = decision_key(self._gpu_key(), self._driver(), p.key, "cublaslt_autotune")
+            if tune and not stored:
+                d = self.decisions.get(lt_key)
+                if d is not None and d.algorithm:
+                    stored = d.algorithm
+            try:
+                fn, cfg, how = self.backend.cublaslt(p, stored or None, tune)
+                if tune and how.startswith("autotuned"):
+                    self.decisions.put(lt_key, Decision(serve="cublaslt", library=lib, algorithm=cfg, note="autotuned"))
+                    how += ", kept in " + str(self.decisions.path)
+                elif tune and stored and not row_algorithm(row or {}, lib):
+                    how = "the algorithm autotuned here earlier (" + str(self.decisions.path) + ")"
+                alg = f"algorithm {cfg.get('algorithm_id', '?')}" + (f" tile {cfg['tile']}" if cfg.get("tile") else "")
+                return Plan(kind, p.key, p.key if row else "", library=lib, ratio=ratio,
+                            reason=f"{why}; served by cuBLASLt, {alg} ({how})", fn=fn)
+            except EvoError as e:
+                return Plan(kind, p.key, p.key if row else "", library="cublas", ratio=ratio,
+                            reason=f"{why}; cuBLASLt unavailable ({e}), served by cuBLAS", fn=self.backend.cublas())
+        return Plan(kind, p.key, p.key if row else "", library="cublas", ratio=ratio,
+                    reason=f"{why}; served by cuBLAS", fn=self.backend.cublas())
+
+    def _load_checked(self, row: dict, p: Problem, check: bool, reasons: list[str]) -> Fn | None:
+        ks = self._source(row)
+        if ks is None:
+            reasons.append(f"{row['shape']}: kernel file missing")
+            return None
+        try:
+            fn = self.backend.load(ks, p, self.table_dir / "cubins")
+        except EvoError as e:
+            reasons.append(f"{row['shape']}: {e}")
+            return None
+        if check:
+            why = self.backend.check(fn, p)
+            if why:
+                reasons.append(f"{row['shape']}'s kernel fails on {p.key}: {why}")
+                return None
+        return fn
+
+    def _table_plan(self, p: Problem, row: dict) -> Plan:
+        floor = self.settings.noise_floor
+        best_lib = row.get("best_library") or ("cublas" if row.get("winner") == "evo" else row.get("winner")) or "cublas"
+        if row.get("winner") != "evo":
+            lib = row.get("winner") or best_lib
+            r = float(row.get("speedup_best_library") or 0.0)
+            evo_note = f"evo's best {r:.3f}x" if r else "no evo kernel"
+            return self._library(lib, p, row, f"{lib_label(lib)} wins in the table ({evo_note})", "library")
+        band = row_band(row, floor)
+        r = float(row.get("speedup_best_library") or 0.0)
+        if r and not noise.wins(r, 1.0, band):
+            return self._library(best_lib, p, row, f"evo's {r:.3f}x over {lib_label(best_lib)} is inside the noise band "
+                                 f"(±{100 * band:.1f}%): a tie", "library", ratio=1.0)
+        reasons: list[str] = []
+        fn = self._load_checked(row, p, self.verify == "all", reasons)
+        if fn is not None:
+            beyond = f"{r:.3f}x {lib_label(best_lib)}, beyond ±{100 * band:.1f}% noise" if r else "no library time"
+            return Plan("evo", p.key, row["shape"], row.get("hash", ""), reason=f"table winner ({beyond})", ratio=r, fn=fn)
+        return self._library(best_lib, p, row, "the table's evo kernel is unusable here: " + "; ".join(reasons), "library")
+
+    def _measured_plan(self, p: Problem) -> Plan:
+        """A shape not in the table: decided once by measurement, persisted."""
+        k = decision_key(self._gpu_key(), self._driver(), p.key)
+        d = self.decisions.get(k)
+        reasons: list[str] = []
+        if d is not None:
+            plan = self._apply(d, p, reasons)
+            if plan is not None:
+                return plan
+        cands = self.candidates(p.m, p.n, p.k)
+        fns: dict[str, tuple[dict, Fn]] = {}
+        for _, row in cands:
+            fn = self._load_checked(row, p, True, reasons)
+            if fn is not None:
+                fns[f"evo:{row['shape']}"] = (row, fn)
+        if not fns and not self.settings.measure_libraries:
+            why = "; ".join(reasons) or "not in the table, no nearby evo kernel accepts it"
+            return Plan("cublas", p.key, library="cublas", reason=why + "; served by cuBLAS", fn=self.backend.cublas())
+        calls: dict[str, Fn] = {name: fn for name, (_, fn) in fns.items()}
+        calls["cublas"] = self.backend.cublas()
+        lt_cfg: dict = {}
+        try:
+            lt_fn, lt_cfg, _ = self.backend.cublaslt(p, None, self.settings.autotune)
+            calls["cublaslt"] = lt_fn
+        except EvoError as e:
+            reasons.append(f"cuBLASLt not measured: {e}")
+        try:
+            t = self.backend.time(p, calls, self.settings.measure_reps)
+        except EvoError as e:
+            return Plan("cublas", p.key, library="cublas", reason=f"not in the table; timing failed ({e}); served by cuBLAS",
+                        fn=self.backend.cublas())
+        libs = {name: v for name, v in t.items() if not name.startswith("evo:")}
+        lib = min(libs, key=lambda name: libs[name][0])
+        lib_us, lib_spread = libs[lib]
+        evos = {name: v for name, v in t.items() if name.startswith("evo:")}
+        dec = Decision(serve=lib, lib_us=round(lib_us, 3), library=lib, algorithm=lt_cfg if lib == "cublaslt" else {},
+                       note="; ".join(reasons))
+        if evos:
+            best = min(evos, key=lambda name: evos[name][0])
+            evo_us, evo_spread = evos[best]
+            band = noise.band(evo_spread, lib_spread, floor=self.settings.noise_floor)
+            row = fns[best][0]
+            dec.evo_us, dec.band, dec.ratio = round(evo_us, 3), round(band, 4), round(noise.ratio(lib_us, evo_us), 4)
+            dec.hash, dec.source_shape = row.get("hash", ""), row["shape"]
+            if noise.wins(lib_us, evo_us, band):
+                dec.serve = "evo"
+        self.decisions.put(k, dec)
+        plan = self._apply(dec, p, reasons, fresh=fns)
+        assert plan is not None  # a library always applies
+        return plan
+
+    def _apply(self, d: Decision, p: Problem, reasons: list[str], fresh: dict | None = None) -> Plan | None:
+        """The plan a decision names (None where its evo kernel is gone or no longer passes: measure again)."""
+        where = "measured here" if fresh is not None else f"measured {d.date or 'earlier'}, {self.decisions.path}"
+        if d.serve == "evo":
+            row = next((r for r in self.rows.values() if r.get("hash") == d.hash and r.get("kernel_path")), None)
+            fn = None
+            if fresh is not None:
+                fn = fresh.get(f"evo:{d.source_shape}", (None, None))[1]
+            elif row is not None:
+                ks = self._source(row)
+                if ks is not None and self._accepts(ks, p):
+                    fn = self._load_checked(row, p, True, reasons)
+            if fn is None:
+                return None
+            return Plan("general", p.key, d.source_shape, d.hash, ratio=d.ratio, fn=fn,
+                        reason=f"evo winner of {d.source_shape}, checked on {p.key} and timed against {lib_label(d.library)}: "
+                               f"{d.ratio:.3f}x ({d.lib_us:.2f} vs {d.evo_us:.2f} us, beyond ±{100 * d.band:.1f}% noise; {where})")
+        evo_note = ""
+        if d.evo_us:
+            evo_note = (f"; the best borrowed evo kernel ({d.source_shape}'s) measured {d.ratio:.3f}x "
+                        f"({d.evo_us:.2f} vs {d.lib_us:.2f} us), not beyond ±{100 * d.band:.1f}% noise")
+        why = f"not in the table; {lib_label(d.serve)} measured fastest ({d.lib_us:.2f} us, {where}){evo_note}"
+        if d.note:
+            why += f" [{d.note}]"
+        if d.serve == "cublaslt":
+            try:
+                fn, cfg, how = self.backend.cublaslt(p, d.algorithm or None, False)
+                return Plan("cublaslt", p.key, library="cublaslt", ratio=1.0, fn=fn,
+                            reason=f"{why}; cuBLASLt algorithm {cfg.get('algorithm_id', '?')} ({how})")
+            except EvoError as e:
+                why += f"; cuBLASLt unavailable now ({e})"
+        return Plan("cublas", p.key, library="cublas", ratio=1.0, reason=why + "; served by cuBLAS", fn=self.backend.cublas())
+
     def _plan(self, m: int, n: int, k: int) -> Plan:
         p = Problem(m, n, k)
-        key = p.key
-        reasons = []
-        for kind, row in self.candidates(m, n, k):
-            ks = self._source(row)
-            if ks is None:
-                reasons.append(f"{row['shape']}: kernel file missing")
-                continue
-            try:
-                fn = self.backend.load(ks, p, self.table_dir / "cubins")
-            except EvoError as e:
-                reasons.append(f"{row['shape']}: {e}")
-                continue
-            if kind == "general" or self.verify == "all":
-                why = self.backend.check(fn, p)
-                if why:
-                    reasons.append(f"{row['shape']}'s kernel fails on {key}: {why}")
-                    continue
-            return Plan(kind, key, row["shape"], row.get("hash", ""),
-                        "table winner" if kind == "evo" else f"evo winner of {row['shape']}, checked on {key}", fn)
         row = self.rows.get((m, n, k))
-        if row is not None and row.get("winner") != "evo":
-            return Plan("library", key, key, reason=f"{row.get('winner')} wins in the table; served by cuBLAS",
-                        fn=self.backend.cublas())
-        why = "; ".join(reasons) if reasons else ("not in the table, and the nearest table shape is won by a library"
-                                                  if row is None else "")
-        return Plan("cublas", key, reason=why or "no usable kernel", fn=self.backend.cublas())
+        if row is not None:
+            return self._table_plan(p, row)
+        return self._measured_plan(p)
 
     def plan(self, m: int, n: int, k: int) -> Plan:
         key = (m, n, k)
@@ -287,7 +525,8 @@ class Dispatcher:
 
     def explain(self, m: int, n: int, k: int) -> str:
         pl = self.plan(m, n, k)
-        return f"{pl.shape}: {pl.kind}" + (f" {pl.hash[:10]}" if pl.hash else "") + f" ({pl.reason})"
+        who = pl.kind + (f" {pl.hash[:10]}" if pl.hash else "") + (f" [{pl.library}]" if pl.library else "")
+        return f"{pl.shape}: {who} ({pl.reason})"
 
     # --- the call -----------------------------------------------------------------------------------------
     def matmul(self, a: Any, b: Any, out: Any = None) -> Any:
@@ -315,12 +554,18 @@ class Dispatcher:
         return c
 
 
-_default: Dispatcher | None = None
+class _Default:
+    """The lazily created process-wide Dispatcher behind evo.dispatch.matmul."""
+
+    dispatcher: Dispatcher | None = None
+
+
+def default() -> Dispatcher:
+    if _Default.dispatcher is None:
+        _Default.dispatcher = Dispatcher.load()
+    return _Default.dispatcher
 
 
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
     """C = A·Bᵀ through a Dispatcher for the current GPU, created on first use."""
-    global _default
-    if _default is None:
-        _default = Dispatcher.load()
-    return _default.matmul(a, b, out)
+    return default().matmul(a, b, out)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evo.dispatch import Dispatcher, validate
+from evo.dispatch import Dispatcher, row_band, validate
 from evo.errors import EvoError
 
 TESTS = Path(__file__).resolve().parent
@@ -27,17 +27,36 @@ def ref(a, b):
 
 
 class NumpyBackend:
-    """Stands in for CupyBackend: NumPy arrays, 'kernels' that compute the reference (or garbage if WRONG)."""
+    """Stands in for CupyBackend: NumPy arrays, 'kernels' that compute the reference (or garbage if WRONG),
+    cuBLASLt 'algorithms' by config, and times set per call name (evo:<source shape>, cublas, cublaslt)."""
 
     gpu_key = "Fake_GPU"
     arch = "sm_90a"
     num_sms = 132
     native = np.ndarray
+    driver = "580.1"
 
-    def __init__(self):
+    def __init__(self, times: dict | None = None):
         self.loaded: list[tuple[str, str]] = []
         self.checked: list[tuple[str, str]] = []
         self.cublas_calls = 0
+        self.lt: list[tuple[str, dict | None, bool]] = []  # (shape, config asked for, tune)
+        self.timed: list[tuple[str, tuple]] = []
+        self.times = {"cublas": 10.0, "cublaslt": 10.5, **(times or {})}
+
+    def cublaslt(self, problem, config, tune):
+        self.lt.append((problem.key, config, tune))
+        cfg = config or ({"algorithm_id": 7, "tile": "128x256"} if tune else {"algorithm_id": 3})
+        how = "the stored algorithm" if config else ("autotuned on this GPU" if tune else "the heuristic's top-1")
+
+        def call(a, b, c):
+            c[...] = ref(a, b)
+
+        return call, cfg, how
+
+    def time(self, problem, calls, reps):
+        self.timed.append((problem.key, tuple(sorted(calls))))
+        return {name: (self.times.get(name, 10.0), 0.01) for name in calls}
 
     def adopt(self, x):
         return x
@@ -77,7 +96,7 @@ class NumpyBackend:
 def make_table(root: Path, rows: list[tuple[str, str, str]], gpu: str = "Fake_GPU") -> Path:
     """rows: (shape, winner, kernel text or ''); written like evo.export writes them."""
     out = []
-    for i, (shape, winner, text) in enumerate(rows):
+    for i, (shape, winner, text, *extra) in enumerate(rows):
         m, n, k = (int(x) for x in shape.split("x"))
         path = ""
         h = ""
@@ -89,10 +108,18 @@ def make_table(root: Path, rows: list[tuple[str, str, str]], gpu: str = "Fake_GP
             (root / path).write_text(text)
             h = KernelSource.parse(text).hash
         out.append({"gpu": gpu, "shape": shape, "layout": "TN", "m": m, "n": n, "k": k, "winner": winner,
-                    "hash": h, "kernel_path": path, "family": "naive" if text else ""})
+                    "hash": h, "kernel_path": path, "family": "naive" if text else "", **(extra[0] if extra else {})})
     (root / gpu).mkdir(parents=True, exist_ok=True)
     (root / gpu / "table.json").write_text(json.dumps({"gpu": gpu, "layout": "TN", "rows": out}))
     return root / gpu
+
+
+@pytest.fixture(autouse=True)
+def decisions_file(tmp_path, monkeypatch):
+    """Measured decisions go to a file of the test's own, never to ~/.cache."""
+    path = tmp_path / "decisions.json"
+    monkeypatch.setenv("EVO_DISPATCH_DECISIONS", str(path))
+    return path
 
 
 def inputs(m, n, k, seed=0):
@@ -122,44 +149,134 @@ def test_table_winner_is_used_and_loaded_once(table):
     assert "table winner" in d.explain(256, 256, 256)
 
 
-def test_library_rows_go_to_cublas(table):
+def test_library_rows_are_served_by_the_library_that_won(table, decisions_file):
     be = NumpyBackend()
     d = Dispatcher.load(table, backend=be)
     a, b = inputs(64, 64, 64)
     d.rows[(64, 64, 64)] = {"shape": "64x64x64", "winner": "cublas", "m": 64, "n": 64, "k": 64}
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
-    assert d.plan(64, 64, 64).kind == "library" and be.cublas_calls == 1 and be.loaded == []
-    assert d.plan(4096, 4096, 4096).kind == "library"  # evo lost there: its kernel is not used
+    assert d.plan(64, 64, 64).kind == "library" and d.plan(64, 64, 64).library == "cublas"
+    assert be.cublas_calls == 1 and be.loaded == []
+    # cuBLASLt autotune won 4096^3 (the evo kernel lost): cuBLASLt serves, autotuned once here and kept
+    plan = d.plan(4096, 4096, 4096)
+    assert plan.kind == "library" and plan.library == "cublaslt_autotune" and be.loaded == []
+    assert be.lt == [("4096x4096x4096", None, True)] and "autotuned on this GPU" in plan.reason
+    assert "algorithm 7" in d.explain(4096, 4096, 4096)
+    # a new process finds the autotuned algorithm in the decisions file and does not tune again
+    be2 = NumpyBackend()
+    Dispatcher.load(table, backend=be2).plan(4096, 4096, 4096)
+    assert be2.lt == [("4096x4096x4096", {"algorithm_id": 7, "tile": "128x256"}, True)]
+    assert json.loads(decisions_file.read_text())
 
 
-def test_unknown_shape_borrows_a_checked_kernel(table):
+def test_cublaslt_rows_use_the_stored_algorithm_or_the_heuristic(tmp_path):
+    algo = {"algorithm_id": 21, "tile": "64x128", "stages": "64x4", "split_k": 1}
+    root = make_table(tmp_path, [
+        ("1024x1024x1024", "cublaslt_autotune", "", {"library_algorithms": {"cublaslt_autotune": algo}}),
+        ("2048x2048x2048", "cublaslt_heuristic", ""),
+    ])
     be = NumpyBackend()
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(1024, 1024, 1024)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    assert be.lt == [("1024x1024x1024", algo, True)] and "stored algorithm" in d.explain(1024, 1024, 1024)
+    d.plan(2048, 2048, 2048)
+    assert be.lt[-1] == ("2048x2048x2048", None, False) and "heuristic" in d.explain(2048, 2048, 2048)
+    assert be.cublas_calls == 0
+
+
+def test_cublaslt_failure_falls_back_to_cublas(tmp_path):
+    root = make_table(tmp_path, [("1024x1024x1024", "cublaslt_autotune", "")])
+    be = NumpyBackend()
+
+    def broken(problem, config, tune):
+        raise EvoError("cuBLASLt through nvmath-python is not available (No module named 'nvmath')")
+
+    be.cublaslt = broken
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(1024, 1024, 1024)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    assert be.cublas_calls == 1 and "cuBLASLt unavailable" in d.plan(1024, 1024, 1024).reason
+
+
+@pytest.mark.parametrize("speedup, spread, kind", [(1.009, 0.01, "library"), (1.08, 0.01, "evo"),
+                                                    (1.04, 0.12, "library"), (0.0, 0.0, "evo")])
+def test_evo_wins_count_only_beyond_the_noise_band(tmp_path, speedup, spread, kind):
+    root = make_table(tmp_path, [("256x256x256", "evo", kernel_text(0),
+                                  {"speedup_best_library": speedup, "best_library": "cublaslt_autotune",
+                                   "spread": spread, "best_library_spread": spread})])
+    be = NumpyBackend()
+    d = Dispatcher.load(root, backend=be)
+    plan = d.plan(256, 256, 256)
+    assert plan.kind == kind, plan.reason
+    if kind == "library":
+        assert plan.library == "cublaslt_autotune" and "inside the noise band" in plan.reason and be.loaded == []
+
+
+def test_unknown_shape_borrows_a_kernel_only_after_it_won_on_that_shape(table, decisions_file):
+    be = NumpyBackend({"evo:256x256x256": 8.0})
     d = Dispatcher.load(table, backend=be)
     a, b = inputs(300, 200, 250)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(300, 200, 250)
     # nearest evo rows: 256^3 (accepts anything) before 512^3 (wrong) and 1024^3 (requires M % 128 == 0: skipped)
     assert plan.kind == "general" and plan.source_shape == "256x256x256"
-    assert be.checked == [(plan.hash, "300x200x250")]
-    assert d.matmul(a, b) is not None and len(be.checked) == 1  # checked once per shape
+    assert (plan.hash, "300x200x250") in be.checked
+    assert be.timed == [("300x200x250", ("cublas", "cublaslt", "evo:256x256x256"))]  # the wrong 512^3 kernel never timed
+    assert plan.ratio == pytest.approx(1.25) and "1.250x" in d.explain(300, 200, 250)
+    assert d.matmul(a, b) is not None and len(be.timed) == 1  # decided once per shape
+    saved = json.loads(decisions_file.read_text())
+    (k, v), = [(k, v) for k, v in saved.items() if "300x200x250" in k]
+    assert k == "Fake_GPU|580.1|300x200x250|shape" and v["serve"] == "evo" and v["ratio"] == pytest.approx(1.25)
+    # another process: the decision is read, not measured again; the kernel is still checked before use
+    be2 = NumpyBackend({"evo:256x256x256": 8.0})
+    d2 = Dispatcher.load(table, backend=be2)
+    assert d2.plan(300, 200, 250).kind == "general" and be2.timed == [] and len(be2.checked) == 1
+    # a new driver is a new decision
+    be3 = NumpyBackend({"evo:256x256x256": 8.0})
+    be3.driver = "590.2"
+    Dispatcher.load(table, backend=be3).plan(300, 200, 250)
+    assert len(be3.timed) == 1
+
+
+@pytest.mark.parametrize("evo_us, served", [(21.4, "cublas"), (10.1, "cublas"), (9.9, "cublas")])
+def test_slower_borrowed_kernel_loses_to_the_library(table, evo_us, served):
+    """The issue's case: a nearby shape's kernel, correct but 0.49x cuBLAS, must not serve; nor one inside noise."""
+    be = NumpyBackend({"evo:256x256x256": evo_us})
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(300, 200, 250)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(300, 200, 250)
+    assert plan.kind == served and be.cublas_calls == 1, plan.reason
+    assert f"{10.0 / evo_us:.3f}x" in plan.reason and "not beyond" in plan.reason
+
+
+def test_unknown_shape_served_by_the_faster_library(table):
+    be = NumpyBackend({"cublaslt": 9.0})
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(8000, 8000, 16)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(8000, 8000, 16)
+    assert plan.kind == "cublaslt" and "cuBLASLt measured fastest" in plan.reason
 
 
 def test_wrong_borrowed_kernel_is_never_used(tmp_path):
     root = make_table(tmp_path, [("512x512x512", "evo", kernel_text(3, WRONG=1)),
                                  ("64x64x64", "evo", kernel_text(4, requires="M % 64 == 0"))])
-    be = NumpyBackend()
+    be = NumpyBackend({"evo:512x512x512": 1.0})
     d = Dispatcher.load(root, backend=be)
     a, b = inputs(500, 500, 500)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(500, 500, 500)
     assert plan.kind == "cublas" and "fails on 500x500x500" in plan.reason and be.cublas_calls == 1
+    assert be.timed == [("500x500x500", ("cublas", "cublaslt"))]
 
 
-def test_unknown_shape_near_library_region_uses_cublas(table):
+def test_unknown_shape_near_library_region_borrows_nothing(table):
     be = NumpyBackend()
     d = Dispatcher.load(table, backend=be)
     plan = d.plan(8000, 8000, 8000)
-    assert plan.kind == "cublas" and "won by a library" in plan.reason and be.loaded == []
+    assert plan.kind == "cublas" and be.loaded == [] and be.timed == [("8000x8000x8000", ("cublas", "cublaslt"))]
 
 
 def test_compile_failure_falls_back(tmp_path):
@@ -168,7 +285,8 @@ def test_compile_failure_falls_back(tmp_path):
     d = Dispatcher.load(root, backend=be)
     a, b = inputs(256, 256, 256)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
-    assert d.plan(256, 256, 256).kind == "cublas" and "does not compile" in d.plan(256, 256, 256).reason
+    plan = d.plan(256, 256, 256)
+    assert plan.kind == "library" and plan.library == "cublas" and "does not compile" in plan.reason
 
 
 def test_verify_all_checks_table_winners(table):
@@ -176,9 +294,29 @@ def test_verify_all_checks_table_winners(table):
     d = Dispatcher.load(table, backend=be, verify="all")
     a, b = inputs(512, 512, 512)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))  # the table's (wrong) winner is caught
-    assert d.plan(512, 512, 512).kind == "cublas"
+    assert d.plan(512, 512, 512).kind == "library"
     # without verification the table is trusted for its own shapes
     assert Dispatcher.load(table, backend=NumpyBackend()).plan(512, 512, 512).kind == "evo"
+
+
+def test_corrupt_decisions_file_is_set_aside(table, decisions_file):
+    decisions_file.write_text("{not json")
+    be = NumpyBackend({"evo:256x256x256": 8.0})
+    assert Dispatcher.load(table, backend=be).plan(300, 200, 250).kind == "general"
+    assert decisions_file.with_name("decisions.json.corrupt").exists() and json.loads(decisions_file.read_text())
+
+
+def test_load_without_a_gpu_is_one_clean_error(monkeypatch, table):
+    import sys
+
+    from evo.dispatch import CupyBackend
+    from evo.errors import NoGpuError
+
+    monkeypatch.setitem(sys.modules, "cupy", None)  # as on a machine without CuPy
+    with pytest.raises(NoGpuError, match="needs CuPy and a CUDA GPU"):
+        CupyBackend()
+    with pytest.raises(NoGpuError):
+        Dispatcher.load(table)
 
 
 def test_out_argument(table):
@@ -233,8 +371,9 @@ def test_table_exported_by_a_sweep_dispatches(tmp_path):
     assert {r["shape"] for r in d.rows.values()} == set(shapes)
     for s in shapes:
         m, n, k = (int(x) for x in s.split("x"))
-        kind = d.plan(m, n, k).kind
-        assert kind == ("evo" if d.rows[(m, n, k)]["winner"] == "evo" else "library")
+        row, kind = d.rows[(m, n, k)], d.plan(m, n, k).kind
+        evo_wins = row["winner"] == "evo" and row["speedup_best_library"] > 1 + row_band(row, 0.02)
+        assert kind == ("evo" if evo_wins else "library"), d.explain(m, n, k)
     a, b = inputs(256, 256, 256)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
 

@@ -1,0 +1,106 @@
+"""cuBLASLt with a chosen algorithm, for the dispatcher: C[M,N] = A[M,K]·B[N,K]ᵀ on the caller's stream.
+
+The problem is planned once per shape through nvmath-python exactly as the baselines plan it
+(``Matmul(a, b.T)``, fp32 compute, the same preference limit), so the algorithm list is the one the table's
+cuBLASLt times came from. An algorithm is picked by its configuration (``algorithm_config``, what the table
+stores), as the heuristic's top-1, or by nvmath's autotune on this GPU; then every call goes straight to
+``cublasLtMatmul`` with the caller's pointers, nvmath's descriptors and a workspace of our own: no allocation
+and no nvmath bookkeeping per call.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+ALGO_FIELDS = ("algorithm_id", "tile", "stages", "split_k", "reduction_scheme", "cta_swizzling", "custom_option",
+               "inner_shape", "cluster_shape")
+
+Fn = Callable[[Any, Any, Any], None]
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    if isinstance(v, bool):
+        return v
+    if hasattr(v, "value") and not isinstance(v, (int, float, str)):  # an enum
+        v = v.value
+    if isinstance(v, (int, float, str)):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def algorithm_config(alg: Any) -> dict[str, Any]:
+    """The configuration of an nvmath ``Algorithm`` as plain JSON values (fields it cannot report are left out)."""
+    out: dict[str, Any] = {}
+    for f in ALGO_FIELDS:
+        try:
+            out[f] = _plain(getattr(alg, f))
+        except Exception:  # noqa: BLE001 - not every field exists in every cuBLASLt version
+            pass
+    return out
+
+
+def same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two configurations name the same algorithm: every field both report is equal (and the id is among them)."""
+    common = set(a) & set(b)
+    return "algorithm_id" in common and all(a[f] == b[f] for f in common)
+
+
+class LtGemm:
+    """One shape's cuBLASLt plan; ``bind(alg)`` gives a call ``fn(a, b, c)``."""
+
+    def __init__(self, m: int, n: int, k: int, limit: int = 8):
+        import cupy
+        from nvmath.linalg import advanced as adv
+
+        self.cupy = cupy
+        self.shape = (m, n, k)
+        a = cupy.empty((m, k), dtype=cupy.float16)
+        b = cupy.empty((n, k), dtype=cupy.float16)
+        self._operands = (a, b)
+        self.mm = adv.Matmul(a, b.T, options={"compute_type": adv.MatmulComputeType.COMPUTE_32F})
+        self.mm.plan(preferences=adv.MatmulPlanPreferences(limit=limit))
+        self.heuristic = self.mm.algorithms[0]
+
+    @property
+    def algorithms(self) -> list:
+        return list(self.mm.algorithms)
+
+    def find(self, config: dict[str, Any]) -> Any | None:
+        """The planned algorithm with this configuration, or None."""
+        for alg in self.mm.algorithms:
+            if same_config(algorithm_config(alg), config):
+                return alg
+        return None
+
+    def autotune(self, iterations: int = 5) -> Any:
+        """nvmath's autotune over the planned algorithms (as the baselines run it); the winner."""
+        a, b = self._operands
+        a[...] = 0.5
+        b[...] = 0.25
+        self.mm.autotune(iterations=iterations)
+        return self.mm.algorithms[0]
+
+    def bind(self, alg: Any) -> Fn:
+        import numpy as np
+        from nvmath.bindings import cublasLt as lt
+
+        cupy, mm = self.cupy, self.mm
+        algo = mm.algorithm_object_to_buffer[alg]["algo"]
+        ws_size = int(np.max(mm.algorithms_buffer["workspace_size"]))
+        ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
+        handle, desc = mm.handle, mm.mm_desc
+        alpha, beta = mm.alpha.ctypes.data, mm.beta.ctypes.data
+        la, lb, lc, ld = mm.a_layout_ptr, mm.b_layout_ptr, mm.c_layout_ptr, mm.d_layout_ptr
+        algo_ptr, ws_ptr = algo.ctypes.data, ws.data.ptr
+        keep = (self, algo, ws)  # everything the pointers point into lives as long as the call
+
+        def call(a: Any, b: Any, c: Any) -> None:
+            lt.matmul(handle, desc, alpha, a.data.ptr, la, b.data.ptr, lb, beta, 0, lc, c.data.ptr, ld,
+                      algo_ptr, ws_ptr, ws_size, cupy.cuda.get_current_stream().ptr)
+
+        call.keep = keep  # type: ignore[attr-defined]
+        return call

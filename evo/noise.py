@@ -1,0 +1,44 @@
+"""Noise bands: when is one measured time really faster than another?
+
+A timing's spread is (p90 - min) / median over its repetitions (evo.records.Timing.spread). Two medians differ
+"beyond noise" only when their ratio clears a band of half their mean spread, and never less than a floor: the
+floor is the run-to-run variation that no single run's spread shows (docs/evaluator.md: identical kernels agree to
+0.1 % within a run, speedups under ~2 % do not survive a new process; docs/perf-notes.md: at ~10 µs with a 10 %
+spread, differences under ~5 % are noise).
+
+    band(0.02, 0.10)                 -> 0.03    (half the mean spread, at least the floor)
+    wins(lib_us=10.0, evo_us=9.5, band=0.03)  -> True  (10.0 / 9.5 = 1.053 > 1.03)
+"""
+from __future__ import annotations
+
+DEFAULT_FLOOR = 0.02  # evo/defaults.yaml dispatch.noise_floor overrides it where a config is at hand
+
+
+def band(*spreads: float, floor: float = DEFAULT_FLOOR) -> float:
+    """Relative half-width of the noise band of a ratio of medians whose timings had these spreads."""
+    known = [float(s) for s in spreads if s is not None and s > 0]
+    half_mean = (sum(known) / len(known)) / 2 if known else 0.0
+    return max(float(floor), half_mean)
+
+
+def ratio(lib_us: float, evo_us: float) -> float:
+    """lib / evo: > 1 means evo is faster; 0 when either time is missing."""
+    return lib_us / evo_us if lib_us > 0 and evo_us > 0 else 0.0
+
+
+def wins(lib_us: float, evo_us: float, band_: float) -> bool:
+    """evo is faster than the library beyond the noise band."""
+    r = ratio(lib_us, evo_us)
+    return r > 1.0 + band_
+
+
+def verdict(lib_us: float, evo_us: float, band_: float) -> str:
+    """'win', 'loss' or 'tie' (inside the band)."""
+    r = ratio(lib_us, evo_us)
+    if not r:
+        return ""
+    if r > 1.0 + band_:
+        return "win"
+    if r < 1.0 / (1.0 + band_):
+        return "loss"
+    return "tie"
