@@ -100,6 +100,14 @@ class LlmConfig:
     prices: dict
     fix_attempts: int
     log_chars: int
+    url: str
+    model: str
+    key_env: str
+    prompt_tokens: int
+    profile: bool
+    profile_max: int
+    profile_timeout_s: float
+    ncu: str
 
 
 @dataclass

@@ -43,6 +43,15 @@ CREATE TABLE IF NOT EXISTS confirms (
     shape TEXT, layout TEXT, gpu TEXT, hash TEXT, time_us REAL, spread REAL,
     baselines TEXT, run_id INTEGER, created REAL, PRIMARY KEY (shape, layout, gpu));
 CREATE INDEX IF NOT EXISTS eval_shape ON evaluations (shape, layout, gpu, ok, time_us);
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL, shape TEXT, layout TEXT, gpu TEXT, kind TEXT,
+    endpoint TEXT, model TEXT, parent TEXT, candidate TEXT, outcome TEXT, detail TEXT, messages TEXT,
+    reply TEXT, tokens_in INTEGER, tokens_out INTEGER, estimated INTEGER, latency_s REAL, attempts INTEGER,
+    prompt_chars INTEGER, sections TEXT);
+CREATE INDEX IF NOT EXISTS conversation_candidate ON conversations (candidate);
+CREATE TABLE IF NOT EXISTS profiles (
+    hash TEXT, shape TEXT, layout TEXT, gpu TEXT, ok INTEGER, kernel TEXT, metrics TEXT, detail TEXT,
+    command TEXT, seconds REAL, created REAL, PRIMARY KEY (hash, shape, layout, gpu));
 """
 
 
@@ -211,6 +220,74 @@ class Store:
     def finish_run(self, run_id: int, status: str, summary: dict[str, Any]) -> None:
         self._exec("UPDATE runs SET finished=?, status=?, summary=? WHERE id=?",
                    (time.time(), status, json.dumps(summary, default=str), run_id))
+
+    # conversations: every LLM request, its reply and what became of it ----------
+    CONVERSATION_FIELDS = ("shape", "layout", "gpu", "kind", "endpoint", "model", "parent", "candidate", "outcome",
+                           "detail", "messages", "reply", "tokens_in", "tokens_out", "estimated", "latency_s",
+                           "attempts", "prompt_chars", "sections")
+
+    def add_conversation(self, **fields: Any) -> int:
+        """Store one LLM conversation (fields: CONVERSATION_FIELDS; messages and sections may be lists/dicts)."""
+        unknown = set(fields) - set(self.CONVERSATION_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown conversation field {', '.join(sorted(unknown))}")
+        vals = [fields.get(k) for k in self.CONVERSATION_FIELDS]
+        vals = [json.dumps(v) if isinstance(v, (list, dict)) else v for v in vals]
+        cols = ", ".join(("created",) + self.CONVERSATION_FIELDS)
+        cur = self._exec(f"INSERT INTO conversations ({cols}) VALUES ({', '.join('?' * (len(vals) + 1))})",
+                         (time.time(), *vals))
+        return int(cur.lastrowid)
+
+    def conversation(self, cid: int) -> sqlite3.Row | None:
+        return self._exec("SELECT * FROM conversations WHERE id=?", (int(cid),)).fetchone()
+
+    def conversations(self, candidate: str = "", shape: str = "", limit: int = 0) -> list[sqlite3.Row]:
+        """Newest last; candidate may be a hash prefix."""
+        q, args = "SELECT * FROM conversations WHERE 1=1", []
+        if candidate:
+            q += " AND candidate LIKE ?"
+            args.append(candidate + "%")
+        if shape:
+            q += " AND shape=?"
+            args.append(shape)
+        q += " ORDER BY id"
+        rows = list(self._exec(q, tuple(args)))
+        return rows[-limit:] if limit else rows
+
+    def conversation_ids(self, hashes: list[str]) -> dict[str, int]:
+        """candidate hash -> id of the conversation that produced it (the latest)."""
+        out: dict[str, int] = {}
+        for h in hashes:
+            r = self._exec("SELECT MAX(id) FROM conversations WHERE candidate=?", (h,)).fetchone()
+            if r and r[0]:
+                out[h] = int(r[0])
+        return out
+
+    # profiles: Nsight Compute metrics of a kernel on a problem (evo.profile) -------
+    def set_profile(self, h: str, shape: str, layout: str, gpu: str, ok: bool, kernel: str, metrics: dict,
+                    detail: str = "", command: str = "", seconds: float = 0.0) -> None:
+        self._exec("INSERT OR REPLACE INTO profiles VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                   (h, shape, layout, gpu, int(ok), kernel, json.dumps(metrics), detail, command, seconds, time.time()))
+
+    def profile(self, h: str, shape: str, layout: str, gpu: str) -> sqlite3.Row | None:
+        return self._exec("SELECT * FROM profiles WHERE hash=? AND shape=? AND layout=? AND gpu=?",
+                          (h, shape, layout, gpu)).fetchone()
+
+    def evaluation(self, h: str, shape: str, layout: str, gpu: str) -> sqlite3.Row | None:
+        return self._exec("SELECT * FROM evaluations WHERE hash=? AND shape=? AND layout=? AND gpu=?",
+                          (h, shape, layout, gpu)).fetchone()
+
+    def best_of_family(self, family: str, shape: str, layout: str, gpu: str) -> sqlite3.Row | None:
+        q = """SELECT e.*, c.family, c.params, c.source, c.idea FROM evaluations e JOIN candidates c ON c.hash=e.hash
+               WHERE c.family=? AND e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1 ORDER BY e.time_us LIMIT 1"""
+        return self._exec(q, (family, shape, layout, gpu)).fetchone()
+
+    def lineage_rows(self, shape: str, layout: str, gpu: str) -> list[sqlite3.Row]:
+        """Every candidate evaluated on this problem with its parent, proposer, idea and outcome, oldest first."""
+        q = """SELECT c.hash, c.family, c.params, c.parent, c.proposer, c.idea, c.model, e.ok, e.stage, e.error,
+                      e.time_us, e.created FROM candidates c JOIN evaluations e ON e.hash=c.hash
+               WHERE e.shape=? AND e.layout=? AND e.gpu=? ORDER BY e.created"""
+        return list(self._exec(q, (shape, layout, gpu)))
 
     def rows(self, sql: str, args: tuple = ()) -> Iterator[sqlite3.Row]:
         yield from self._exec(sql, args)

@@ -44,12 +44,13 @@ def api_key(monkeypatch):
     monkeypatch.setenv(DEFAULT_KEY_ENV, "EMPTY")
 
 
-def make(urls, **llm) -> LlmProposer:
+def make(urls, max_requests: int = 0, store=None, profiler=None, **llm) -> LlmProposer:
     if isinstance(urls, str):
         urls = [{"base_url": urls, "model": "fake"}]
     base = {"endpoints": urls, "backoff_s": 0.001, "timeout_s": 5, "retries": 2, "concurrency": 1, "edit_modes": ["full"]}
     base.update(llm)
-    return LlmProposer(load_config(overrides={"llm": base}).llm, 0)
+    return LlmProposer(load_config(overrides={"llm": base}).llm, 0, max_requests=max_requests, store=store,
+                       profiler=profiler)
 
 
 def population():
@@ -83,7 +84,7 @@ def test_good_full_kernel():
     assert "evo_test_variant_1" in pr.source
     assert pr.tokens_in > 0 and pr.tokens_out > 0
     assert srv.requests[0]["model"] == "fake" and srv.requests[0]["temperature"] == pytest.approx(0.7)
-    assert "/v1/models" in srv.paths[0]
+    assert srv.paths[0] == "/v1/chat/completions" and srv.preflights == 1  # the preflight: a real chat request
 
 
 def test_diff_reply():
@@ -231,9 +232,10 @@ def test_unreachable_endpoint_is_one_line():
 def test_missing_key_and_wrong_model_are_one_line(monkeypatch):
     with FakeLlmServer([], models=["Qwen/Qwen2.5-Coder-32B-Instruct"]) as srv:
         p = make([{"base_url": srv.base_url, "model": "qwen"}])
-        with pytest.raises(EvoError, match=r"does not serve model 'qwen'; it serves: Qwen/Qwen2.5-Coder-32B-Instruct"):
+        with pytest.raises(EvoError, match=r"does not serve model 'qwen' .*; it serves: Qwen/Qwen2.5-Coder-32B-Instruct$"):
             p.check_endpoints()
         monkeypatch.delenv(DEFAULT_KEY_ENV)
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
         p = make([{"base_url": srv.base_url, "model": "Qwen/Qwen2.5-Coder-32B-Instruct"}])
         with pytest.raises(EvoError, match=f"{DEFAULT_KEY_ENV} is not set"):
             p.check_endpoints()
@@ -275,33 +277,71 @@ def test_duplicates_are_skipped():
 
 # ---------------------------------------------------------------- accounting
 
-def test_token_budget_cap():
-    parent, other = population()
-    item = lambda n: {**full(n), "prompt_tokens": 800, "completion_tokens": 300}  # noqa: E731
+def _prompt_chars(parent) -> int:
+    """Characters of the messages one improve request of ``parent`` sends (measured against the server)."""
+    with FakeLlmServer([full(29)]) as srv:
+        make(srv.base_url).propose(ctx_for(parent), 1)
+    return sum(len(m["content"]) for m in srv.requests[0]["messages"])
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_token_cap_is_checked_before_each_request(concurrency):
+    """A request goes out only if spent + held + (prompt chars / 4 + max_tokens) stays within the cap:
+    the cap holds, also with requests in flight together."""
+    parent, _ = population()
+    est = _prompt_chars(parent) // 4 + 1 + 300
+    item = lambda n: {**full(n), "completion_tokens": 300}  # noqa: E731 - prompt tokens: chars / 4, like the estimate
+    budget = int(2.5 * est)
     with FakeLlmServer([item(30), item(31), item(32)]) as srv:
-        p = make(srv.base_url, budget_tokens=2000)
-        props = p.propose(ctx_for(parent, other), 3)
-        assert len(props) == 2 and p.exhausted  # 1100, then 2200 >= 2000: the third is never sent
-        assert len(srv.requests) == 2
-        assert p.propose(ctx_for(parent, other), 3) == []
-        assert len(srv.requests) == 2
+        p = make(srv.base_url, budget_tokens=budget, max_tokens=300, concurrency=concurrency)
+        props = p.propose(ctx_for(parent), 3)
+        assert len(srv.requests) == 2 and len(props) == 2 and p.exhausted
+        assert p.propose(ctx_for(parent), 3) == [] and len(srv.requests) == 2
     s = p.stats()
-    assert s["tokens_in"] == 1600 and s["tokens_out"] == 600 and s["exhausted"] is True
-    assert props[0].tokens_in == 800 and props[0].tokens_out == 300
+    assert s["tokens_in"] + s["tokens_out"] <= budget and s["refused_by_budget"] >= 1
+    assert s["requests"] == 2  # what was not sent is not counted as a request
+    assert props[0].tokens_out == 300
     assert any("budget" in line for line in p.summary_lines())
 
 
-def test_cost_accounting_and_usd_cap():
-    parent, other = population()
-    item = lambda n: {**full(n), "prompt_tokens": 10_000, "completion_tokens": 2_000}  # noqa: E731
-    prices = {"fake": {"input_per_mtok": 0.5, "output_per_mtok": 2.0}}  # 0.005 + 0.004 = $0.009 a reply
+def test_first_request_over_the_cap_is_never_sent():
+    parent, _ = population()
+    with FakeLlmServer([full(33)]) as srv:
+        p = make(srv.base_url, budget_tokens=1000, max_tokens=8192)  # 8192 answer tokens alone pass the cap
+        assert p.propose(ctx_for(parent), 1) == []
+    assert srv.requests == [] and p.exhausted and p.stop_reason == "LLM token/cost budget spent"
+
+
+def test_cost_cap_is_checked_before_each_request():
+    parent, _ = population()
+    chars = _prompt_chars(parent)
+    item = lambda n: {**full(n), "completion_tokens": 2_000}  # noqa: E731
+    prices = {"fake": {"input_per_mtok": 0.5, "output_per_mtok": 2.0}}
+    per_request = ((chars // 4 + 1) * 0.5 + 2_000 * 2.0) / 1e6
     with FakeLlmServer([item(40), item(41), item(42)]) as srv:
-        p = make(srv.base_url, budget_usd=0.015, prices=prices)
-        assert len(p.propose(ctx_for(parent, other), 3)) == 2
+        p = make(srv.base_url, budget_usd=2.5 * per_request, prices=prices, max_tokens=2_000)
+        assert len(p.propose(ctx_for(parent), 3)) == 2
     s = p.stats()
-    assert s["cost_usd"] == pytest.approx(0.018)
-    assert s["models"]["fake"]["cost_usd"] == pytest.approx(0.018)
+    assert len(srv.requests) == 2
+    assert s["cost_usd"] <= 2.5 * per_request
+    assert s["models"]["fake"]["cost_usd"] == pytest.approx(s["cost_usd"])
     assert p.exhausted
+
+
+def test_request_limit_bounds_requests_including_fixes():
+    """max_requests (the search's candidate limit) bounds every chat request, fix prompts included."""
+    parent, _ = population()
+    broken = {"content": "IDEA: broken\n\n```cuda\n" + child_text(60).replace("evo_test_variant_60 = 60", "evo_x = undefined_y") + "```\n"}
+    with FakeLlmServer([broken, full(61), full(62), full(63)], loop=True) as srv:
+        p = make(srv.base_url, max_requests=0)
+        p.max_requests = 2
+        props = p.propose(ctx_for(parent), 1)
+        p.observe([evaluated(props[0], compiled=False, correct=False, error="undefined", log="error: undefined")])
+        props2 = p.propose(ctx_for(parent), 5)  # one fix + improves: only 1 more request allowed
+        assert p.propose(ctx_for(parent), 5) == []
+    assert len(srv.requests) == 2 and len(props2) == 1
+    assert p.stats()["requests"] == 2 and "request limit" in p.stop_reason
+    assert not p.exhausted  # the limit stops this proposer, not the search
 
 
 def test_two_models_by_weight_with_per_model_stats():

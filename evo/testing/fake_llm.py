@@ -12,7 +12,11 @@ one item per request, in arrival order:
     callable(request_json) -> one of the above      # computed from the request (see DemoScript)
 
 Usage counts are reported in every reply (about 4 characters per token unless the item
-gives them).  When the script runs out the server answers HTTP 400 "script exhausted"
+gives them).  Like vLLM, the server answers only under ``/v1`` (anything else is a 404), a
+model it does not serve is a 404 "The model `x` does not exist.", and with ``api_key=...``
+a request without ``Authorization: Bearer <key>`` is a 401.  The start-up preflight's tiny
+chat request (evo.proposers.llm.preflight.PREFLIGHT_MARK) gets a canned "OK" and does not
+consume a script item; it is counted in ``server.preflights``.  When the script runs out the server answers HTTP 400 "script exhausted"
 (or starts over with ``loop=True``).  Every request body is kept in ``server.requests``
 so tests can assert what the prompt contained.
 
@@ -42,6 +46,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 Item = dict[str, Any]
+_PREFLIGHT = "evo preflight"  # evo.proposers.llm.preflight.PREFLIGHT_MARK (kept here: no import from the package)
 Script = list[Item | Callable[[dict], Item]]
 
 LOOPBACK = "127.0.0.1"
@@ -51,13 +56,17 @@ class FakeLlmServer:
     """Context manager: an HTTP server thread on 127.0.0.1 replaying ``script``."""
 
     def __init__(self, script: Script | Callable[[dict], Item], *, port: int = 0, models: list[str] | None = None,
-                 loop: bool = False, host: str = LOOPBACK, quiet: bool = True):
+                 loop: bool = False, host: str = LOOPBACK, quiet: bool = True, api_key: str | None = None,
+                 prefix: str = "/v1"):
         if not ipaddress.ip_address(host).is_loopback:
             raise ValueError(f"FakeLlmServer serves loopback only, not {host}")
         self.script = script
         self.models = list(models or ["fake"])
         self.loop = loop
         self.quiet = quiet
+        self.api_key = api_key
+        self.prefix = "/" + prefix.strip("/") if prefix.strip("/") else ""
+        self.preflights = 0  # preflight chat requests answered (not in self.requests)
         self.requests: list[dict] = []  # request bodies of chat completions, in arrival order
         self.paths: list[str] = []  # every request path, in arrival order
         self._lock = threading.Lock()
@@ -73,7 +82,12 @@ class FakeLlmServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}/v1"
+        return f"http://{LOOPBACK}:{self.port}{self.prefix}"
+
+    @property
+    def root_url(self) -> str:
+        """The server without its /v1 prefix (what a user might wrongly configure)."""
+        return f"http://{LOOPBACK}:{self.port}"
 
     def start(self) -> "FakeLlmServer":
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
@@ -135,8 +149,21 @@ class FakeLlmServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout): nothing to do
 
+            def _refused(self) -> bool:
+                """A path outside the prefix (404, like vLLM) or a missing / wrong key (401)."""
+                path = self.path.split("?")[0].rstrip("/")
+                if server.prefix and not path.startswith(server.prefix + "/"):
+                    self._send(404, {"detail": "Not Found"})
+                    return True
+                if server.api_key is not None and self.headers.get("Authorization", "") != f"Bearer {server.api_key}":
+                    self._send(401, _error("Invalid API key", 401))
+                    return True
+                return False
+
             def do_GET(self) -> None:
                 server.paths.append(self.path)
+                if self._refused():
+                    return
                 if self.path.rstrip("/").endswith("/models"):
                     self._send(200, {"object": "list", "data": [
                         {"id": m, "object": "model", "created": 0, "owned_by": "evo-fake"} for m in server.models]})
@@ -147,6 +174,8 @@ class FakeLlmServer:
                 server.paths.append(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if self._refused():
+                    return
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self._send(404, _error("not found", 404))
                     return
@@ -154,6 +183,15 @@ class FakeLlmServer:
                     body = json.loads(raw or b"{}")
                 except json.JSONDecodeError:
                     self._send(400, _error("body is not JSON", 400))
+                    return
+                model = body.get("model")
+                if model not in server.models:
+                    self._send(404, _error(f"The model `{model}` does not exist.", 404))
+                    return
+                if _PREFLIGHT in _prompt_text(body):
+                    with server._lock:
+                        server.preflights += 1
+                    self._send(200, _completion(body, {"content": "OK"}))
                     return
                 item = server._take(body)
                 if item.get("delay"):
@@ -170,7 +208,7 @@ class FakeLlmServer:
 
 
 def _error(message: str, status: int) -> dict:
-    kind = {429: "rate_limit_error", 400: "invalid_request_error", 404: "not_found_error"}.get(status, "server_error")
+    kind = {429: "rate_limit_error", 400: "invalid_request_error", 404: "not_found_error", 401: "authentication_error"}.get(status, "server_error")
     return {"error": {"message": message, "type": kind, "code": status}}
 
 

@@ -50,6 +50,9 @@ class Ledger:
         self.tokens_in = 0
         self.tokens_out = 0
         self.cost_usd = 0.0
+        self.held_tokens = 0  # estimates of requests in flight (reserve / settle)
+        self.held_usd = 0.0
+        self.refused = 0  # requests not sent because their estimate would pass a cap
         self._lock = threading.Lock()
 
     @staticmethod
@@ -77,6 +80,33 @@ class Ledger:
         if missing:
             raise EvoError(f"config llm.budget_usd needs a price in llm.prices for model {', '.join(missing)}")
 
+    def estimate(self, prompt_chars: int, max_tokens: int, *names: str) -> tuple[int, float]:
+        """(tokens, dollars) a request may cost at most: its prompt at 4 characters a token plus max_tokens."""
+        tin, tout = prompt_chars // 4 + 1, max(0, int(max_tokens))
+        p = self.price(*names)
+        return tin + tout, (tin * p[0] + tout * p[1]) / 1e6 if p else 0.0
+
+    def reserve(self, prompt_chars: int, max_tokens: int, *names: str) -> tuple[int, float] | None:
+        """Checked before a request goes out: hold its estimate and return it, or None (send nothing) when
+        what is spent, what requests in flight may spend and this estimate together would pass a cap."""
+        tokens, usd = self.estimate(prompt_chars, max_tokens, *names)
+        with self._lock:
+            if self.budget_tokens and self.tokens_in + self.tokens_out + self.held_tokens + tokens > self.budget_tokens:
+                self.refused += 1
+                return None
+            if self.budget_usd and self.cost_usd + self.held_usd + usd > self.budget_usd:
+                self.refused += 1
+                return None
+            self.held_tokens += tokens
+            self.held_usd += usd
+        return tokens, usd
+
+    def release(self, held: tuple[int, float] | None) -> None:
+        if held:
+            with self._lock:
+                self.held_tokens -= held[0]
+                self.held_usd -= held[1]
+
     def charge(self, tokens_in: int, tokens_out: int, *names: str) -> float:
         p = self.price(*names)
         cost = (tokens_in * p[0] + tokens_out * p[1]) / 1e6 if p else 0.0
@@ -93,13 +123,16 @@ class Ledger:
     @property
     def exhausted(self) -> bool:
         with self._lock:
+            if self.refused:
+                return True
             if self.budget_tokens and self.tokens_in + self.tokens_out >= self.budget_tokens:
                 return True
             return bool(self.budget_usd and self.cost_usd >= self.budget_usd)
 
     def to_dict(self) -> dict[str, Any]:
         return {"tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "cost_usd": round(self.cost_usd, 6),
-                "budget_tokens": self.budget_tokens, "budget_usd": self.budget_usd, "exhausted": self.exhausted}
+                "budget_tokens": self.budget_tokens, "budget_usd": self.budget_usd, "refused_by_budget": self.refused,
+                "exhausted": self.exhausted}
 
 
 def fmt_tokens(n: int) -> str:

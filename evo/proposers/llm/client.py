@@ -9,6 +9,9 @@ from typing import Any, Callable
 from ...errors import EvoError
 
 DEFAULT_KEY_ENV = "EVO_LLM_API_KEY"
+FALLBACK_KEY_ENV = "OPENAI_API_KEY"  # read when the default variable is not set
+BASE_URL_ENV = "OPENAI_BASE_URL"  # the endpoint when neither --llm-url nor llm.endpoints gives one
+MODEL_ENV = "EVO_LLM_MODEL"  # the model when neither --llm-model nor the config gives one
 RETRY_STATUS = {408, 409, 429}
 ENDPOINT_KEYS = {"name", "base_url", "model", "api_key_env", "weight", "extra_body"}
 MAX_SLEEP_S = 60.0
@@ -54,10 +57,45 @@ class Endpoint:
 
     def api_key(self) -> str:
         key = os.environ.get(self.api_key_env, "")
+        if not key and self.api_key_env == DEFAULT_KEY_ENV:
+            key = os.environ.get(FALLBACK_KEY_ENV, "")
         if not key:
-            raise EvoError(f"LLM endpoint {self.base_url}: environment variable {self.api_key_env} is not set "
+            nor = f" (nor {FALLBACK_KEY_ENV})" if self.api_key_env == DEFAULT_KEY_ENV else ""
+            raise EvoError(f"LLM endpoint {self.base_url}: environment variable {self.api_key_env} is not set{nor} "
                            f"(export {self.api_key_env}=EMPTY for a vLLM/SGLang server started without --api-key)")
         return key
+
+    @property
+    def key_source(self) -> str:
+        """The variable the key was read from (for messages)."""
+        if self.api_key_env == DEFAULT_KEY_ENV and not os.environ.get(DEFAULT_KEY_ENV) and os.environ.get(FALLBACK_KEY_ENV):
+            return FALLBACK_KEY_ENV
+        return self.api_key_env
+
+
+def resolve_endpoints(url: str, model: str, key_env: str, configured: list, env: dict | None = None) -> list[dict]:
+    """The endpoint list a run uses: --llm-url (llm.url) replaces llm.endpoints; with no endpoint configured,
+    $OPENAI_BASE_URL is one; --llm-model / --llm-key-env set the model / key variable of every endpoint.
+    Raises EvoError (one line) when no endpoint or no model can be found."""
+    env = os.environ if env is None else env
+    env_model = env.get(MODEL_ENV, "")
+    if url:
+        eps = [{"name": model or env_model or "llm", "base_url": url, "model": model or env_model}]
+    elif configured:
+        eps = [dict(d) if isinstance(d, dict) else d for d in configured]
+        eps = [{**d, "model": model or d.get("model") or env_model} if isinstance(d, dict) else d for d in eps]
+    elif env.get(BASE_URL_ENV):
+        eps = [{"name": model or env_model or "llm", "base_url": env[BASE_URL_ENV], "model": model or env_model}]
+    else:
+        raise EvoError("the llm proposer needs an endpoint: --llm-url URL --llm-model NAME, or $OPENAI_BASE_URL, "
+                       "or llm.endpoints in a --config file (docs/llm.md)")
+    for d in eps:
+        if isinstance(d, dict) and not d.get("model"):
+            raise EvoError(f"LLM endpoint {d.get('base_url')}: no model given; pass --llm-model NAME "
+                           f"(or set ${MODEL_ENV}, or model: in llm.endpoints)")
+        if key_env and isinstance(d, dict):
+            d["api_key_env"] = key_env
+    return eps
 
 
 @dataclass

@@ -13,7 +13,10 @@ from ...records import Individual
 from ..base import ProposalContext
 
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
-TEMPLATES = ("system", "problem", "improve", "fix", "edit_diff", "edit_full", "inspiration")
+TEMPLATES = ("system", "problem", "improve", "fix", "edit_diff", "edit_full", "inspiration", "hopper", "ampere")
+CUTLASS_HEADERS = ("cute/tensor.hpp", "cute/arch/copy_sm90_tma.hpp", "cute/arch/mma_sm90_gmma.hpp",
+                   "cute/atom/mma_traits_sm90_gmma.hpp", "cute/arch/cluster_sm90.hpp", "cutlass/arch/barrier.h",
+                   "cutlass/pipeline/sm90_pipeline.hpp", "cute/arch/copy_sm80.hpp", "cute/atom/mma_traits_sm80.hpp")
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _IMPORTANT = re.compile(r"error|ptxas|fatal|undefined|spill|stack frame|lmem|warning|assert|abort|catastrophic", re.I)
 
@@ -100,8 +103,24 @@ def _gpu_text(ctx: ProposalContext) -> str:
             f"{g.l2_bytes / 2**20:.0f} MiB L2.")
 
 
+def datasheet_roofline(ctx: ProposalContext) -> tuple[float, float, float]:
+    """(roofline µs, peak TFLOP/s, DRAM GB/s) from the GPU's datasheet (evo.datasheet); zeros for an unknown GPU."""
+    from ...datasheet import datasheet
+
+    sheet = datasheet(ctx.gpu.name) if ctx.gpu else None
+    if sheet is None:
+        return 0.0, 0.0, 0.0
+    p = ctx.problem
+    roof = max(p.flops / (sheet.peak_tflops_fp16_dense * 1e12), p.min_bytes / (sheet.dram_gbs * 1e9)) * 1e6
+    return roof, sheet.peak_tflops_fp16_dense, sheet.dram_gbs
+
+
 def roofline_us(ctx: ProposalContext) -> float:
-    """The roofline time of the problem on this GPU, 0 when the GPU did not report its peaks."""
+    """The roofline time of the problem on this GPU: from its datasheet peaks, else from what the GPU
+    reported or was measured at; 0 when nothing is known."""
+    roof = datasheet_roofline(ctx)[0]
+    if roof:
+        return roof
     extra = (ctx.gpu.extra if ctx.gpu else None) or {}
     peak = next((float(extra[k]) for k in PEAK_KEYS if extra.get(k)), 0.0)
     bw = next((float(extra[k]) for k in BW_KEYS if extra.get(k)), 0.0)
@@ -112,8 +131,18 @@ def roofline_us(ctx: ProposalContext) -> float:
 
 def problem_text(t: Templates, ctx: ProposalContext) -> str:
     p: Problem = ctx.problem
-    roof = roofline_us(ctx)
-    roof_text = (f" Roofline bound on this GPU: {roof:.2f} µs ({p.tflops(roof):.0f} TFLOP/s)." if roof else "")
+    roof, peak, bw = datasheet_roofline(ctx)
+    if roof:
+        roof_text = (f"\nDatasheet peaks of this GPU: {peak:.0f} TFLOP/s dense fp16 with fp32 accumulation, {bw:.0f} GB/s DRAM; "
+                     f"roofline bound for this problem: {roof:.2f} µs (max of work / peak and minimum traffic / bandwidth).")
+    else:
+        roof = roofline_us(ctx)
+        roof_text = (f" Roofline bound on this GPU (measured ceilings, not a datasheet): {roof:.2f} µs." if roof else "")
+    extra = (ctx.gpu.extra if ctx.gpu else None) or {}
+    if extra.get("peak_tflops"):
+        roof_text += (f"\nMeasured on this GPU: cuBLAS reaches {float(extra['peak_tflops']):.0f} TFLOP/s on 8192^3 "
+                      f"(a library rate, not the hardware's peak)"
+                      + (f"; a 1 GiB copy moves {float(extra['bw_gbs']):.0f} GB/s." if extra.get("bw_gbs") else "."))
     return t.render("problem", layout=p.layout, M=p.m, N=p.n, K=p.k, dtype=_dtype(p.dtype), acc_dtype=_dtype(p.acc_dtype),
                     gflop=f"{p.flops / 1e9:.2f}", mbytes=f"{p.min_bytes / 1e6:.1f}", roofline=roof_text,
                     gpu=_gpu_text(ctx), arch=ctx.arch, abi=(kernel_mod.__doc__ or "").strip())
@@ -135,25 +164,38 @@ def launch_text(source: str, ctx: ProposalContext) -> str:
             f"{threads} threads per CTA, {ls.smem} bytes of dynamic shared memory")
 
 
-def measurements_text(ind: Individual, ctx: ProposalContext) -> str:
+def measurements_text(ind: Individual, ctx: ProposalContext, ev=None) -> str:
+    """The parent's time against every library baseline and the roofline; the baselines also when the
+    parent itself has not been timed on this shape (a family's starting instance in generation 1)."""
     p = ctx.problem
     lines = []
-    if ind.correct and ind.time_us > 0:
-        lines.append(f"- time: {ind.time_us:.2f} µs (median), {p.tflops(ind.time_us):.1f} TFLOP/s (2MNK / t)")
+    time_us, cublas_us = (ind.time_us, ind.cublas_us) if ind.correct and ind.time_us > 0 else (0.0, 0.0)
+    if not time_us and ev is not None and ev.time_us:
+        time_us, cublas_us = ev.time_us, ev.cublas_us
+    if time_us > 0:
+        lines.append(f"- time: {time_us:.2f} µs (median of L2-flushed runs), {p.tflops(time_us):.1f} TFLOP/s (2MNK / t)")
         for b in ctx.baselines:
             if b.time_us > 0:
-                s = b.time_us / ind.time_us
+                s = b.time_us / time_us
                 lines.append(f"- vs {b.library} ({b.time_us:.2f} µs, {p.tflops(b.time_us):.1f} TFLOP/s): "
                              f"{s:.3f}x ({'faster' if s > 1 else 'slower'})")
-        if ind.cublas_us > 0:
-            lines.append(f"- vs cuBLAS timed interleaved with it ({ind.cublas_us:.2f} µs): {ind.cublas_us / ind.time_us:.3f}x")
+        if cublas_us > 0:
+            lines.append(f"- vs cuBLAS timed interleaved with it ({cublas_us:.2f} µs): {cublas_us / time_us:.3f}x")
         roof = roofline_us(ctx)
         if roof:
-            lines.append(f"- {100.0 * roof / ind.time_us:.1f}% of the roofline bound ({roof:.2f} µs)")
-    elif ind.correct is False:
-        lines.append(f"- incorrect: {ind.error}")
+            lines.append(f"- {100.0 * roof / time_us:.1f}% of the roofline bound ({roof:.2f} µs)")
     else:
-        lines.append("- not measured yet")
+        if ind.correct is False:
+            lines.append(f"- incorrect: {ind.error}")
+        else:
+            lines.append("- the parent has not been timed on this shape yet (a family's starting instance); "
+                         "what it has to beat:")
+        for b in ctx.baselines:
+            if b.time_us > 0:
+                lines.append(f"- {b.library} on this shape: {b.time_us:.2f} µs ({p.tflops(b.time_us):.1f} TFLOP/s)")
+        roof = roofline_us(ctx)
+        if roof:
+            lines.append(f"- roofline bound: {roof:.2f} µs")
     if ind.registers:
         lines.append(f"- registers per thread: {ind.registers}")
     if ind.smem:
@@ -194,18 +236,24 @@ def _edit(t: Templates, mode: str) -> str:
     return t.render("edit_diff" if mode == "diff" else "edit_full").rstrip("\n")
 
 
-def improve_prompt(t: Templates, parent: Individual, ctx: ProposalContext, *, mode: str, inspirations: int) -> str:
-    return t.render(
-        "improve",
-        problem=problem_text(t, ctx).rstrip("\n"),
-        family=parent.family,
-        hash=parent.hash,
-        parent_idea=f" Its idea: {parent.idea}" if parent.idea else "",
-        source=parent.source.rstrip("\n"),
-        measurements=measurements_text(parent, ctx),
-        inspirations=inspirations_text(t, parent, ctx, inspirations),
-        edit_instructions=_edit(t, mode),
-    )
+def improve_prompt(t: Templates, parent: Individual, ctx: ProposalContext, *, mode: str, inspirations: int,
+                   ev=None, budget_tokens: int = 0) -> str:
+    return improve_prompt_sections(t, parent, ctx, mode=mode, inspirations=inspirations, ev=ev,
+                                   budget_tokens=budget_tokens)[0]
+
+
+def improve_prompt_sections(t: Templates, parent: Individual, ctx: ProposalContext, *, mode: str, inspirations: int,
+                            ev=None, budget_tokens: int = 0) -> tuple[str, dict]:
+    """The improve prompt and its size by section ({name: characters}, plus 'total', 'tokens_est' and
+    'cut': the sections shortened to fit ``budget_tokens`` at 4 characters a token)."""
+    from . import sections as sec
+
+    fixed = dict(problem=problem_text(t, ctx).rstrip("\n"), family=parent.family, hash=parent.hash,
+                 parent_idea=f" Its idea: {parent.idea}" if parent.idea else "", source=parent.source.rstrip("\n"),
+                 measurements=measurements_text(parent, ctx, ev), edit_instructions=_edit(t, mode))
+    optional = sec.optional_sections(t, parent, ctx, ev, inspirations)
+    values, sizes = sec.fit(t, "improve", fixed, optional, budget_tokens)
+    return t.render("improve", **values), sizes
 
 
 def failure_of(ind: Individual, log_chars: int) -> tuple[str, str, str]:
@@ -236,6 +284,28 @@ def fix_prompt(t: Templates, failed: Individual, ctx: ProposalContext, *, mode: 
         log=block,
         edit_instructions=_edit(t, mode),
     )
+
+
+def techniques_text(t: Templates, arch: str, short: bool = False) -> str:
+    """The architecture's techniques (hopper.md / ampere.md), TmaDesc included, and the CUTLASS/CuTe headers on
+    the include path."""
+    text = t.render("hopper" if arch.startswith("sm_90") else "ampere").rstrip("\n")
+    if short:
+        text = text.split("\n\nTMA descriptors:")[0]
+    heads = cutlass_headers()
+    if heads:
+        text += ("\n\nCUTLASS/CuTe headers (nvidia-cutlass) are on the include path, for device code: "
+                 + ", ".join(f"`<{h}>`" for h in heads)
+                 + ". The harness launches `evo_gemm` itself (grid, block, smem from the front matter), so CUTLASS's "
+                 "host-side launch and Params are not used.")
+    return text
+
+
+def cutlass_headers() -> list[str]:
+    from ...compile import cutlass_include_dirs
+
+    dirs = cutlass_include_dirs()
+    return [h for h in CUTLASS_HEADERS if any((Path(d) / h).is_file() for d in dirs)]
 
 
 def messages(t: Templates, user: str) -> list[dict]:

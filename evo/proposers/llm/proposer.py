@@ -1,19 +1,22 @@
 """LlmProposer: ask language models for better kernels, given a parent and what the GPU said about it."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import LlmConfig
+from ...config import Config, LlmConfig
 from ...errors import EvoError
 from ...records import Individual
 from ..base import Proposal, ProposalContext, known_hashes
 from . import parse, prompt
 from .accounting import Ledger, ModelStats, fmt_tokens
-from .client import ChatClient, Endpoint, Reply, RequestFailed
+from .client import ChatClient, Endpoint, Reply, RequestFailed, resolve_endpoints
+from .evidence import Evidence
+from .preflight import PreflightResult, preflight
 
 EDIT_MODES = ("diff", "full")
 MAX_LOGGED = 1000  # rejected_detail entries kept
@@ -27,6 +30,7 @@ class _Job:
     endpoint: Endpoint
     messages: list[dict]
     depth: int = 0  # fix attempts so far in this lineage
+    sections: dict = dataclasses.field(default_factory=dict)  # prompt section -> characters (what the budget kept)
 
 
 @dataclass
@@ -56,8 +60,19 @@ class LlmProposer:
 
     name = "llm"
 
-    def __init__(self, cfg: LlmConfig, rng_seed: int = 0, *, sleep: Any = None):
+    def __init__(self, cfg: LlmConfig, rng_seed: int = 0, *, sleep: Any = None, max_requests: int = 0,
+                 store: Any = None, profiler: Any = None, say: Any = None):
+        """max_requests: the most chat requests this proposer sends in its life, fixes included (0 = no limit;
+        from_config passes search.max_candidates). store: the archive (evo.store.Store) where every conversation is
+        kept and the parents' ptxas reports, profiles and lineage are read. profiler: an evo.profile.Profiler
+        run on a parent before its children are asked for. say: where one-time notes go (print)."""
         self.cfg = cfg
+        self.max_requests = max(0, int(max_requests or 0))
+        self.sent = 0  # chat requests sent (or about to be) in this proposer's life
+        self.store = store
+        self.evidence = Evidence(store, profiler, cfg, say=say)
+        self._failed_streak = 0
+        self.failing = ""  # set when requests keep failing: the proposer stops and the search says why
         self.rng = random.Random(rng_seed)
         if not cfg.endpoints:
             raise EvoError("the llm proposer needs at least one entry in llm.endpoints "
@@ -91,18 +106,38 @@ class LlmProposer:
         self._fix_queue: list[tuple[Individual, int]] = []
         self._fix_asked: set[str] = set()
 
+    @classmethod
+    def from_config(cls, cfg: Config, **kw: Any) -> "LlmProposer":
+        """The proposer of a run: endpoints from --llm-url/--llm-model/--llm-key-env (llm.url, llm.model,
+        llm.key_env), llm.endpoints or $OPENAI_BASE_URL; the candidate limit (search.max_candidates) bounds
+        the requests it sends, fixes included."""
+        llm = cfg.llm
+        eps = resolve_endpoints(llm.url, llm.model, llm.key_env, llm.endpoints)
+        return cls(dataclasses.replace(llm, endpoints=eps), cfg.search.seed,
+                   max_requests=cfg.search.max_candidates, **kw)
+
     # ------------------------------------------------------------------ protocol
+    FAILING_STREAK = 6  # this many requests in a row failing (after their retries) stop the proposer
+
     @property
     def exhausted(self) -> bool:
-        return self.ledger.exhausted
+        """Stop the search: a token/dollar cap would be passed, or the endpoint keeps failing."""
+        return self.ledger.exhausted or bool(self.failing)
 
-    def check_endpoints(self) -> None:
-        """Raise EvoError (one line) if an endpoint is unreachable, rejects its key or lacks its model."""
-        for ep in self.endpoints:
-            served = self.clients[ep.name].check()
-            if served and ep.model not in served:
-                shown = ", ".join(served[:8]) + (" ..." if len(served) > 8 else "")
-                raise EvoError(f"LLM endpoint {ep.base_url} does not serve model {ep.model!r}; it serves: {shown}")
+    @property
+    def stop_reason(self) -> str:
+        if self.failing:
+            return self.failing
+        if self.ledger.exhausted:
+            return "LLM token/cost budget spent"
+        if self.max_requests and self.sent >= self.max_requests:
+            return f"LLM request limit reached ({self.sent} requests = the candidate limit)"
+        return ""
+
+    def check_endpoints(self) -> list[PreflightResult]:
+        """One tiny chat completion per endpoint (evo.proposers.llm.preflight): raise EvoError (one line) on a
+        wrong path, a rejected key, a model the server does not serve, an unreachable host."""
+        return [preflight(self.clients[ep.name]) for ep in self.endpoints]
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         if n <= 0 or self.exhausted:
@@ -119,13 +154,20 @@ class LlmProposer:
             st = self.models[label]
             if isinstance(res, _BudgetSkip):
                 st.requests -= 1
+                st.fix_requests -= job.kind == "fix"
+                self.sent -= 1
                 continue
             if isinstance(res, RequestFailed):
                 st.failed_requests += 1
                 st.retries += max(0, res.attempts - 1)
                 self.last_error = str(res)
                 self._reject(parse.REQUEST_FAILED, label, str(res))
+                self._record(ctx, job, None, parse.REQUEST_FAILED, "", str(res))
+                self._failed_streak += 1
+                if self._failed_streak >= self.FAILING_STREAK and not self.failing:
+                    self.failing = f"LLM endpoint failing: {self._failed_streak} requests in a row failed; last: {res}"
                 continue
+            self._failed_streak = 0
             reply: Reply = res
             st.replies += 1
             st.retries += max(0, reply.attempts - 1)
@@ -135,9 +177,11 @@ class LlmProposer:
                 parsed.reason, parsed.detail = parse.DUPLICATE, f"same kernel as {parsed.kernel.hash} (already proposed or evaluated)"
             if not parsed.ok:
                 self._reject(parsed.reason, label, parsed.detail)
+                self._record(ctx, job, reply, parsed.reason, "", parsed.detail)
                 continue
             ks = parsed.kernel
             assert ks is not None
+            self._record(ctx, job, reply, "proposed", ks.hash, parsed.idea)
             seen.add(ks.hash)
             self._proposed.add(ks.hash)
             parent_us = job.parent.time_us if job.parent.correct and job.parent.time_us > 0 else 0.0
@@ -224,6 +268,23 @@ class LlmProposer:
             c.close()
 
     # ------------------------------------------------------------------ internals
+    def _record(self, ctx: ProposalContext, job: _Job, reply: Reply | None, outcome: str, candidate: str,
+                detail: str) -> None:
+        """Keep the conversation in the archive (prompt, reply, model, tokens, latency, the candidate it became)."""
+        if self.store is None:
+            return
+        try:
+            self.store.add_conversation(
+                shape=ctx.problem.key, layout=ctx.problem.layout, gpu=ctx.gpu.key if ctx.gpu else "", kind=job.kind,
+                endpoint=job.endpoint.name, model=job.endpoint.model, parent=job.parent.hash, candidate=candidate,
+                outcome=outcome, detail=(detail or "")[:2000], messages=job.messages,
+                reply=reply.content if reply else "", tokens_in=reply.tokens_in if reply else 0,
+                tokens_out=reply.tokens_out if reply else 0, estimated=int(reply.estimated) if reply else 0,
+                latency_s=reply.seconds if reply else 0.0, attempts=reply.attempts if reply else 0,
+                prompt_chars=sum(len(str(m.get("content", ""))) for m in job.messages), sections=job.sections)
+        except Exception as e:  # noqa: BLE001 - losing a log line must not stop the search
+            self.last_error = f"could not store a conversation: {e}"
+
     def _reject(self, reason: str, model: str, detail: str) -> None:
         self.models[model].unusable[reason] += 1
         self.rejected.append((reason, model))
@@ -256,12 +317,24 @@ class LlmProposer:
             self._fix_asked.add(ind.hash)
             mode = "diff" if "diff" in self.edit_modes else self.edit_modes[0]
             user = prompt.fix_prompt(self.templates, ind, ctx, mode=mode, log_chars=self.cfg.log_chars)
-            jobs.append(_Job("fix", ind, mode, self._pick_endpoint(), prompt.messages(self.templates, user), depth))
-        while ranked and len(jobs) < n:
+            msgs = prompt.messages(self.templates, user)
+            jobs.append(_Job("fix", ind, mode, self._pick_endpoint(), msgs, depth,
+                             sections={"total": len(user), "tokens_est": len(user) // 4 + 1}))
+        limit = n if not self.max_requests else min(n, max(0, self.max_requests - self.sent))
+        evidence: dict[str, Any] = {}
+        while ranked and len(jobs) < limit:
             parent = self._pick_parent(ranked)
             mode = self.rng.choice(self.edit_modes)
-            user = prompt.improve_prompt(self.templates, parent, ctx, mode=mode, inspirations=self.cfg.inspirations)
-            jobs.append(_Job("improve", parent, mode, self._pick_endpoint(), prompt.messages(self.templates, user)))
+            if parent.hash not in evidence:
+                evidence[parent.hash] = self.evidence.for_parent(parent, ctx)
+            user, sizes = prompt.improve_prompt_sections(self.templates, parent, ctx, mode=mode,
+                                                         inspirations=self.cfg.inspirations, ev=evidence[parent.hash],
+                                                         budget_tokens=self.cfg.prompt_tokens)
+            jobs.append(_Job("improve", parent, mode, self._pick_endpoint(), prompt.messages(self.templates, user),
+                             sections=sizes))
+        if self.max_requests:
+            jobs = jobs[: max(0, self.max_requests - self.sent)]
+        self.sent += len(jobs)
         for job in jobs:
             st = self.models[job.endpoint.name]
             st.requests += 1
@@ -282,6 +355,11 @@ class LlmProposer:
         def one(job: _Job) -> Any:
             if self.exhausted:
                 return _BudgetSkip()
+            ep = job.endpoint
+            held = self.ledger.reserve(sum(len(str(m.get("content", ""))) for m in job.messages), self.cfg.max_tokens,
+                                       ep.name, ep.model)
+            if held is None:  # its estimate would pass the token or dollar cap: not sent
+                return _BudgetSkip()
             client = self.clients[job.endpoint.name]
             try:
                 reply = client.chat(job.messages, temperature=self.cfg.temperature, max_tokens=self.cfg.max_tokens)
@@ -289,7 +367,8 @@ class LlmProposer:
                 return e
             except Exception as e:  # noqa: BLE001 - a request must never crash the search
                 return RequestFailed(f"{job.endpoint.base_url}: {type(e).__name__}: {' '.join(str(e).split())[:200]}")
-            ep = job.endpoint
+            finally:
+                self.ledger.release(held)
             cost = self.ledger.charge(reply.tokens_in, reply.tokens_out, ep.name, ep.model)
             st = self.models[ep.name]
             with self.ledger._lock:

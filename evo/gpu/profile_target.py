@@ -1,0 +1,69 @@
+"""The process Nsight Compute profiles (evo.profile): one launch of a candidate, or of the library, on one shape.
+
+    python -m evo.gpu.profile_target --shape 4096x4096x1024 --source k.cu --cubin k.cubin
+    python -m evo.gpu.profile_target --shape 4096x4096x1024 --library cublas
+
+Inputs are random normal fp16; the kernel runs twice unprofiled (module load, lazy loading, tensor-map
+encoding, cuBLAS heuristics), then once between cudaProfilerStart and cudaProfilerStop, which is the only
+launch ``ncu --profile-from-start off`` measures. Exit 0 when the launch completed, 2 (one line) otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m evo.gpu.profile_target")
+    ap.add_argument("--shape", required=True)
+    ap.add_argument("--source")
+    ap.add_argument("--cubin")
+    ap.add_argument("--library", choices=["cublas"])
+    ap.add_argument("--warmup", type=int, default=2)
+    args = ap.parse_args(argv)
+    try:
+        return _run(args)
+    except Exception as e:  # noqa: BLE001 - one line for the profiler's log
+        print(f"error: profile target: {type(e).__name__}: {' '.join(str(e).split())[:300]}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    import cupy
+    from cupy.cuda import profiler
+
+    from ..check import random_inputs
+    from ..kernel import KernelSource
+    from ..problem import parse_shape
+    from .device import gpu_info
+
+    problem = parse_shape(args.shape)
+    a, b = random_inputs(problem, cupy.random.RandomState(1))
+    c = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
+    if args.library == "cublas":
+        from ..baselines import cublas_gemm
+
+        call = cublas_gemm()
+        run = lambda: call(a, b, c)  # noqa: E731
+    else:
+        if not (args.source and args.cubin):
+            raise SystemExit("error: give --source and --cubin, or --library cublas")
+        from .launch import LoadedKernel
+
+        info = gpu_info(0)
+        with open(args.source) as f:
+            ks = KernelSource.parse(f.read())
+        kernel = LoadedKernel(ks, args.cubin, problem, info.sm_count, info.smem_per_block_optin)
+        run = lambda: kernel(a, b, c)  # noqa: E731
+    for _ in range(max(0, args.warmup)):
+        run()
+    cupy.cuda.runtime.deviceSynchronize()
+    profiler.start()
+    run()
+    cupy.cuda.runtime.deviceSynchronize()
+    profiler.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,251 @@
+"""Nsight Compute evidence for one kernel on one problem: a small fixed metric set, read from ``ncu --csv``.
+
+    ncu --clock-control none --profile-from-start off --metrics <METRICS> --csv \\
+        python -m evo.gpu.profile_target --shape MxNxK --source kernel.cu --cubin kernel.cubin
+
+The target (evo/gpu/profile_target.py) warms the kernel up, then launches it once between
+cudaProfilerStart/Stop, so only that launch is measured; ``--library cublas`` profiles the library's
+call instead (its kernel name gives tile, cluster and split: evo.library_kernel). The GPU's clocks are
+left as they are (``--clock-control none``). Where ncu is missing or not permitted (ERR_NVGPUCTRPERM)
+``Profiler`` says so once and every later call returns a result with ``ok=False`` at no cost.
+
+    python -m evo.profile --shape 4096x4096x1024 --source k.cu --cubin k.cubin    # prints the metrics
+    python -m evo.profile --shape 4096x4096x1024 --library cublas
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import EvoError, cli_entry
+from .problem import Problem, parse_shape
+
+# name -> (metric, what it says). A fixed, small set: one replay pass group per kernel on Hopper.
+METRICS: dict[str, tuple[str, str]] = {
+    "duration_us": ("gpu__time_duration.sum", "kernel duration"),
+    "sm_throughput_pct": ("sm__throughput.avg.pct_of_peak_sustained_elapsed", "SM throughput, % of peak"),
+    "tensor_hmma_pct": ("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+                        "tensor pipe busy (mma.sync / HMMA), % of active cycles"),
+    "tensor_gmma_pct": ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+                        "tensor pipe busy (wgmma / GMMA), % of active cycles"),
+    "dram_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM throughput, % of peak"),
+    "dram_read_mb": ("dram__bytes_read.sum", "DRAM bytes read"),
+    "dram_write_mb": ("dram__bytes_write.sum", "DRAM bytes written"),
+    "l2_pct": ("lts__throughput.avg.pct_of_peak_sustained_elapsed", "L2 throughput, % of peak"),
+    "l2_hit_pct": ("lts__t_sector_hit_rate.pct", "L2 hit rate"),
+    "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved occupancy (active warps)"),
+    "smem_ld_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "shared-memory load bank conflicts"),
+    "smem_st_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared-memory store bank conflicts"),
+}
+STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "membar", "wait", "math_pipe_throttle", "mio_throttle",
+          "lg_throttle", "not_selected", "dispatch_stall", "sleeping", "no_instruction", "branch_resolving")
+for _s in STALLS:  # warp-state sampling: cycles a warp waits on this reason per issued instruction
+    METRICS[f"stall_{_s}"] = (f"smsp__average_warps_issue_stalled_{_s}_per_issue_active.ratio",
+                              f"stall: {_s.replace('_', ' ')}, cycles per issued instruction")
+_BY_METRIC = {m: k for k, (m, _) in METRICS.items()}
+_UNKNOWN_METRIC = re.compile(r"Failed to find metric (?:regex:)?([\w.]+)")
+_NOT_PERMITTED = ("ERR_NVGPUCTRPERM", "permission", "not permitted")
+
+
+@dataclass
+class ProfileResult:
+    ok: bool
+    kernel: str = ""  # the profiled kernel's name (for the library: which kernel cuBLAS ran)
+    metrics: dict[str, float] = field(default_factory=dict)  # METRICS keys -> value (durations in µs, bytes in MB)
+    detail: str = ""  # why not ok; or skipped metrics
+    command: str = ""
+    seconds: float = 0.0
+    kernels: list[str] = field(default_factory=list)  # every kernel in the profiled range
+
+
+def parse_csv(text: str) -> list[tuple[str, dict[str, float]]]:
+    """ncu --csv (the default 'details' page, one row per kernel x metric) -> [(kernel name, {key: value})] in
+    launch order. Units are normalised: durations to µs, bytes to MB."""
+    lines = [ln for ln in text.splitlines() if ln.startswith('"')]
+    if not lines:
+        return []
+    rows = list(csv.DictReader(io.StringIO("\n".join(lines))))
+    kernels: dict[str, tuple[str, dict[str, float]]] = {}
+    for r in rows:
+        metric = r.get("Metric Name", "")
+        key = _BY_METRIC.get(metric)
+        ident = r.get("ID", "") or str(len(kernels))
+        name = r.get("Kernel Name", "")
+        entry = kernels.setdefault(ident, (name, {}))
+        if key is None:
+            continue
+        raw = (r.get("Metric Value") or "").replace(",", "")
+        try:
+            v = float(raw)
+        except ValueError:
+            continue
+        unit = (r.get("Metric Unit") or "").strip().lower()
+        entry[1][key] = _normalise(key, v, unit)
+    return list(kernels.values())
+
+
+def _normalise(key: str, v: float, unit: str) -> float:
+    if key == "duration_us":
+        return v * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}.get(unit, 1e-3)
+    if key.endswith("_mb"):
+        return v * {"byte": 1e-6, "kbyte": 1e-3, "mbyte": 1.0, "gbyte": 1e3}.get(unit, 1e-6)
+    return v
+
+
+def main_kernel(kernels: list[tuple[str, dict[str, float]]], name: str = "") -> tuple[str, dict[str, float]] | None:
+    """The kernel named ``name`` if given, else the longest one (a library call may add a reduction kernel)."""
+    if name:
+        hits = [k for k in kernels if k[0] == name or k[0].startswith(name + "(")]
+        return hits[-1] if hits else None
+    return max(kernels, key=lambda k: k[1].get("duration_us", 0.0), default=None)
+
+
+class Profiler:
+    """Runs ncu on evo.gpu.profile_target. ``say`` receives the one-time note when ncu cannot be used."""
+
+    def __init__(self, ncu: str = "ncu", timeout_s: float = 180.0, *, python: str = sys.executable,
+                 say: Callable[[str], None] | None = None, env: dict | None = None):
+        self.ncu = ncu
+        self.timeout_s = float(timeout_s)
+        self.python = python
+        self.say = say or (lambda s: print(s, file=sys.stderr))
+        self.env = env
+        self.disabled = ""  # why ncu cannot be used here (said once)
+        self.runs = 0
+
+    def _disable(self, why: str) -> ProfileResult:
+        if not self.disabled:
+            self.disabled = why
+            self.say(f"note: {why}; the LLM prompts go without profiler metrics")
+        return ProfileResult(False, detail=self.disabled)
+
+    def available(self) -> bool:
+        if self.disabled:
+            return False
+        exe = shutil.which(self.ncu) or (self.ncu if os.path.isfile(self.ncu) and os.access(self.ncu, os.X_OK) else "")
+        if not exe:
+            self._disable(f"Nsight Compute ({self.ncu}) not found")
+            return False
+        return True
+
+    def command(self, problem: Problem, target: list[str], metrics: list[str]) -> list[str]:
+        return [self.ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
+                "--metrics", ",".join(metrics), "--csv", self.python, "-m", "evo.gpu.profile_target",
+                "--shape", f"{problem.m}x{problem.n}x{problem.k}", *target]
+
+    def profile_kernel(self, source: str, cubin: str, problem: Problem) -> ProfileResult:
+        """Metrics of one launch of a candidate (its source gives the launch rules, its cubin the code)."""
+        if not self.available():
+            return ProfileResult(False, detail=self.disabled)
+        with tempfile.TemporaryDirectory(prefix="evo-profile-") as d:
+            src = os.path.join(d, "kernel.cu")
+            with open(src, "w") as f:
+                f.write(source)
+            return self._run(problem, ["--source", src, "--cubin", cubin], kernel="")
+
+    def profile_library(self, problem: Problem, library: str = "cublas") -> ProfileResult:
+        """Metrics and name of the kernel the library runs for this problem."""
+        if not self.available():
+            return ProfileResult(False, detail=self.disabled)
+        return self._run(problem, ["--library", library], kernel="")
+
+    def _run(self, problem: Problem, target: list[str], kernel: str) -> ProfileResult:
+        metrics = [m for m, _ in METRICS.values()]
+        dropped: list[str] = []
+        t0 = time.monotonic()
+        for _ in range(4):  # drop metrics this ncu / GPU does not know, then try again
+            cmd = self.command(problem, target, metrics)
+            self.runs += 1
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, env=self.env)
+            except FileNotFoundError:
+                return self._disable(f"Nsight Compute ({self.ncu}) not found")
+            except subprocess.TimeoutExpired:
+                return ProfileResult(False, detail=f"ncu timed out after {self.timeout_s:g} s", command=shlex.join(cmd),
+                                     seconds=time.monotonic() - t0)
+            out = (p.stdout or "") + "\n" + (p.stderr or "")
+            if any(s in out for s in _NOT_PERMITTED):
+                return self._disable("Nsight Compute is not permitted to read the GPU's performance counters "
+                                     "(ERR_NVGPUCTRPERM: needs root or NVreg_RestrictProfilingToAdminUsers=0)")
+            unknown = [m for m in _UNKNOWN_METRIC.findall(out) if m in metrics]
+            if unknown:
+                metrics = [m for m in metrics if m not in unknown]
+                dropped += unknown
+                continue
+            kernels = parse_csv(p.stdout or "")
+            hit = main_kernel(kernels, kernel)
+            if p.returncode != 0 or hit is None:
+                tail = " ".join(l.strip() for l in out.strip().splitlines()[-3:])[:300]
+                return ProfileResult(False, detail=f"ncu exit {p.returncode}, no {kernel or 'kernel'} profiled: {tail}",
+                                     command=shlex.join(cmd), seconds=time.monotonic() - t0)
+            detail = f"not available here: {', '.join(dropped)}" if dropped else ""
+            return ProfileResult(True, hit[0], hit[1], detail, shlex.join(cmd), time.monotonic() - t0,
+                                 [k[0] for k in kernels])
+        return ProfileResult(False, detail="ncu kept refusing metrics: " + ", ".join(dropped), seconds=time.monotonic() - t0)
+
+
+def describe(metrics: dict[str, float]) -> list[str]:
+    """Readable lines for a prompt or a terminal: throughput figures, then the top stall reasons."""
+    out = []
+    for key in ("duration_us", "sm_throughput_pct", "tensor_gmma_pct", "tensor_hmma_pct", "dram_pct", "l2_pct",
+                "l2_hit_pct", "occupancy_pct", "dram_read_mb", "dram_write_mb", "smem_ld_conflicts", "smem_st_conflicts"):
+        if key in metrics:
+            v = metrics[key]
+            unit = " µs" if key == "duration_us" else "%" if key.endswith("_pct") else " MB" if key.endswith("_mb") else ""
+            num = f"{v:.0f}" if key.endswith("conflicts") else f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3f}"
+            out.append(f"{METRICS[key][1]}: {num}{unit}")
+    stalls = sorted(((k, v) for k, v in metrics.items() if k.startswith("stall_") and v > 0), key=lambda kv: -kv[1])
+    if stalls:
+        total = sum(v for _, v in stalls)
+        top = ", ".join(f"{k[6:].replace('_', ' ')} {v:.2f} ({100 * v / total:.0f}%)" for k, v in stalls[:5])
+        out.append(f"top warp stall reasons (cycles per issued instruction): {top}")
+    return out
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    from .cli import parser
+
+    ap: argparse.ArgumentParser = parser("python -m evo.profile", "Nsight Compute metrics of one kernel (or the library) on one shape.")
+    ap.add_argument("--shape", required=True)
+    ap.add_argument("--source", help="candidate .cu (front matter gives the launch)")
+    ap.add_argument("--cubin", help="its compiled cubin")
+    ap.add_argument("--library", choices=["cublas"], help="profile the library's kernel instead")
+    ap.add_argument("--ncu", default="ncu")
+    args = ap.parse_args(argv)
+    problem = parse_shape(args.shape)
+    prof = Profiler(args.ncu)
+    if args.library:
+        res = prof.profile_library(problem, args.library)
+    else:
+        if not (args.source and args.cubin):
+            raise EvoError("give --source and --cubin, or --library cublas")
+        with open(args.source) as f:
+            res = prof.profile_kernel(f.read(), args.cubin, problem)
+    if not res.ok:
+        raise EvoError(f"profile failed: {res.detail}")
+    print(f"kernel: {res.kernel}")
+    for line in describe(res.metrics):
+        print(f"  {line}")
+    if args.library:
+        from .library_kernel import parse_kernel_name
+
+        print(f"  {parse_kernel_name(res.kernel).summary()}")
+    print(f"({res.seconds:.1f} s: {res.command})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
