@@ -68,6 +68,8 @@ constexpr bool FULL_N = kN % BN == 0;       // no row predicates on B, column pr
 constexpr bool FULL_K = kK % BK == 0;       // no K predicates
 constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x BN tile
 constexpr int UNROLL = KT_PER <= 64 ? KT_PER : STAGES;
+constexpr int ZU_ = 16 / (MI * NI) < 1 ? 1 : 16 / (MI * NI);   // split-K reduce: partials in flight per thread
+constexpr int ZU = ZU_ < SPLIT_K ? ZU_ : SPLIT_K;
 
 static_assert(BK == 32 || BK == 64, "swizzle is laid out for BK = 32 or 64");
 static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
@@ -281,26 +283,35 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
         __syncthreads();
         if (!s_last) return;
         if (warp_k == 0) {
+            // sum[z = 0..SPLIT_K-1] in order, ZU splits' loads in flight at once (bounded registers)
             const float4* base = part + warp_mn * MI * NI * 32 + lane;
+            float sum[MI][NI][4];
 #pragma unroll
             for (int i = 0; i < MI; ++i)
 #pragma unroll
-                for (int j = 0; j < NI; ++j) {
-                    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+                for (int j = 0; j < NI; ++j)
 #pragma unroll
-                    for (int z = 0; z < SPLIT_K; ++z) {
+                    for (int e = 0; e < 4; ++e) sum[i][j][e] = 0.f;
+#pragma unroll ZU
+            for (int z = 0; z < SPLIT_K; ++z) {
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) {
                         const float4 v = z == kz ? make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3])
                                                  : __ldcg(base + z * FRAG4 + (i * NI + j) * 32);
-                        sum.x += v.x;
-                        sum.y += v.y;
-                        sum.z += v.z;
-                        sum.w += v.w;
+                        sum[i][j][0] += v.x;
+                        sum[i][j][1] += v.y;
+                        sum[i][j][2] += v.z;
+                        sum[i][j][3] += v.w;
                     }
-                    acc[i][j][0] = sum.x;
-                    acc[i][j][1] = sum.y;
-                    acc[i][j][2] = sum.z;
-                    acc[i][j][3] = sum.w;
-                }
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) acc[i][j][e] = sum[i][j][e];
         }
         if (tid == 0) *ticket = 0u;  // every split has arrived: ready for the next launch
     }

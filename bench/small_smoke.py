@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Smoke test + timing of the mma_small_sm80 family on the small shapes (run on an H100/H200 machine, < 5 min).
+
+    PYTHONUNBUFFERED=1 python3 bench/small_smoke.py [--shapes a,b] [--per-shape 10] [--deadline 200]
+
+For every shape (default: the shapes of shapes/sample24.yaml and shapes/bench.yaml whose best library
+took < 10 us on an H200 (docs/grid-h200.csv of the shared notes), the issue's 64x128x128, 128x64x512 and
+64x64x64, and 128x128x16384):
+1. picks instances of mma_small_sm80: the family's starts plus the best of a rough latency estimate
+   (`estimate_us`, below; a ranking aid only, never reported as a measurement) plus two random ones;
+2. compiles them all at once with the search's compiler (same flags and gates: spills / stack rejected);
+3. evaluates each through the search's GPU worker (the same check and timing as `evo.search`: fresh
+   inputs, NaN-poisoned C, fp32 reference, exact {0,1} run; L2-flushed CUDA-event median interleaved
+   with cuBLAS);
+4. times the libraries with the worker's baselines (cuBLAS, cuBLASLt heuristic, cuBLASLt autotune);
+5. prints one row per shape: best library, best evo instance, speedup, correct/tried, and the floor
+   max(2MNK / peak, bytes / bandwidth); writes $OUT/small_smoke.json with every result.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evo.families import Family, load_families  # noqa: E402
+from evo.problem import Problem, parse_shape  # noqa: E402
+
+FAMILY = "mma_small_sm80"
+SHAPES = ["64x64x64", "64x128x128", "128x64x512", "64x128x2048", "128x64x4096", "2048x256x128", "1024x2048x64",
+          "64x4096x512", "128x12288x256", "4096x512x256", "128x128x16384"]
+SMS = 132
+PEAK_TFLOPS, BW_GBS = 989.0, 4800.0  # H200 dense fp16 and HBM3e: the floor column only
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def estimate_us(p: dict, prob: Problem) -> float:
+    """Rough latency of one instance on one shape: launch, waves of CTAs each streaming its K slice through one
+    SM's share of L2 bandwidth or its tensor-core share, the split-K round trip and writing C. Ranks instances."""
+    warps_mn, warps = p["WARPS_M"] * p["WARPS_N"], p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"]
+    tiles = cdiv(prob.m, p["BM"]) * cdiv(prob.n, p["BN"])
+    ctas = tiles * p["SPLIT_K"]
+    smem = max(p["STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * 2, (p["WARPS_K"] - 1) * p["BM"] * p["BN"] * 4)
+    per_sm = max(1, min(227 * 1024 // smem, 64 // warps, 32))
+    waves = cdiv(ctas, SMS * per_sm)
+    resident = min(per_sm, cdiv(ctas, SMS))
+    kt = cdiv(prob.k, p["BK"]) // p["SPLIT_K"]
+    load_ns = (p["BM"] + p["BN"]) * p["BK"] * 2 * kt * resident / 80.0            # ~80 B/ns per SM from L2
+    mma_ns = 2.0 * p["BM"] * p["BN"] * p["BK"] * kt * resident / (4500.0 * min(warps, 4) / 4)  # ~4.5 TFLOP/s per SM
+    lat_ns = 700.0 + kt * 40.0 / min(p["STAGES"] - 1, 4)                            # first load, per-tile latency
+    split_ns = 0.0 if p["SPLIT_K"] == 1 else 800.0 + tiles * p["SPLIT_K"] * p["BM"] * p["BN"] * 8 / 3000.0
+    epi_ns = prob.m * prob.n * 2 / 3000.0 + (0 if warps_mn * 32 >= 64 else 200.0)
+    return 2.5 + (waves * (max(load_ns, mma_ns) + lat_ns) + split_ns + epi_ns) / 1000.0
+
+
+def pick_instances(fam: Family, prob: Problem, n: int, rng: random.Random) -> list[dict]:
+    # the family's `requires` without rendering each instance (checked on the rendered kernels below)
+    ok = [p for p in fam.valid_instances() if prob.k % 8 == 0 and cdiv(prob.k, p["BK"]) % p["SPLIT_K"] == 0]
+    ranked, seen = [], set()
+    for p in sorted(ok, key=lambda p: estimate_us(p, prob)):  # diverse: one per tile, depth, split and warp split
+        key = (p["BM"], p["BN"], p["BK"], p["SPLIT_K"], p["WARPS_K"])
+        if key not in seen:
+            seen.add(key)
+            ranked.append(p)
+    out: list[dict] = []
+    for p in fam.start_instances() + ranked[:n] + rng.sample(ok, min(2, len(ok))):
+        if p not in out:
+            out.append(p)
+    return [p for p in out if fam.render(p, prob).accepts(prob, SMS)]
+
+
+def floor_us(prob: Problem) -> float:
+    flops = 2.0 * prob.m * prob.n * prob.k
+    nbytes = 2.0 * (prob.m * prob.k + prob.n * prob.k + prob.m * prob.n)
+    return max(flops / (PEAK_TFLOPS * 1e6), nbytes / (BW_GBS * 1e3))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--per-shape", type=int, default=8, help="instances from the estimate's ranking per shape (plus starts)")
+    ap.add_argument("--deadline", type=float, default=200.0, help="stop evaluating after this many seconds")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--plan-only", action="store_true", help="print the chosen instances and estimates; no compile, no GPU")
+    a = ap.parse_args()
+
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.gpu.worker import GpuWorker, WorkerFault
+
+    t0 = time.monotonic()
+    cfg = load_config(overrides={"compile": {"cache_dir": "/tmp/evo_small_cache"},
+                                 "paths": {"db": "/tmp/evo_small.db", "out": "/tmp/evo_small_out"}})
+    fam = load_families(names=[FAMILY])[0]
+    rng = random.Random(12)
+    problems = [parse_shape(s) for s in a.shapes.split(",") if s]
+    plan = {prob.key: [(p, fam.render(p, prob)) for p in pick_instances(fam, prob, a.per_shape, rng)] for prob in problems}
+    if a.plan_only:
+        for key, rows in plan.items():
+            print(f"{key}: " + "; ".join(f"{estimate_us(p, parse_shape(key)):.1f} us " + ",".join(str(v) for v in p.values())
+                                        for p, _ in rows))
+        return 0
+    comp = Compiler.from_config(cfg.compile)
+    items = [(ks, "sm_90a") for rows in plan.values() for _, ks in rows]
+    results = {r.hash: r for r in comp.compile_many(items, 0)}
+    bad = [r for r in results.values() if not r.ok]
+    print(f"compiled {len(results)} instances for {len(problems)} shapes in {time.monotonic() - t0:.0f} s, {len(bad)} failed",
+          flush=True)
+    for r in bad[:5]:
+        print(f"  compile failed {r.hash}: {r.error[:200]}")
+
+    w = GpuWorker(cfg)
+    info = w.start()
+    print(f"GPU: {info.name} ({info.arch}, {info.sm_count} SMs), driver {info.driver}", flush=True)
+    out: dict = {"gpu": info.name, "shapes": {}}
+    print(f"{'shape':>15} {'library':>8} {'best lib':>9} {'evo':>8} {'speedup':>7} {'ok/tried':>8} {'floor':>6}  evo instance",
+          flush=True)
+    try:
+        for prob in problems:
+            if time.monotonic() - t0 > a.deadline:
+                print(f"{prob.key:>15} skipped: past the {a.deadline:.0f} s deadline")
+                continue
+            rows = []
+            for p, ks in plan[prob.key]:
+                r = results[ks.hash]
+                row = {"params": p, "hash": ks.hash, "estimate_us": round(estimate_us(p, prob), 2), "registers": r.registers}
+                if not r.ok:
+                    row.update(ok=False, error="compile: " + r.error[:200])
+                else:
+                    try:
+                        ev = w.call("evaluate", timeout_s=120, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+                        row.update(ok=ev.ok, us=ev.time_us, cublas_us=ev.cublas_us, error=ev.error[:200])
+                    except WorkerFault as e:
+                        row.update(ok=False, error=f"worker: {e}"[:200])
+                rows.append(row)
+            libs = w.call("baselines", timeout_s=600, problem=prob)["results"]
+            lib_us = {k: v.time_us for k, v in libs.items() if v.time_us > 0}
+            best_lib = min(lib_us, key=lib_us.get) if lib_us else ""
+            good = sorted((r for r in rows if r["ok"]), key=lambda r: r["us"])
+            best = good[0] if good else None
+            out["shapes"][prob.key] = {"libraries": lib_us, "instances": rows, "floor_us": floor_us(prob)}
+            sp = f"{lib_us[best_lib] / best['us']:.3f}x" if best and best_lib else "-"
+            inst = " ".join(f"{k}={v}" for k, v in best["params"].items()) if best else "(none correct)"
+            print(f"{prob.key:>15} {best_lib[:8]:>8} {lib_us.get(best_lib, 0):9.2f} {best['us'] if best else 0:8.2f} {sp:>7} "
+                  f"{len(good):>3}/{len(rows):<4} {floor_us(prob):6.2f}  {inst}", flush=True)
+            for r in rows:
+                if not r["ok"]:
+                    print(f"    FAIL {r['params']}: {r['error']}", flush=True)
+    finally:
+        w.stop()
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "small_smoke.json").write_text(json.dumps(out, indent=1, default=str))
+    speedups = []
+    for key, s in out["shapes"].items():
+        good = [r["us"] for r in s["instances"] if r["ok"]]
+        if good and s["libraries"]:
+            speedups.append(min(s["libraries"].values()) / min(good))
+    if speedups:
+        g = math.exp(sum(math.log(x) for x in speedups) / len(speedups))
+        print(f"geomean speedup over the best library: {g:.3f}x on {len(speedups)} shapes; min {min(speedups):.3f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
