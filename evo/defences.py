@@ -1,0 +1,36 @@
+"""Named evaluator defences that a test may switch off, to show that its adversarial kernel then gets through.
+
+Switched off by ``check.defences_off`` in the config or by ``EVO_TEST_DEFENCES_OFF=name,name`` in the
+environment (the GPU worker and the compiler read both); never for a real search. docs/evaluator.md
+records, per defence, the test that fails when it is off.
+"""
+from __future__ import annotations
+
+import os
+
+from .errors import EvoError
+
+ENV = "EVO_TEST_DEFENCES_OFF"
+
+DEFENCES = {
+    "fresh_inputs": "new device-generated inputs before every timed call (off: 3 input sets repeat)",
+    "random_checks": "full elementwise checks at random timed calls (off: they check warm-up calls only)",
+    "tight_bound": "per-element bound calibrated to fp32 accumulation, sampled rows/cols every call, "
+                   "exact test on ordinary data (off: 1e-2 relative error and a loose checksum)",
+    "roofline": "times below the roofline bound are refused (off: any time is accepted)",
+    "fresh_module": "a fresh cuModuleLoad and workspace per phase (off: cupy's per-process module cache)",
+    "ptx_checks": "static PTX gate: publication without release ordering, module-scope mutable state",
+    "sanitizer_padding": "compute-sanitizer runs with --padding on exact cudaMalloc allocations",
+}
+
+
+def defences_off(configured: list | tuple | None = None, environ: dict | None = None) -> frozenset[str]:
+    """The defences switched off by the config list and the environment; an unknown name is an EvoError."""
+    env = os.environ if environ is None else environ
+    names = [str(x).strip() for x in (configured or [])]
+    names += [x.strip() for x in env.get(ENV, "").split(",")]
+    names = [x for x in names if x]
+    bad = sorted(set(names) - set(DEFENCES))
+    if bad:
+        raise EvoError(f"unknown defence {', '.join(bad)} in check.defences_off / {ENV}; known: {', '.join(DEFENCES)}")
+    return frozenset(names)
