@@ -35,7 +35,8 @@ from evo.problem import Problem, parse_shape  # noqa: E402
 
 FAMILY = "mma_small_sm80"
 SHAPES = ["64x64x64", "64x128x128", "128x64x512", "64x128x2048", "128x64x4096", "2048x256x128", "1024x2048x64",
-          "64x4096x512", "128x12288x256", "4096x512x256", "128x128x16384"]
+          "64x4096x512", "128x12288x256", "4096x512x256", "128x128x16384",
+          "100x200x1000", "77x200x72"]  # off-tile M, N, K: correctness of the edge predicates
 SMS = 132
 PEAK_TFLOPS, BW_GBS = 989.0, 4800.0  # H200 dense fp16 and HBM3e: the floor column only
 
