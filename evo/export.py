@@ -4,11 +4,18 @@ Layout under the output folder:
     <gpu>/<layout>/<MxNxK>.cu      the kernel source (front matter = launch rules)
     <gpu>/<layout>/<MxNxK>.json    launch geometry for that shape, family, params, lineage, timings
     <gpu>/table.csv, table.json    one row per shape
+    README.md                      what the folder holds, computed from every GPU's table.json
 Every file is written to a temporary name and renamed, so a kill never leaves half a table.
+
+A row's winner is evo only where evo's kernel beats the best library beyond the noise band (evo.noise: half the
+mean spread of the two timings, at least ``dispatch.noise_floor``); inside the band the row is a tie and names the
+library (``verdict``: win, tie or loss). cuBLASLt's winning algorithms (``library_algorithms``) are kept so that
+evo.dispatch serves a cuBLASLt row with the algorithm that won.
 """
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -16,7 +23,11 @@ import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
+from . import noise
+from .datasheet import datasheet
+from .errors import EvoError, cli_entry
 from .kernel import KernelSource
+from .ltgemm import algorithm_from_detail
 from .problem import Problem, parse_shape
 from .store import Store
 
@@ -52,6 +63,13 @@ class TableRow:
     cuda: str
     driver: str
     date: str
+    spread: float = 0.0  # (p90 - min) / median of evo's confirm timing
+    best_library_spread: float = 0.0  # the same for the best library's baseline timing
+    noise_band: float = 0.0  # a speedup must exceed 1 + noise_band to count (evo.noise.band)
+    verdict: str = ""  # evo against the best library: win, tie (inside the band) or loss; "" without an evo kernel
+    library_algorithms: dict = None  # type: ignore[assignment]  # {cublaslt_*: algorithm config} where recorded
+    datasheet_roof_us: float = 0.0  # roofline from the GPU's datasheet peak and bandwidth (evo.datasheet)
+    pct_of_datasheet_roof: float = 0.0
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -75,13 +93,23 @@ def lineage(store: Store, h: str, depth: int = 20) -> list[str]:
     return chain
 
 
+def noise_floor() -> float:
+    from .config import load_config
+
+    return load_config().dispatch.noise_floor
+
+
 def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: tuple[float, float] | None,
-            write: bool = True) -> TableRow | None:
+            write: bool = True, floor: float = noise.DEFAULT_FLOOR) -> TableRow | None:
     # Only a vetted champion is published: one that passed the strong re-check (and the sanitizer where
     # enabled) and was then re-timed side by side with every baseline (the confirms table).
     conf = store.confirm(problem.key, problem.layout, gpu)
     best = store.champion(problem.key, problem.layout, gpu)
-    base = {b.library: b.time_us for b in store.baselines(problem.key, problem.layout, gpu)}
+    stored = store.baselines(problem.key, problem.layout, gpu)
+    base = {b.library: b.time_us for b in stored}
+    spreads = {b.library: b.spread for b in stored}
+    algos = {b.library: algorithm_from_detail(b.detail) for b in stored if b.library.startswith("cublaslt")}
+    algos = {k: v for k, v in algos.items() if v}
     if best is None and not base:
         return None
     source = "confirm" if best is not None else ""
@@ -92,7 +120,11 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
     libs = {k: v for k, v in base.items() if k in LIBRARIES and v > 0}
     best_lib = min(libs, key=libs.get) if libs else ""
     best_lib_us = libs.get(best_lib, 0.0)
-    evo_wins = best is not None and (not best_lib_us or time_us < best_lib_us)
+    evo_spread = float(conf["spread"] or 0.0) if best is not None else 0.0
+    lib_spread = float(spreads.get(best_lib, 0.0) or 0.0)
+    band = noise.band(evo_spread, lib_spread, floor=floor)
+    verdict = noise.verdict(best_lib_us, time_us, band) if best is not None else ""
+    evo_wins = best is not None and (not best_lib_us or verdict == "win")
     rel_dir = Path(gpu) / problem.layout
     kernel_path = ""
     if best is not None:
@@ -111,6 +143,8 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
         }
         atomic_write(out_dir / rel_dir / f"{problem.key}.json", json.dumps(meta, indent=2, default=str))
     roof = problem.roofline_us(*ceilings) if ceilings else 0.0
+    ds = datasheet(gpu)
+    ds_roof = problem.roofline_us(ds.peak_tflops_fp16_dense, ds.dram_gbs) if ds else 0.0
     shown = time_us if evo_wins else best_lib_us
     sp = lambda lib: (libs[lib] / time_us) if time_us and lib in libs else 0.0  # noqa: E731
     return TableRow(
@@ -127,6 +161,9 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
         timing_source=source, lineage=" <- ".join(lineage(store, h)) if h else "",
         cuda=best["cuda"] if best else "", driver=best["driver"] if best else "",
         date=time.strftime("%Y-%m-%d", time.gmtime()),
+        spread=round(evo_spread, 4), best_library_spread=round(lib_spread, 4), noise_band=round(band, 4),
+        verdict=verdict, library_algorithms=algos, datasheet_roof_us=round(ds_roof, 3),
+        pct_of_datasheet_roof=round(100.0 * ds_roof / shown, 1) if ds_roof and shown else 0.0,
     )
 
 
@@ -139,16 +176,162 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
         "SELECT shape FROM evaluations WHERE gpu=? AND layout=? UNION SELECT shape FROM baselines WHERE gpu=? AND layout=?",
         (gpu, layout, gpu, layout))}, key=lambda s: tuple(int(x) for x in s.split("x")))
     ceilings = store.ceilings(gpu)
-    rows = [r for r in (row_for(store, parse_shape(s, layout), gpu, out, ceilings, only is None or s in only)
+    floor = noise_floor()
+    rows = [r for r in (row_for(store, parse_shape(s, layout), gpu, out, ceilings, only is None or s in only, floor)
                         for s in shapes) if r]
     buf = io.StringIO()
     fields = list(TableRow.__dataclass_fields__)
     w = csv.DictWriter(buf, fieldnames=fields)
     w.writeheader()
     for r in rows:
-        w.writerow(asdict(r))
+        d = asdict(r)
+        d["library_algorithms"] = json.dumps(d["library_algorithms"] or {}, separators=(",", ":"), sort_keys=True)
+        w.writerow(d)
     atomic_write(out / gpu / "table.csv", buf.getvalue())
-    doc = {"gpu": gpu, "layout": layout, "ceilings": {"peak_tflops": ceilings[0], "bw_gbs": ceilings[1]} if ceilings else None,
+    launch = launch_floor_us(store, gpu)
+    ds = datasheet(gpu)
+    doc = {"gpu": gpu, "layout": layout,
+           "ceilings": ({"peak_tflops": ceilings[0], "bw_gbs": ceilings[1], **({"launch_us": launch} if launch else {})}
+                        if ceilings else None),
+           "datasheet": ({"model": ds.model, "peak_tflops_fp16_dense": ds.peak_tflops_fp16_dense, "dram_gbs": ds.dram_gbs}
+                         if ds else None),
+           "noise_floor": floor,
            "rows": [asdict(r) for r in rows]}
     atomic_write(out / gpu / "table.json", json.dumps(doc, indent=2))
+    write_readme(out)
     return out / gpu, rows
+
+
+def launch_floor_us(store: Store, gpu: str) -> float:
+    """The launch floor measured with the ceilings (an empty kernel between CUDA events), 0 where not measured."""
+    for r in store.rows("SELECT detail FROM ceilings WHERE gpu=?", (gpu,)):
+        text = r[0] or ""
+        if "launch_us=" in text:
+            try:
+                return float(text.split("launch_us=", 1)[1].split(";")[0].split()[0])
+            except (ValueError, IndexError):
+                return 0.0
+    return 0.0
+
+
+def readme_text(out: Path) -> str:
+    """kernels_out/README.md, computed from every <GPU>/table.json under `out` (nothing in it is typed by hand)."""
+    lines = ["# The kernel table", "",
+             "Generated by `evo.export` from the tables below; do not edit (it is rewritten at every export).", "",
+             "One folder per GPU model: `table.csv` / `table.json` (one row per shape: the winner, evo or the fastest",
+             "library, its µs, each baseline's µs, speedups, the noise band and verdict, % of roofline, family, lineage,",
+             "CUDA and driver), `TN/<MxNxK>.cu` (the kernel) with `TN/<MxNxK>.json` (its launch geometry for that shape).",
+             "Load it from a program with `evo.dispatch` or the `evo::matmul` torch op (README); render the report with",
+             "`python -m evo.report` (it needs only these files).", "", "## What is here", ""]
+    found = False
+    for tj in sorted(out.glob("*/table.json")):
+        try:
+            doc = json.loads(tj.read_text())
+        except (OSError, ValueError):
+            continue
+        rows = doc.get("rows") or []
+        if not rows:
+            continue
+        found = True
+        wins = [r for r in rows if r.get("winner") == "evo"]
+        ties = [r for r in rows if r.get("verdict") == "tie"]
+        by_winner: dict[str, int] = {}
+        for r in rows:
+            by_winner[r.get("winner") or "none"] = by_winner.get(r.get("winner") or "none", 0) + 1
+        dates = sorted({r.get("date", "") for r in rows if r.get("date")})
+        drivers = sorted({r.get("driver", "") for r in rows if r.get("driver")})
+        cudas = sorted({r.get("cuda", "") for r in rows if r.get("cuda")})
+        best = sorted(wins, key=lambda r: -(r.get("speedup_best_library") or 0))
+        win_text = ", ".join(f"{r['shape']} ({r.get('speedup_best_library', 0):.3f}x)" for r in best) or "none"
+        lines += [f"`{tj.parent.name}/`: {len(rows)} shapes; evo wins {len(wins)} beyond the noise band: {win_text}."
+                  + (f" {len(ties)} within the noise band (ties, served by the library)." if ties else ""),
+                  "Winners: " + ", ".join(f"{k} {v}" for k, v in sorted(by_winner.items(), key=lambda kv: -kv[1])) + ".",
+                  f"Exported {', '.join(dates) or '-'}; driver {', '.join(drivers) or '-'}, CUDA {', '.join(cudas) or '-'}.", ""]
+    if not found:
+        lines += ["No table yet: `python -m evo.sweep --shapes shapes/grid1000.yaml` writes one.", ""]
+    return "\n".join(lines)
+
+
+def write_readme(out: Path) -> None:
+    atomic_write(Path(out) / "README.md", readme_text(Path(out)))
+
+
+def _table_row(d: dict) -> TableRow:
+    fields = TableRow.__dataclass_fields__
+    kw = {k: v for k, v in d.items() if k in fields}
+    if isinstance(kw.get("library_algorithms"), str):
+        try:
+            kw["library_algorithms"] = json.loads(kw["library_algorithms"] or "{}")
+        except ValueError:
+            kw["library_algorithms"] = {}
+    kw.setdefault("library_algorithms", {})
+    missing = [k for k, f in fields.items() if k not in kw and f.default is dataclasses.MISSING]
+    for k in missing:  # an older table: absent text columns are empty, numbers 0
+        kw[k] = "" if fields[k].type in ("str", str) else 0
+    return TableRow(**kw)
+
+
+def read_table(table_dir: str | Path) -> tuple[dict, list[TableRow]]:
+    """A committed table.json as (document, rows); EvoError with one line if it cannot be read."""
+    path = Path(table_dir) / "table.json"
+    try:
+        doc = json.loads(path.read_text())
+    except OSError:
+        raise EvoError(f"no kernel table at {path}") from None
+    except ValueError as e:
+        raise EvoError(f"{path} is not valid JSON: {e}") from None
+    return doc, [_table_row(r) for r in doc.get("rows") or []]
+
+
+def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[TableRow]:
+    """Recompute a table's derived columns from its own numbers (no archive needed): noise band (from the spreads
+    it carries, else the floor), verdict, winner, datasheet roof; rewrite table.csv/json and kernels_out/README.md."""
+    floor = noise_floor() if floor is None else floor
+    table_dir = Path(table_dir)
+    doc, rows = read_table(table_dir)
+    gpu = doc.get("gpu") or table_dir.name
+    ds = datasheet(gpu)
+    for r in rows:
+        p = parse_shape(r.shape)
+        libs = {lib: getattr(r, f"{lib}_us") for lib in LIBRARIES if getattr(r, f"{lib}_us")}
+        best_lib = min(libs, key=libs.get) if libs else r.best_library
+        best_lib_us = libs.get(best_lib, 0.0)
+        r.noise_band = round(r.noise_band or noise.band(r.spread, r.best_library_spread, floor=floor), 4)
+        if r.hash and r.time_us:
+            r.verdict = noise.verdict(best_lib_us, r.time_us, r.noise_band) if best_lib_us else "win"
+            r.winner = "evo" if r.verdict == "win" else best_lib
+        shown = r.time_us if r.winner == "evo" else best_lib_us
+        if ds:
+            r.datasheet_roof_us = round(p.roofline_us(ds.peak_tflops_fp16_dense, ds.dram_gbs), 3)
+            r.pct_of_datasheet_roof = round(100.0 * r.datasheet_roof_us / shown, 1) if shown else 0.0
+    doc["rows"] = [asdict(r) for r in rows]
+    doc["noise_floor"] = floor
+    doc["datasheet"] = ({"model": ds.model, "peak_tflops_fp16_dense": ds.peak_tflops_fp16_dense, "dram_gbs": ds.dram_gbs}
+                       if ds else None)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(TableRow.__dataclass_fields__))
+    w.writeheader()
+    for d in doc["rows"]:
+        w.writerow({**d, "library_algorithms": json.dumps(d["library_algorithms"] or {}, separators=(",", ":"), sort_keys=True)})
+    atomic_write(table_dir / "table.csv", buf.getvalue())
+    atomic_write(table_dir / "table.json", json.dumps(doc, indent=2))
+    write_readme(table_dir.parent)
+    return rows
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    from .cli import _Parser
+
+    ap = _Parser(prog="python -m evo.export", description="Recompute a kernel table's derived columns "
+                 "(noise band, verdict, winner, datasheet roof) and kernels_out/README.md from the table alone.")
+    ap.add_argument("--refresh", required=True, metavar="DIR", help="a table folder, e.g. kernels_out/NVIDIA_H200")
+    ns = ap.parse_args(argv)
+    rows = refresh_table(ns.refresh)
+    wins = sum(r.winner == "evo" for r in rows)
+    print(f"{ns.refresh}: {len(rows)} rows, evo wins {wins} beyond the noise band; README.md rewritten")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -104,3 +104,29 @@ class LtGemm:
 
         call.keep = keep  # type: ignore[attr-defined]
         return call
+
+
+ALGO_MARK = "; algorithm="  # how a baseline's detail text carries its cuBLASLt algorithm (JSON) into the archive
+
+
+def algorithm_note(alg: Any) -> str:
+    """Appended to a cuBLASLt baseline's detail: the algorithm's configuration, for the table and the dispatcher."""
+    import json
+
+    try:
+        return ALGO_MARK + json.dumps(algorithm_config(alg), separators=(",", ":"))
+    except Exception:  # noqa: BLE001 - a detail without the algorithm is still a valid detail
+        return ""
+
+
+def algorithm_from_detail(detail: str) -> dict[str, Any]:
+    """The algorithm a baseline's detail carries ({} where it carries none)."""
+    import json
+
+    if ALGO_MARK not in (detail or ""):
+        return {}
+    try:
+        v = json.loads(detail.split(ALGO_MARK, 1)[1])
+    except ValueError:
+        return {}
+    return v if isinstance(v, dict) else {}

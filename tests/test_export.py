@@ -1,0 +1,93 @@
+"""evo.export: noise bands and verdicts, cuBLASLt algorithms, datasheet roof, launch floor, the generated README."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+from evo.export import export_table, readme_text
+from evo.problem import parse_shape
+from evo.store import Store
+from evo.sweep import run_sweep
+from test_sweep import CachingFakeCompiler, ShapeFake, make_cfg
+
+GPU = "Fake_GPU"
+ALGO = {"algorithm_id": 21, "tile": "64x128", "split_k": 1}
+
+
+def swept(tmp_path, shapes):
+    cfg = make_cfg(tmp_path)
+    run_sweep([parse_shape(s) for s in shapes], cfg, device_ids=[0], worker_factory=ShapeFake,
+              compiler=CachingFakeCompiler(), out=io.StringIO())
+    return cfg, Store(cfg.paths.db)
+
+
+def set_lead(store, shape, lead, spread):
+    libs = json.loads(store.confirm(shape, "TN", GPU)["baselines"])
+    best = min(v for v in libs.values() if v > 0)
+    store.db.execute("UPDATE confirms SET time_us=?, spread=? WHERE shape=?", (best / lead, spread, shape))
+    store.db.execute("UPDATE baselines SET spread=? WHERE shape=?", (spread, shape))
+    store.db.commit()
+
+
+def test_wins_count_only_beyond_noise_and_algorithms_are_kept(tmp_path):
+    shapes = ["256x256x256", "512x512x2048", "1024x1024x1024"]
+    cfg, store = swept(tmp_path, shapes)
+    set_lead(store, "256x256x256", 1.009, 0.01)  # the 1.009x of the issue: a tie
+    set_lead(store, "512x512x2048", 1.10, 0.01)  # a win
+    set_lead(store, "1024x1024x1024", 1.04, 0.12)  # 4 % with 12 % spreads: inside a 6 % band
+    store.db.execute("UPDATE baselines SET detail=? WHERE library='cublaslt_autotune'",
+                     ("best of 8 by nvmath autotune; algorithm=" + json.dumps(ALGO),))
+    store.db.execute("UPDATE ceilings SET detail = COALESCE(detail, '') || '; launch_us=3.420'")
+    store.db.commit()
+    out, rows = export_table(store, GPU, cfg.paths.out)
+    by = {r.shape: r for r in rows}
+    assert by["256x256x256"].verdict == "tie" and by["256x256x256"].winner != "evo"
+    assert by["256x256x256"].noise_band == 0.02 and by["256x256x256"].speedup_best_library == 1.009
+    assert by["512x512x2048"].verdict == "win" and by["512x512x2048"].winner == "evo"
+    assert by["1024x1024x1024"].verdict == "tie" and by["1024x1024x1024"].noise_band == 0.06
+    assert all(r.library_algorithms == {"cublaslt_autotune": ALGO} for r in rows)
+    doc = json.loads((out / "table.json").read_text())
+    assert doc["ceilings"]["launch_us"] == 3.42 and doc["noise_floor"] == 0.02 and doc["datasheet"] is None
+    assert doc["rows"][0]["library_algorithms"]["cublaslt_autotune"]["algorithm_id"] == 21
+    with open(out / "table.csv") as f:
+        first = next(csv.DictReader(f))
+    assert json.loads(first["library_algorithms"]) == {"cublaslt_autotune": ALGO} and first["verdict"]
+    readme = (Path(cfg.paths.out) / "README.md").read_text()
+    assert readme == readme_text(Path(cfg.paths.out))
+    assert f"`{GPU}/`: 3 shapes; evo wins 1 beyond the noise band: 512x512x2048 (1.100x)." in readme
+    assert "2 within the noise band" in readme
+
+
+def test_readme_without_tables(tmp_path):
+    assert "No table yet" in readme_text(tmp_path)
+
+
+def test_committed_table_readme_is_current():
+    """kernels_out/README.md is what the export writes for the committed tables."""
+    root = Path(__file__).resolve().parent.parent / "kernels_out"
+    assert (root / "README.md").read_text() == readme_text(root)
+
+
+def test_refresh_recomputes_verdicts_from_the_table_alone(tmp_path, capsys):
+    from evo.export import main, read_table
+
+    src = Path(__file__).resolve().parent.parent / "kernels_out" / "NVIDIA_H200"
+    dst = tmp_path / "NVIDIA_H200"
+    dst.mkdir()
+    doc = json.loads((src / "table.json").read_text())
+    for r in doc["rows"]:  # as an older export wrote it: no noise columns
+        for k in ("noise_band", "verdict", "spread", "best_library_spread", "library_algorithms",
+                  "datasheet_roof_us", "pct_of_datasheet_roof"):
+            r.pop(k, None)
+        if r["hash"] and r["speedup_best_library"] > 1:
+            r["winner"] = "evo"
+    (dst / "table.json").write_text(json.dumps(doc))
+    assert main(["--refresh", str(dst)]) == 0
+    _, rows = read_table(dst)
+    by = {r.shape: r for r in rows}
+    assert by["128x16384x4096"].verdict == "tie" and by["128x16384x4096"].winner == "cublas"
+    assert by["1x4096x4096"].winner == "evo" and by["1x4096x4096"].pct_of_datasheet_roof > 0
+    assert "evo wins 2 beyond the noise band" in capsys.readouterr().out
+    assert main(["--refresh", str(tmp_path / "nothing")]) == 2
