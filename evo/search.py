@@ -48,7 +48,10 @@ class SearchSummary:
     proposer_lines: list[str] = field(default_factory=list)
 
 
-def build_proposers(cfg: Config, selector: Selector) -> list:
+def build_proposers(cfg: Config, selector: Selector, store: Store | None = None, check_llm: bool = True,
+                    say=None) -> list:
+    """The proposers of cfg.search.proposers. The llm proposer keeps its conversations and reads its parents'
+    evidence in ``store``; check_llm: send its preflight chat request (main() has already sent it)."""
     out = []
     for name in cfg.search.proposers:
         if name == "mutate":
@@ -60,8 +63,12 @@ def build_proposers(cfg: Config, selector: Selector) -> list:
         elif name == "llm":
             from .proposers.llm import LlmProposer  # type: ignore
 
-            p = LlmProposer(cfg.llm, cfg.search.seed)
-            p.check_endpoints()
+            from .profile import Profiler
+
+            profiler = Profiler(cfg.llm.ncu, cfg.llm.profile_timeout_s, say=say) if cfg.llm.profile else None
+            p = LlmProposer.from_config(cfg, store=store, profiler=profiler, say=say)
+            if check_llm:
+                p.check_endpoints()
             out.append(p)
     return out
 
@@ -89,6 +96,7 @@ class Search:
         self.selector = Selector(cfg.search.population, cfg.search.elites, cfg.search.tournament)
         self.diversity = Diversity(cfg.search.islands, cfg.search.migrate_every, cfg.search.elites)
         self.templates = Path(cfg.paths.templates) if cfg.paths.templates else None
+        self.llm_checked = False  # main() sent the LLM preflight already
 
     def families(self, arch: str) -> list[Family]:
         fams = load_families(self.templates, cfg_names(self.cfg), arch=arch)
@@ -130,7 +138,8 @@ class Search:
         t_start = time.monotonic()
         print(f"evo search {p.key} ({p.layout}, fp16 in, fp32 accumulate, fp16 out)", file=self.out)
         print(f"  database: {Path(cfg.paths.db).resolve()}\n  output:   {Path(cfg.paths.out).resolve()}", file=self.out, flush=True)
-        proposers = build_proposers(cfg, self.selector)
+        proposers = build_proposers(cfg, self.selector, store=self.store, check_llm=not self.llm_checked,
+                                    say=lambda line: print(line, file=self.out, flush=True))
         if self.shared_worker is not None:
             return self._run(self.shared_worker, self.shared_worker.info, proposers, t_start)
         worker = self.worker_factory(cfg)
@@ -183,7 +192,8 @@ class Search:
             if cfg.search.max_candidates and new_candidates >= cfg.search.max_candidates:
                 return "candidate budget spent"
             if any(getattr(x, "exhausted", False) for x in proposers):
-                return "LLM token/cost budget spent"
+                return next((x.stop_reason for x in proposers if getattr(x, "exhausted", False) and getattr(x, "stop_reason", "")),
+                            "LLM token/cost budget spent")
             return ""
 
         individuals = store.individuals(p.key, p.layout, gpu, info.arch)
@@ -214,7 +224,8 @@ class Search:
             if not fresh:
                 stalls += 1
                 if stalls >= 3:
-                    stop = "no new candidates (search space exhausted for these families)"
+                    why = [getattr(x, "stop_reason", "") for x in proposers]  # e.g. the LLM request limit, a failing endpoint
+                    stop = next((w for w in why if w), "no new candidates (search space exhausted for these families)")
                     break
                 continue
             stalls = 0
@@ -291,13 +302,13 @@ class Search:
             if not prog.best_us or ev.time_us < prog.best_us:
                 prog.best_us = ev.time_us
                 mark = "  * new best"
-            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
+            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {prop.proposer:<6} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
                        f"cuBLAS {ev.cublas_us:.2f} us ({ev.cublas_us / ev.time_us:.2f}x){mark}")
         elif ev.stage != "compile":
             prog.failed += 1
-            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} rejected at {ev.stage}: {ev.error[:140]}")
+            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {prop.proposer:<6} rejected at {ev.stage}: {ev.error[:140]}")
         else:
-            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} compile failed: {ev.error[:140]}")
+            prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {prop.proposer:<6} compile failed: {ev.error[:140]}")
         return Individual(hash=ks.hash, family=ks.meta.family, params=ks.meta.params, source=ks.text,
                           parent=",".join(prop.parents), proposer=prop.proposer, idea=prop.idea,
                           compiled=r.ok, correct=ev.ok, time_us=ev.time_us, cublas_us=ev.cublas_us,
@@ -347,6 +358,35 @@ class Search:
         return summary
 
 
+def add_llm_flags(ap) -> None:
+    ap.add_argument("--llm-url", help="OpenAI-compatible endpoint for --proposer llm (default $OPENAI_BASE_URL or llm.endpoints)")
+    ap.add_argument("--llm-model", help="model served there (default $EVO_LLM_MODEL or the config's)")
+    ap.add_argument("--llm-key-env", help="environment variable holding its API key (default EVO_LLM_API_KEY, then OPENAI_API_KEY)")
+
+
+def apply_llm_flags(cfg: Config, args) -> None:
+    for flag, key in (("llm_url", "url"), ("llm_model", "model"), ("llm_key_env", "key_env")):
+        if getattr(args, flag, None):
+            setattr(cfg.llm, key, getattr(args, flag).strip())
+
+
+def llm_preflight(cfg: Config) -> bool:
+    """With the llm proposer: one tiny chat request per endpoint, before the GPU is looked at (EvoError, one line,
+    on a wrong path, key, model or host). True when it was sent."""
+    if "llm" not in cfg.search.proposers:
+        return False
+    from .proposers.llm import LlmProposer
+
+    p = LlmProposer.from_config(cfg)
+    try:
+        for r in p.check_endpoints():
+            print(f"LLM endpoint {r.base_url} ({r.model}) answered a preflight chat request in {r.seconds:.1f} s",
+                  flush=True)
+    finally:
+        p.close()
+    return True
+
+
 def cfg_names(cfg: Config) -> list[str]:
     return [f for f in cfg.search.families if f]
 
@@ -384,17 +424,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--proposer", help="comma list: mutate, optuna, llm (default mutate)")
     ap.add_argument("--compile-only", action="store_true", help="compile the initial population, no GPU needed")
     ap.add_argument("--arch", default="sm_90a", help="with --compile-only: sm_80 or sm_90a")
+    add_llm_flags(ap)
     args = ap.parse_args(argv)
     require_positive(args.budget_minutes, "--budget-minutes")
     require_positive(args.max_candidates, "--max-candidates")
     problem = parse_shape(args.shape)
     cfg = config_from_args(args, {"budget_minutes": args.budget_minutes, "max_candidates": args.max_candidates,
                                   "proposers": args.proposer.split(",") if args.proposer else None})
+    apply_llm_flags(cfg, args)
     search = Search(problem, cfg)
     if args.compile_only:
         results = search.compile_only(args.arch)
         return 0 if results and all(r.ok for r in results) else 1
     load_families(search.templates, cfg_names(cfg))  # unknown family names fail before the GPU is touched
+    search.llm_checked = llm_preflight(cfg)  # a wrong endpoint ends here, GPU or not
     require_gpu()  # no GPU: one line, before anything else is printed
     search.run()
     return 0

@@ -33,7 +33,7 @@ def test_search_with_llm_and_mutate(tmp_path, monkeypatch):
     monkeypatch.setenv(DEFAULT_KEY_ENV, "EMPTY")
     built = []
     real_build = search_mod.build_proposers
-    monkeypatch.setattr(search_mod, "build_proposers", lambda cfg, sel: built.extend(real_build(cfg, sel)) or built)
+    monkeypatch.setattr(search_mod, "build_proposers", lambda cfg, sel, **kw: built.extend(real_build(cfg, sel, **kw)) or built)
     with FakeLlmServer(DemoScript()) as srv:
         cfg = load_config(overrides={
             "search": {"budget_minutes": 0, "max_candidates": 40, "children": 6, "population": 6, "elites": 2,
