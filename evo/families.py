@@ -158,7 +158,11 @@ class Family:
 
 
 def templates_root() -> Path:
-    return Path(__file__).resolve().parent.parent / "templates"
+    """The kernel families: ``evo/templates`` inside an installed package (setup.py maps the repository's
+    ``templates/`` there), else ``templates/`` beside the package in a checkout."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "templates"
+    return packaged if packaged.is_dir() else here.parent / "templates"
 
 
 def load_families(root: Path | None = None, names: list[str] | None = None, arch: str | None = None) -> list[Family]:

@@ -15,8 +15,25 @@ from .errors import EvoError
 from .problem import Problem, parse_shape
 
 
-def load_shapes(path: str | Path) -> list[Problem]:
+def shipped_sets() -> Path:
+    """The shape sets of an installed package (``evo/shape_sets``), else ``shapes/`` beside it in a checkout."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "shape_sets"
+    return packaged if packaged.is_dir() else here.parent / "shapes"
+
+
+def resolve(path: str | Path) -> Path:
+    """A shape-set path as given; where it does not exist, a shipped set of that name (``shapes/llm.yaml``, ``llm``)."""
     path = Path(path)
+    if path.exists():
+        return path
+    name = path.name if path.suffix else path.name + ".yaml"
+    shipped = shipped_sets() / name
+    return shipped if shipped.is_file() else path
+
+
+def load_shapes(path: str | Path) -> list[Problem]:
+    path = resolve(path)
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:

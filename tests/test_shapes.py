@@ -30,3 +30,12 @@ def test_bad_sets(tmp_path):
         load_shapes(f)
     with pytest.raises(EvoError, match="cannot read"):
         load_shapes(tmp_path / "missing.yaml")
+
+
+def test_shipped_sets_resolve_by_name_from_anywhere(tmp_path, monkeypatch):
+    from evo.shapes import load_shapes, resolve, shipped_sets
+
+    monkeypatch.chdir(tmp_path)  # no shapes/ folder here
+    assert resolve("shapes/llm.yaml") == shipped_sets() / "llm.yaml"
+    assert load_shapes("llm") == load_shapes(shipped_sets() / "llm.yaml")
+    assert resolve("nope.yaml") == tmp_path.joinpath("nope.yaml").relative_to(tmp_path)
