@@ -186,7 +186,8 @@ def lineage_tree(store: Store, h: str, shape: str, gpu: str, depth: int = 12) ->
         e = next(ev, None)
         node = {"hash": x, "family": row["family"], "proposer": row["proposer"] or "?", "idea": row["idea"] or "",
                 "params": json.loads(row["params"] or "{}"), "time_us": e["time_us"] if e and e["ok"] else 0.0,
-                "stage": ("" if e is None else ("ok" if e["ok"] else e["stage"])), "repeat": x in seen}
+                "stage": ("" if e is None else ("ok" if e["ok"] else e["stage"])), "repeat": x in seen,
+                "conversation": store.conversation_ids([x]).get(x, 0)}  # the LLM conversation that wrote it
         out.append((d, node))
         if x in seen:
             return
@@ -271,7 +272,9 @@ def render(store: Store, gpu: str, out_dir: str | Path, shape: str | None = None
         t = f"{n['time_us']:.2f} µs" if n["time_us"] else (f"rejected at {n['stage']}" if n["stage"] else "not run on this shape")
         lin.append(f"{'&nbsp;' * 4 * d}{'└─ ' if d else ''}<code>{e(n['hash'][:10])}</code> {e(n['family'])} "
                    f"[{e(n['proposer'])}] {e(_fmt_params(n['params']))} — {e(t)}"
-                   + (f" <i>{e(n['idea'][:120])}</i>" if n["idea"] else "") + (" (seen above)" if n["repeat"] else ""))
+                   + (f" <i>{e(n['idea'][:120])}</i>" if n["idea"] else "") + (" (seen above)" if n["repeat"] else "")
+                   + (f" — conversation {n['conversation']}: <code>python -m evo.conversations show {n['conversation']}</code>"
+                      if n.get("conversation") else ""))
     lineage_html = ("<p>" + "<br>\n".join(lin) + "</p>") if lin else "<p>no evo kernel</p>"
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>evo report: {e(gpu)}</title>
