@@ -33,6 +33,15 @@ class SearchConfig:
     seed_winners: int
     islands: int
     migrate_every: int
+    prior_top: int
+    prior_sample: int
+    cost_model: bool
+    propose_factor: int
+    explore: float
+    bandit_c: float
+    patience_seconds: float
+    min_seconds: float
+    screen_reps: int
 
 
 @dataclass
@@ -234,6 +243,10 @@ def _validate(cfg: Config) -> None:
         raise EvoError("config search.tournament must be at least 1")
     if not 0 <= s.crossover_rate <= 1:
         raise EvoError("config search.crossover_rate must be between 0 and 1")
+    if not 0 <= s.explore <= 1:
+        raise EvoError("config search.explore must be between 0 and 1")
+    if s.propose_factor < 1:
+        raise EvoError("config search.propose_factor must be at least 1")
     known = {"mutate", "optuna", "llm"}
     bad = [p for p in s.proposers if p not in known]
     if bad:

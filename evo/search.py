@@ -97,6 +97,7 @@ class Search:
         self.diversity = Diversity(cfg.search.islands, cfg.search.migrate_every, cfg.search.elites)
         self.templates = Path(cfg.paths.templates) if cfg.paths.templates else None
         self.llm_checked = False  # main() sent the LLM preflight already
+        self.guide = None  # evo.guide.Guide of the running search
 
     def families(self, arch: str) -> list[Family]:
         fams = load_families(self.templates, cfg_names(self.cfg), arch=arch)
@@ -177,6 +178,7 @@ class Search:
             print(f"  {b.library:<20} {b.time_us:9.2f} us  {p.tflops(b.time_us):7.1f} TFLOP/s", file=self.out)
         print(f"  roofline bound {p.roofline_us(peak, bw):.2f} us (P={peak:.0f} TFLOP/s, BW={bw:.0f} GB/s measured)", file=self.out, flush=True)
 
+        guide = self._start_guide(fams, info, proposers)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
         prog = Progress(budget_s=budget_s, stream=self.out, started=t_start)
@@ -194,7 +196,7 @@ class Search:
             if any(getattr(x, "exhausted", False) for x in proposers):
                 return next((x.stop_reason for x in proposers if getattr(x, "exhausted", False) and getattr(x, "stop_reason", "")),
                             "LLM token/cost budget spent")
-            return ""
+            return guide.stop_reason(time.monotonic() - t_start)  # converged: no gain beyond noise for a while
 
         individuals = store.individuals(p.key, p.layout, gpu, info.arch)
         if individuals:
@@ -202,12 +204,16 @@ class Search:
             print(f"resuming: {len(individuals)} candidates already evaluated on {p.key} for this GPU"
                   + (f", best {best.time_us:.2f} us" if best else ""), file=self.out, flush=True)
             prog.best_us = best.time_us if best else 0.0
+            if best:
+                guide.note_best(0.0, best.time_us)
         if self.seed_sources:
             seeds = [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
                 prog.line(f"timing {len(fresh)} seed kernels (winners of other shapes) before proposing anything new")
-                self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
+                t_gen, best_before = time.monotonic(), prog.best_us
+                seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
+                guide.observe(seeded, time.monotonic() - t_gen, best_before, time.monotonic() - t_start)
         while not (stop := out_of_budget()) or (prog.generation == 0 and not prog.best_us):
             # no shape ends without a kernel: while none is correct, generation 0 runs even past the budget
             prog.generation += 1
@@ -217,8 +223,9 @@ class Search:
             ctx = ProposalContext(p, info.arch, info, fams, pool, baselines, rng, prog.generation, failures,
                                   known={i.hash for i in individuals}, island=island)
             proposals: list[Proposal] = []
-            for proposer, n in zip(proposers, split_children(cfg, proposers, cfg.search.children)):
+            for proposer, n in zip(proposers, split_children(cfg, proposers, guide.propose_count(cfg.search.children))):
                 proposals += proposer.propose(ctx, n)
+            proposals = guide.choose(proposals, cfg.search.children)  # what is compiled: cost model + bandit
             limit = cfg.search.max_candidates - new_candidates if cfg.search.max_candidates else len(proposals)
             fresh = self._admit(proposals, gpu, limit)
             if not fresh:
@@ -229,7 +236,9 @@ class Search:
                     break
                 continue
             stalls = 0
+            t_gen, best_before = time.monotonic(), prog.best_us
             children = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
+            guide.observe(children, time.monotonic() - t_gen, best_before, time.monotonic() - t_start)
             new_candidates += len(children)
             for proposer in proposers:
                 proposer.observe(children)
@@ -240,6 +249,21 @@ class Search:
         prog.line(f"stopping: {stop}")
         summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers)
         return summary
+
+    def _start_guide(self, fams: list[Family], info: GpuInfo, proposers: list):
+        """The prior, the cost model (trained on the archive now), the bandit and the convergence rule (evo.guide);
+        the mutate proposer gets the prior for generation 0 and cross-family moves, Optuna the viable families."""
+        from .guide import Guide
+
+        guide = Guide(self.cfg, fams, info, self.store, self.problem, self.cfg.search.seed)
+        for x in proposers:
+            if isinstance(x, MutateProposer):
+                x.prior, x.prior_top = guide.prior, self.cfg.search.prior_top
+            if hasattr(x, "only_families"):
+                x.only_families = set(guide.viable_families())
+        print(guide.intro(), file=self.out, flush=True)
+        self.guide = guide
+        return guide
 
     def _admit(self, proposals: list[Proposal], gpu: str, limit: int) -> list[tuple[KernelSource, Proposal]]:
         """Parse and de-duplicate proposals; store the new ones. Nothing already evaluated here is compiled or timed again."""
@@ -347,6 +371,7 @@ class Search:
         summary.seconds = time.monotonic() - t_start
         summary.export_dir = str(out_dir)
         summary.proposer_lines = [l for x in proposers if hasattr(x, "summary_lines") for l in x.summary_lines()]
+        summary.proposer_lines += self.guide.lines() if self.guide is not None else []
         if row:
             summary.best_hash, summary.best_us = row.hash, row.time_us
             summary.baselines = {"cublas": row.cublas_us, "cublaslt_heuristic": row.cublaslt_heuristic_us,

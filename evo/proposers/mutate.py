@@ -44,6 +44,7 @@ class MutateProposer:
         self.dropped = 0
         self.moves: dict[str, int] = {}
         self._prior_done: set[str] = set()
+        self._hashes: dict[tuple, str] = {}
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         fams = {f.name: f for f in ctx.families}
@@ -59,7 +60,12 @@ class MutateProposer:
                 self.repairs += 1
                 params = fixed_params
                 idea += " (repaired: " + ", ".join(moved) + ")"
+            key = (fam.name, ctx.problem.key, tuple(sorted(params.items())))
+            h = self._hashes.get(key)  # rendering costs ~1 ms: an instance proposed before is known by its parameters
+            if h is not None and h in seen:
+                return False
             ks = fam.render(params, ctx.problem)
+            self._hashes[key] = ks.hash
             if ks.hash in seen:
                 return False
             if not ks.accepts(ctx.problem, ctx.gpu.sm_count if ctx.gpu else 132):

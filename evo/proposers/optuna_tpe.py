@@ -1,4 +1,7 @@
-"""Optuna drives the parameter search: one TPE study per family, minimising device time."""
+"""Optuna drives the parameter search: one TPE study per family, minimising device time.
+
+Only viable families get trials: the search sets ``only_families`` to the families whose best prior estimate
+is competitive on the shape (evo.guide.Guide.viable_families), so no trial is spent on `simt` for a 4096^3."""
 from __future__ import annotations
 
 from typing import Any
@@ -18,6 +21,7 @@ class OptunaProposer:
         self.studies: dict[str, Any] = {}
         self.pending: dict[str, tuple[str, Any]] = {}  # candidate hash -> (family, trial)
         self.told: set[str] = set()
+        self.only_families: set[str] = set()  # set by the search: families whose prior is competitive (empty = all)
 
     def _study(self, family: str):
         if family not in self.studies:
@@ -48,10 +52,11 @@ class OptunaProposer:
         self._warm(ctx)
         seen = known_hashes(ctx)
         out: list[Proposal] = []
+        fams = [f for f in ctx.families if f.name in self.only_families] or ctx.families
         for attempt in range(n * 4):
             if len(out) >= n:
                 break
-            fam = ctx.families[attempt % len(ctx.families)]
+            fam = fams[attempt % len(fams)]
             study = self._study(fam.name)
             trial = study.ask()
             params = {k: trial.suggest_categorical(k, list(v)) for k, v in fam.space.items()}

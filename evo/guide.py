@@ -1,0 +1,140 @@
+"""What a search compiles and times, and when it stops: the prior, the cost model, the bandit and the convergence rule
+behind one small interface for evo.search.
+
+* ``choose``: the proposers over-propose (``search.propose_factor`` x the children of a generation); the cost
+  model (or, while it has too little data, the prior) predicts each proposal's time; the bandit gives the
+  generation's compile slots to (family, proposer) arms, each arm's proposals taken fastest-predicted first; a few
+  slots (``search.explore``) go to proposals picked at random, so the model's blind spots still get measured.
+  Generation-0 seeds (defaults, starts, the prior's picks) and LLM proposals are always kept. The chosen are
+  ordered fastest-predicted first: they are compiled and timed in that order.
+* ``observe``: pays the arms (improvement of the shape's best per GPU-second) and feeds the convergence rule.
+* ``stop_reason``: the convergence rule's verdict (evo.convergence).
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from .bandit import Bandit
+from .config import Config
+from .convergence import Convergence
+from .cost_model import CostModel, train_from_store
+from .errors import EvoError
+from .families import Family
+from .kernel import KernelSource
+from .prior import INFEASIBLE, GpuSpec, Prior, competitive_families
+from .problem import GpuInfo, Problem
+from .proposers.base import Proposal
+from .records import Individual
+
+SEED_IDEAS = ("default instance", "start instance")
+
+
+def is_seed(p: Proposal) -> bool:
+    return p.proposer == "seed" or p.idea.startswith("prior ") or any(s in p.idea for s in SEED_IDEAS)
+
+
+class Guide:
+    def __init__(self, cfg: Config, families: list[Family], info: GpuInfo, store: Any, problem: Problem, seed: int = 0):
+        s = cfg.search
+        self.problem = problem
+        self.spec = GpuSpec.from_info(info)
+        self.prior = Prior(families, self.spec, sample=s.prior_sample, seed=seed)
+        self.use_model = s.cost_model
+        self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed) if s.cost_model
+                                 else CostModel(families, self.spec, seed))
+        self.factor = max(1, s.propose_factor)
+        self.explore = s.explore
+        self.bandit = Bandit(s.bandit_c)
+        self.conv = Convergence(s.patience_seconds, s.min_seconds)
+        self.rng = random.Random(seed * 7 + 11)
+        self.proposed = self.chosen = 0
+        self._ranked: list | None = None
+
+    # --- before the loop ---------------------------------------------------------------------------------
+    def intro(self) -> str:
+        if self.model.ready:
+            what = f"cost model trained on {self.model.rows} measurements of {self.model.shapes} shapes on this GPU"
+        elif self.use_model:
+            what = (f"cost model not trained ({self.model.rows} measurements of {self.model.shapes} shapes on this GPU; "
+                    f"it needs 40 of 2 or more): the prior ranks proposals")
+        else:
+            what = "cost model off: the prior ranks proposals"
+        return f"guide: {what}; {self.factor}x proposals per compile slot, bandit over (family, proposer)"
+
+    def ranked(self) -> list:
+        if self._ranked is None:
+            self._ranked = self.prior.rank(self.problem)
+        return self._ranked
+
+    def viable_families(self, factor: float = 2.0) -> list[str]:
+        """Families whose best prior estimate is within ``factor`` x the best: where Optuna spends its trials."""
+        return competitive_families(self.ranked(), factor)
+
+    def propose_count(self, children: int) -> int:
+        return children * self.factor
+
+    # --- what is compiled ----------------------------------------------------------------------------------
+    def choose(self, proposals: list[Proposal], n: int) -> list[Proposal]:
+        keep: list[tuple[float, Proposal]] = []
+        rest: list[tuple[float, str, Proposal]] = []
+        parsed = []
+        for p in proposals:
+            try:
+                ks = KernelSource.parse(p.source)
+            except EvoError:
+                keep.append((INFEASIBLE, p))  # rejected with its reason when admitted
+                continue
+            parsed.append((p, ks))
+        preds = self.model.predict_us([(ks.meta.family, ks.meta.params) for _, ks in parsed], self.problem)
+        for (p, ks), us in zip(parsed, preds):
+            if is_seed(p) or p.proposer == "llm":
+                keep.append((us, p))
+            else:
+                rest.append((us, ks.meta.family, p))
+        slots = max(0, n - len(keep))
+        n_explore = min(len(rest), int(math.ceil(slots * self.explore))) if slots else 0
+        arms: dict[tuple[str, str], list[tuple[float, Proposal]]] = {}
+        for us, fam, p in sorted(rest, key=lambda x: x[0]):
+            if us < INFEASIBLE:
+                arms.setdefault((fam, p.proposer), []).append((us, p))
+        picked = [item for _, item in self.bandit.allocate(arms, slots - n_explore)]
+        taken = {id(p) for _, p in picked}
+        others = [(us, p) for us, _, p in rest if id(p) not in taken]
+        picked += self.rng.sample(others, min(n_explore, len(others)))
+        chosen = sorted(keep + picked, key=lambda x: x[0])
+        self.proposed += len(proposals)
+        self.chosen += len(chosen)
+        return [p for _, p in chosen]
+
+    # --- what came of it -----------------------------------------------------------------------------------
+    def observe(self, children: list[Individual], seconds: float, best_before_us: float, elapsed_s: float) -> None:
+        if not children:
+            return
+        each = seconds / len(children)
+        best = best_before_us
+        for c in children:
+            gain = 0.0
+            if c.correct and c.time_us > 0:
+                if best and c.time_us < best:
+                    gain = math.log(best / c.time_us)
+                best = c.time_us if not best else min(best, c.time_us)
+                self.conv.observe(elapsed_s, c.time_us)
+            self.bandit.update((c.family, c.proposer), gain, each)
+
+    def note_best(self, elapsed_s: float, time_us: float, spread: float = 0.0) -> None:
+        """A correct measurement outside the generations (seeds, resume): the convergence rule starts from it."""
+        self.conv.observe(elapsed_s, time_us, spread)
+
+    def stop_reason(self, elapsed_s: float) -> str:
+        return self.conv.reason(elapsed_s) if self.conv.converged(elapsed_s) else ""
+
+    def lines(self) -> list[str]:
+        out = []
+        if self.proposed:
+            out.append(f"guide: {self.chosen} of {self.proposed} proposals compiled "
+                       f"({self.proposed - self.chosen} left out by the {'cost model' if self.model.ready else 'prior'} and the bandit)")
+        out += self.bandit.lines()
+        out.append(self.conv.curve_line())
+        return out

@@ -1,0 +1,105 @@
+"""What a search compiles (cost model + bandit), when it stops (convergence), and Optuna on viable families only."""
+import io
+import random
+from pathlib import Path
+
+from evo.config import load_config
+from evo.families import load_families
+from evo.guide import Guide
+from evo.kernel import KernelSource
+from evo.problem import Problem, parse_shape
+from evo.proposers.base import Proposal, ProposalContext
+from evo.proposers.optuna_tpe import OptunaProposer
+from evo.records import Individual
+from evo.search import Search
+from evo.store import Store
+from fakes import FAKE_GPU, FakeCompiler, FakeWorker
+
+TOY = str(Path(__file__).parent / "data" / "families")
+
+
+def _cfg(tmp_path, **search):
+    s = {"budget_minutes": 0, "max_candidates": 30, "children": 6, "population": 6, "elites": 2, "initial_random": 2, "seed": 1}
+    s.update(search)
+    return load_config(overrides={"search": s, "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"),
+                                                          "templates": TOY}})
+
+
+def test_choose_keeps_seeds_and_picks_the_fastest_predicted(tmp_path):
+    cfg = _cfg(tmp_path, explore=0.0)
+    (fam,) = load_families(Path(TOY))
+    p = parse_shape("256x256x256")
+    g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), p)
+    props = []
+    for tile in (8, 16, 32):
+        for unroll in (1, 2, 4, 8):
+            ks = fam.render({"TILE": tile, "UNROLL": unroll, "PAD": 0})
+            props.append(Proposal(ks.text, "mutate", ("x",), f"mutate TILE {tile}"))
+    seed = fam.render({"TILE": 8, "UNROLL": 1, "PAD": 2})
+    props.append(Proposal(seed.text, "mutate", (), "toy default instance"))
+    chosen = g.choose(props, 4)
+    assert len(chosen) == 4 and any(c.idea == "toy default instance" for c in chosen)
+    preds = g.model.predict_us([(KernelSource.parse(c.source).meta.family, KernelSource.parse(c.source).meta.params)
+                                for c in props[:-1]], p)
+    picked = sorted(g.model.predict_us([(fam.name, KernelSource.parse(c.source).meta.params) for c in chosen if c.idea != "toy default instance"], p))
+    assert picked == sorted(preds)[:3]
+    assert g.proposed == len(props) and g.chosen == 4
+    assert "left out" in g.lines()[0]
+
+
+def test_explore_slots_take_proposals_outside_the_ranking(tmp_path):
+    cfg = _cfg(tmp_path, explore=1.0)
+    (fam,) = load_families(Path(TOY))
+    g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), parse_shape("256x256x256"))
+    props = [Proposal(fam.render({"TILE": 16, "UNROLL": u, "PAD": d}).text, "mutate", ("x",), "mutate") for u in (1, 2, 4, 8) for d in (0, 1, 2)]
+    picks = [g.choose(props, 3) for _ in range(6)]
+    assert len({tuple(x.source for x in pick) for pick in picks}) > 1  # random, not the ranking
+
+
+def test_search_prints_the_guide_and_stops_when_converged(tmp_path):
+    cfg = _cfg(tmp_path, max_candidates=0, patience_seconds=0.05, min_seconds=0.0)
+    out = io.StringIO()
+    s = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=FakeCompiler())
+    summary = s.run()
+    text = out.getvalue()
+    assert "guide: cost model not trained" in text
+    assert summary.stop_reason.startswith("converged") or "exhausted" in summary.stop_reason
+    assert "best so far vs GPU-seconds" in text and "bandit" in text
+    assert " mutate " in text  # the proposer tag on each candidate line
+
+
+def test_convergence_ends_a_search_early(tmp_path, monkeypatch):
+    import evo.search as search_mod
+
+    clock = [0.0]
+    monkeypatch.setattr(search_mod.time, "monotonic", lambda: clock.__setitem__(0, clock[0] + 1.0) or clock[0])
+    cfg = _cfg(tmp_path, max_candidates=0, patience_seconds=20, min_seconds=0.0)
+    s = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler())
+    summary = s.run()
+    assert summary.stop_reason.startswith("converged"), summary.stop_reason
+    store = Store(cfg.paths.db)
+    n = store.db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    assert n < 48  # stopped before the toy space (48 instances) was exhausted
+
+
+def test_optuna_only_on_viable_families():
+    fams = [f for f in load_families() if f.name in ("mma_sm80", "simt")]
+    opt = OptunaProposer(0)
+    opt.only_families = {"mma_sm80"}
+    ctx = ProposalContext(Problem(4096, 4096, 1024), "sm_90a", None, fams, [], [], random.Random(0))
+    out = opt.propose(ctx, 6)
+    assert out and all(KernelSource.parse(p.source).meta.family == "mma_sm80" for p in out)
+    opt.drop_pending()
+
+
+def test_bandit_is_paid_by_improvement(tmp_path):
+    cfg = _cfg(tmp_path)
+    (fam,) = load_families(Path(TOY))
+    g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), parse_shape("256x256x256"))
+    kids = [Individual("a", "toy", {}, "", proposer="mutate", correct=True, time_us=50.0),
+            Individual("b", "toy", {}, "", proposer="optuna", correct=True, time_us=120.0),
+            Individual("c", "toy", {}, "", proposer="optuna", correct=False)]
+    g.observe(kids, 3.0, 100.0, 10.0)
+    assert g.bandit.arms[("toy", "mutate")].gain > 0.69 and g.bandit.arms[("toy", "optuna")].gain == 0.0
+    assert g.bandit.arms[("toy", "optuna")].seconds == 2.0
+    assert g.conv.best_us == 50.0
