@@ -1,0 +1,108 @@
+"""``evo::matmul``: the kernel table as a PyTorch operator (``torch.library``), on torch's current stream.
+
+    import torch, evo.torch_op
+    c = torch.ops.evo.matmul(a, b)     # a [M, K], b [N, K]: fp16, contiguous, CUDA tensors; C = a @ b.T, fp16
+    c = evo.torch_op.matmul(a, b)      # the same
+
+What serves a shape is evo.dispatch's choice (the table's winner beyond noise, else the library that won; shapes
+not in the table decided once by measurement). The kernels run on ``torch.cuda.current_stream()``, so the op orders
+with the rest of the model, works inside CUDA graph capture and under ``torch.compile(fullgraph=True)`` (a fake
+implementation gives the output's shape and dtype, so the compiler keeps it in the graph as one opaque call).
+
+CUDA graphs: call the op once per shape before capturing (as torch asks of every warm-up): the first call of a shape
+chooses its kernel, compiles, checks and may time it, which cannot happen inside a capture; a shape first seen inside
+a capture raises a RuntimeError that says so. The output is allocated by torch (its caching allocator, graph pools).
+
+torch is not a dependency of evo: ``pip install 'evo[torch]'``. Forward only (no autograd formula).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+try:
+    import torch
+except ImportError as e:  # pragma: no cover - exercised where torch is absent
+    raise ImportError("evo.torch_op needs PyTorch: pip install 'evo[torch]'") from e
+
+
+class _State:
+    """The dispatcher the op serves from (created on first use; ``use()`` replaces it) and CuPy views of torch's
+    streams, one per stream pointer."""
+
+    dispatcher: Any = None
+    streams: dict[tuple[int, int], Any] = {}
+
+
+def use(dispatcher: Any) -> None:
+    """Serve evo::matmul from this evo.dispatch.Dispatcher (e.g. another table folder)."""
+    _State.dispatcher = dispatcher
+
+
+def dispatcher() -> Any:
+    if _State.dispatcher is None:
+        from .dispatch import Dispatcher
+
+        _State.dispatcher = Dispatcher.load()
+    return _State.dispatcher
+
+
+def check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:
+    """One-line errors for what the op does not take (the same rules as evo.dispatch.validate)."""
+    for name, x, dims in (("a", a, "[M, K]"), ("b", b, "[N, K]")):
+        if x.dim() != 2:
+            raise ValueError(f"evo::matmul: {name} must be 2-D {dims}, got shape {tuple(x.shape)}")
+        if x.dtype != torch.float16:
+            raise TypeError(f"evo::matmul: {name} must be float16, got {x.dtype}")
+        if not x.is_contiguous():
+            raise ValueError(f"evo::matmul: {name} must be contiguous (row-major {dims}); pass {name}.contiguous()")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"evo::matmul: K differs: a is {list(a.shape)}, b is {list(b.shape)} (C = a @ b.T)")
+    for name, x in (("a", a), ("b", b)):
+        if x.device.type != "cuda":
+            raise ValueError(f"evo::matmul: {name} must be a CUDA tensor, got device {x.device}")
+    if a.device != b.device:
+        raise ValueError(f"evo::matmul: a is on {a.device}, b on {b.device}")
+    if min(a.shape[0], b.shape[0], a.shape[1]) < 1:
+        raise ValueError(f"evo::matmul: empty dimension in a {list(a.shape)} or b {list(b.shape)}")
+
+
+def _view(cupy: Any, t: torch.Tensor) -> Any:
+    """A CuPy array over a torch tensor's memory: no copy and no stream synchronisation (DLPack would add one)."""
+    mem = cupy.cuda.UnownedMemory(t.data_ptr(), t.numel() * t.element_size(), t, t.device.index or 0)
+    return cupy.ndarray(tuple(t.shape), dtype=cupy.float16, memptr=cupy.cuda.MemoryPointer(mem, 0))
+
+
+def _stream(cupy: Any, ptr: int, device: int) -> Any:
+    s = _State.streams.get((ptr, device))
+    if s is None:
+        s = _State.streams[(ptr, device)] = cupy.cuda.ExternalStream(ptr, device)
+    return s
+
+
+@torch.library.custom_op("evo::matmul", mutates_args=(), device_types="cuda")
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C = a @ b.T with evo's kernel table (fp16 in and out, fp32 accumulation)."""
+    check_inputs(a, b)
+    d = dispatcher()
+    m, k = a.shape
+    n = b.shape[0]
+    c = torch.empty((m, n), dtype=torch.float16, device=a.device)
+    plan = d._plans.get((m, n, k))
+    if plan is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"evo::matmul: shape {m}x{n}x{k} is first seen inside a CUDA graph capture; call the op "
+                               "once on this shape before capturing (its kernel is chosen, compiled and checked then)")
+        plan = d.plan(m, n, k)
+    cupy = d.backend.cupy
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    with cupy.cuda.Device(device), _stream(cupy, torch.cuda.current_stream(a.device).cuda_stream, device):
+        plan.fn(_view(cupy, a), _view(cupy, b), _view(cupy, c))
+    return c
+
+
+@matmul.register_fake
+def _matmul_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    torch._check(a.dim() == 2 and b.dim() == 2, lambda: "evo::matmul: a and b must be 2-D")
+    torch._check(a.shape[1] == b.shape[1], lambda: f"evo::matmul: K differs: {list(a.shape)} vs {list(b.shape)}")
+    torch._check(a.dtype == torch.float16 and b.dtype == torch.float16, lambda: "evo::matmul: float16 only")
+    return a.new_empty((a.shape[0], b.shape[0]))
