@@ -42,6 +42,7 @@ class SearchConfig:
     patience_seconds: float
     min_seconds: float
     screen_reps: int
+    screen_margin: float
 
 
 @dataclass

@@ -314,7 +314,8 @@ class Search:
             prog.compiled += 1
             try:
                 ev = worker.call("evaluate", timeout_s=self.cfg.timing.timeout_s, problem=p, source=ks.text,
-                                 cubin=r.cubin_path, h=ks.hash, bound_us=info.extra.get("roofline_us", 0.0))
+                                 cubin=r.cubin_path, h=ks.hash, bound_us=info.extra.get("roofline_us", 0.0),
+                                 screen_reps=self.cfg.search.screen_reps, screen_vs_us=prog.best_us)  # staged timing
             except WorkerFault as e:
                 ev = EvalResult(ks.hash, False, "crash" if "crash" in str(e) else "timeout", str(e))
             except EvoError as e:
@@ -326,6 +327,8 @@ class Search:
             if not prog.best_us or ev.time_us < prog.best_us:
                 prog.best_us = ev.time_us
                 mark = "  * new best"
+            elif ev.stage == "screened":
+                mark = "  (screened: clearly slower than the best, not timed in full)"
             prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {prop.proposer:<6} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
                        f"cuBLAS {ev.cublas_us:.2f} us ({ev.cublas_us / ev.time_us:.2f}x){mark}")
         elif ev.stage != "compile":

@@ -103,3 +103,18 @@ def test_bandit_is_paid_by_improvement(tmp_path):
     assert g.bandit.arms[("toy", "mutate")].gain > 0.69 and g.bandit.arms[("toy", "optuna")].gain == 0.0
     assert g.bandit.arms[("toy", "optuna")].seconds == 2.0
     assert g.conv.best_us == 50.0
+
+
+def test_staged_timing_is_asked_for_with_the_best_so_far(tmp_path):
+    seen = []
+
+    class Recording(FakeWorker):
+        def call(self, op, timeout_s, **kw):
+            if op == "evaluate":
+                seen.append((kw.get("screen_reps"), kw.get("screen_vs_us")))
+            return super().call(op, timeout_s, **kw)
+
+    cfg = _cfg(tmp_path, max_candidates=12, screen_reps=4)
+    Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=Recording, compiler=FakeCompiler()).run()
+    assert seen and all(r == 4 for r, _ in seen)
+    assert seen[0][1] == 0.0 and any(b > 0 for _, b in seen[1:])  # no best yet: full timing; later: the best so far

@@ -130,7 +130,11 @@ class Session:
         self._fits(problem)
         return LoadedKernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
 
-    def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0) -> EvalResult:
+    def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0,
+                        screen_reps: int = 0, screen_vs_us: float = 0.0) -> EvalResult:
+        """Check, then time. Staged timing (screen_reps > 0 and a best so far, screen_vs_us): a first measurement
+        of screen_reps repetitions; a candidate slower than the best by more than search.screen_margin (or its own
+        spread) is returned from it, stage "screened"; the others get the full timing.reps measurement."""
         t0 = time.monotonic()
         try:
             kernel = self._load(problem, source, cubin)
@@ -144,24 +148,31 @@ class Session:
         rot = RotatingInputs(problem, rs, tol=4 * self.cfg.check.rtol, seed=self._next_seed())
         a, b = rot.sets[0]
         c_ref = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
-        try:
-            timings = self.timer.measure(
-                {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
-                 "cublas": lambda: self.cublas(a, b, c_ref)},
-                self.cfg.timing.reps, self.cfg.timing.warmup)
-            why = rot.verify()
-            if not why:  # the last timed call's output in full, elementwise
-                slot, s = rot.current
-                why = compare(rot.slots[slot].c.arr, reference(*rot.sets[s]), self.cfg.check,
-                              "output of the last timed call").error
-        except EvoError as e:
-            why = str(e)
-        if why:
-            return EvalResult(h, False, "time", why, check=chk, seconds=time.monotonic() - t0)
-        t = timings["candidate"]
-        why = self._impossible(t.median_us, bound_us)
-        if why:
-            return EvalResult(h, False, "time", why, check=chk, time_us=t.median_us, seconds=time.monotonic() - t0)
+        stages = [self.cfg.timing.reps]
+        if 0 < screen_reps < self.cfg.timing.reps and screen_vs_us > 0:
+            stages = [screen_reps, self.cfg.timing.reps]
+        for stage, reps in enumerate(stages):
+            try:
+                timings = self.timer.measure(
+                    {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
+                     "cublas": lambda: self.cublas(a, b, c_ref)},
+                    reps, self.cfg.timing.warmup)
+                why = rot.verify()
+                if not why:  # the last timed call's output in full, elementwise
+                    slot, s = rot.current
+                    why = compare(rot.slots[slot].c.arr, reference(*rot.sets[s]), self.cfg.check,
+                                  "output of the last timed call").error
+            except EvoError as e:
+                why = str(e)
+            if why:
+                return EvalResult(h, False, "time", why, check=chk, seconds=time.monotonic() - t0)
+            t = timings["candidate"]
+            why = self._impossible(t.median_us, bound_us)
+            if why:
+                return EvalResult(h, False, "time", why, check=chk, time_us=t.median_us, seconds=time.monotonic() - t0)
+            if stage + 1 < len(stages) and t.median_us > screen_vs_us * (1 + max(self.cfg.search.screen_margin, t.spread)):
+                return EvalResult(h, True, "screened", check=chk, time_us=t.median_us, spread=t.spread,
+                                  cublas_us=timings["cublas"].median_us, seconds=time.monotonic() - t0)
         return EvalResult(h, True, "done", check=chk, time_us=t.median_us, spread=t.spread,
                           cublas_us=timings["cublas"].median_us, seconds=time.monotonic() - t0)
 
