@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evo.baselines import LtPlan
     from evo.check import compare, random_inputs, reference
-    from evo.gpu.launch import LoadedKernel
+    from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
 
     session = Session(cfg)
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             ks = KernelSource.parse(best["source"])
             r = compiler.compile(ks, info.arch)
             if r.ok:
-                k = LoadedKernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
+                k = load_kernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
                 c_evo = cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16)
                 k(a, b, c_evo)
                 chk = compare(c_evo, reference(a, b), cfg.check, "bench check")

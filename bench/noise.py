@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evo.compile import Compiler
     from evo.config import load_config
-    from evo.gpu.launch import LoadedKernel
+    from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
     from evo.kernel import KernelSource
 
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp())
     second = tmp / "copy.cubin"
     shutil.copy(res.cubin_path, second)  # a second file: a second, separately loaded module
-    k1 = LoadedKernel(ks, res.cubin_path, p, info.sm_count, info.smem_per_block_optin)
-    k2 = LoadedKernel(ks, str(second), p, info.sm_count, info.smem_per_block_optin)
+    k1 = load_kernel(ks, res.cubin_path, p, info.sm_count, info.smem_per_block_optin)
+    k2 = load_kernel(ks, str(second), p, info.sm_count, info.smem_per_block_optin)
     rs = cupy.random.RandomState(7)
     a = rs.standard_normal((p.m, p.k), dtype=cupy.float32).astype(cupy.float16)
     b = rs.standard_normal((p.n, p.k), dtype=cupy.float32).astype(cupy.float16)

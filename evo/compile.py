@@ -63,17 +63,26 @@ class Compiler:
 
     def key(self, ks: KernelSource, arch: str) -> str:
         """The cache key: the code nvcc compiles (not the front matter), the target and the flags."""
-        h = hashlib.sha256(f"{ks.code_hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}".encode())
+        h = hashlib.sha256((f"{ks.code_hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}"
+                            + ("|host-so" if ks.meta.launch == "host" else "")).encode())
         return h.hexdigest()[:20]
 
     def _key_lock(self, key: str) -> threading.Lock:
         with self.locks.setdefault("", threading.Lock()):
             return self.locks.setdefault(key, threading.Lock())
 
-    def command(self, cu: Path, cubin: Path, arch: str) -> list[str]:
+    def command(self, cu: Path, cubin: Path, arch: str, keep_dir: Path | None = None,
+                host_so: Path | None = None) -> list[str]:
+        """host_so: (launch: host) build the host shared object there instead; the cubin is then the one nvcc
+        leaves in keep_dir (one nvcc run compiles the device code once for both)."""
         code = arch.replace("sm_", "")
-        cmd = [self.nvcc, "--cubin", f"-gencode=arch=compute_{code},code=sm_{code}", "-Xptxas", "-v",
-               *self.flags, "-o", str(cubin), str(cu)]
+        out = ["--cubin"] if host_so is None else ["-shared", "-Xcompiler", "-fPIC"]
+        cmd = [self.nvcc, *out, f"-gencode=arch=compute_{code},code=sm_{code}", "-Xptxas", "-v",
+               *self.flags, "-o", str(cubin if host_so is None else host_so), str(cu)]
+        if host_so is not None:
+            cmd.append("-ldl")  # host code may resolve driver entry points (cuTensorMapEncodeTiled) with dlopen
+        if keep_dir is not None:  # nvcc's intermediates: the PTX, and the cubin of a host shared object
+            cmd[1:1] = ["-keep", "-keep-dir", str(keep_dir)]
         for inc in self.include_dirs:
             cmd.insert(1, f"-I{inc}")
         return cmd
@@ -91,10 +100,12 @@ class Compiler:
         folder = self.cache_dir / arch
         folder.mkdir(parents=True, exist_ok=True)
         meta_path, cubin = folder / f"{key}.json", folder / f"{key}.cubin"
+        host = ks.meta.launch == "host"
+        so = cubin.with_suffix(".so")
         if meta_path.is_file():
             try:
                 res = CompileResult(**json.loads(meta_path.read_text()))
-                if not res.ok or cubin.is_file():
+                if not res.ok or (cubin.is_file() and (not host or so.is_file())):
                     res.cached = True
                     res.cubin_path = str(cubin) if res.ok else ""
                     return res
@@ -110,7 +121,17 @@ class Compiler:
             if limit:
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-        log, rc = run_capped(self.command(cu, tmp_cubin, arch), self.timeout_s, _limits, "nvcc")
+        keep = folder / f"{key}.{os.getpid()}.{threading.get_ident()}.keep" if host else None
+        if keep is not None:
+            keep.mkdir(exist_ok=True)
+        tmp_so = folder / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.so" if host else None
+        try:
+            log, rc = run_capped(self.command(cu, tmp_cubin, arch, keep, tmp_so), self.timeout_s, _limits, "nvcc")
+            if host and rc == 0:  # the device code of the shared object, as nvcc -keep left it
+                rc, log = take_kept_cubin(keep, cu, tmp_cubin, rc, log)
+        finally:
+            if keep is not None:
+                shutil.rmtree(keep, ignore_errors=True)
         res = parse_ptxas(ks.hash, arch, log)
         res.seconds = time.monotonic() - t0
         if rc != 0:
@@ -121,10 +142,14 @@ class Compiler:
         else:
             res.ok, res.error = gate(res, log, self.reject_spills)
         if res.ok:
+            if tmp_so is not None:
+                os.replace(tmp_so, so)  # before the cubin: a cubin in the cache means its .so is there too
             os.replace(tmp_cubin, cubin)
             res.cubin_path = str(cubin)
         else:
             tmp_cubin.unlink(missing_ok=True)
+            if tmp_so is not None:
+                tmp_so.unlink(missing_ok=True)
         tmp_meta = meta_path.with_suffix(f".{os.getpid()}.tmp")
         tmp_meta.write_text(json.dumps(res.to_dict()))
         os.replace(tmp_meta, meta_path)  # atomic: a kill never leaves a half-written entry
@@ -160,6 +185,20 @@ def run_capped(cmd: list[str], timeout_s: float, preexec, what: str) -> tuple[st
             pass
         proc.communicate()
         return f"{what} ran longer than {timeout_s:g} s and was killed", -1
+
+
+def take_kept_cubin(keep: Path, cu: Path, cubin: Path, rc: int, log: str) -> tuple[int, str]:
+    """Move the cubin nvcc -keep left for ``cu`` (``<stem>.cubin``, or ``<stem>.<arch>.cubin``) to ``cubin``."""
+    found = sorted(p for p in keep.glob(f"{cu.stem}*.cubin") if "dlink" not in p.name)
+    if not found:
+        return 1, log + f"\nnvcc -keep left no device cubin for {cu.name} in {keep}"
+    os.replace(found[0], cubin)
+    return rc, log
+
+
+def host_library(cubin_path: str) -> str:
+    """The host shared object compiled beside a launch: host candidate's cubin in the cache."""
+    return str(Path(cubin_path).with_suffix(".so"))
 
 
 def find_nvcc() -> str:

@@ -229,7 +229,7 @@ class CupyBackend:
         """Compile (or take from the cubin cache) and load the kernel for this shape; EvoError if it cannot."""
         from .compile import Compiler
         from .config import load_config
-        from .gpu.launch import LoadedKernel
+        from .gpu.host_launch import load_kernel
 
         if self._compiler is None:
             cfg = load_config(overrides={"compile": {"cache_dir": str(self.cache_dir or cache_dir)}})
@@ -237,7 +237,7 @@ class CupyBackend:
         r = self._compiler.compile(ks, self.arch)
         if not r.ok:
             raise EvoError(f"kernel {ks.hash} does not compile for {self.arch}: {r.error}")
-        return LoadedKernel(ks, r.cubin_path, problem, self.num_sms, self.smem_limit)
+        return load_kernel(ks, r.cubin_path, problem, self.num_sms, self.smem_limit)
 
     def check(self, fn: Fn, problem: Problem) -> str:
         """'' if the kernel computes this shape right (random inputs + exact {0,1} test), else why not."""

@@ -162,14 +162,14 @@ def run_once(source_path: str, cubin: str, shape: str) -> int:
     """The inner run: one launch on plain allocations, then a full synchronize."""
     import cupy
 
-    from .gpu.launch import LoadedKernel
+    from .gpu.host_launch import load_kernel
 
     cupy.cuda.set_allocator(None)  # every buffer its own cudaMalloc: the sanitizer sees exact edges
     p = parse_shape(shape)
     ks = KernelSource.parse(Path(source_path).read_text())
     dev = cupy.cuda.Device()
     props = cupy.cuda.runtime.getDeviceProperties(dev.id)
-    k = LoadedKernel(ks, cubin, p, props["multiProcessorCount"], props.get("sharedMemPerBlockOptin", 48 * 1024))
+    k = load_kernel(ks, cubin, p, props["multiProcessorCount"], props.get("sharedMemPerBlockOptin", 48 * 1024))
     rs = cupy.random.RandomState(1)
     a = rs.standard_normal((p.m, p.k), dtype=cupy.float32).astype(cupy.float16)
     b = rs.standard_normal((p.n, p.k), dtype=cupy.float32).astype(cupy.float16)

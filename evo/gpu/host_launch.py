@@ -315,10 +315,11 @@ class HostLaunchedKernel:
             raise cupy.cuda.driver.CUDADriverError(rc)
 
 
-def load_kernel(ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int, fresh: bool = True):
-    """The launcher the candidate's ABI asks for: HostLaunchedKernel for ``launch: host``, else LoadedKernel."""
+def load_kernel(ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int, **kw: Any):
+    """The launcher the candidate's ABI asks for: HostLaunchedKernel for ``launch: host``, else LoadedKernel
+    (keyword arguments, e.g. ``fresh``, go to either)."""
     if ks.meta.launch == "host":
-        return HostLaunchedKernel(ks, cubin_path, problem, num_sms, smem_limit, fresh=fresh)
+        return HostLaunchedKernel(ks, cubin_path, problem, num_sms, smem_limit, **kw)
     from .launch import LoadedKernel
 
-    return LoadedKernel(ks, cubin_path, problem, num_sms, smem_limit, fresh=fresh)
+    return LoadedKernel(ks, cubin_path, problem, num_sms, smem_limit, **kw)

@@ -24,6 +24,7 @@ from ..problem import Problem, parse_shape  # noqa: E402
 from ..records import BaselineResult, EvalResult  # noqa: E402
 from ..timing import Contender, Timer  # noqa: E402
 from .device import gpu_info  # noqa: E402
+from .host_launch import load_kernel  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
 
@@ -81,7 +82,7 @@ class Session:
                 notes["cublaslt"] = str(e)
         kernels = {}
         for name, (source, cubin) in (extra or {}).items():
-            k = LoadedKernel(KernelSource.parse(source), cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
+            k = load_kernel(KernelSource.parse(source), cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
             rot = RotatingInputs(problem, rs, tol=4 * self.cfg.check.rtol, seed=self._next_seed())
             kernels[name] = (k, rot)
             contenders[name] = Contender(run=lambda k=k, rot=rot: k(*rot.args()), before=rot.before, after=rot.after)
@@ -128,7 +129,7 @@ class Session:
         if not ks.accepts(problem, self.info.sm_count):
             raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
         self._fits(problem)
-        return LoadedKernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
+        return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
 
     def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0,
                         screen_reps: int = 0, screen_vs_us: float = 0.0) -> EvalResult:
@@ -196,7 +197,7 @@ class Session:
                 out[p.key] = "not accepted"
                 continue
             try:
-                k = LoadedKernel(ks, cubin, p, self.info.sm_count, self.info.smem_per_block_optin)
+                k = load_kernel(ks, cubin, p, self.info.sm_count, self.info.smem_per_block_optin)
                 r = check_kernel(k, p, cfg, self._next_seed())
                 msg = "ok" if r.correct else r.error
             except EvoError as e:

@@ -1,0 +1,132 @@
+"""Host-launched candidates (front matter ``launch: host``): one nvcc run builds <key>.so + <key>.cubin, the ctypes
+side of the ABI (evo.gpu.host_launch.HostLibrary) needs no GPU; the GPU tests launch through cuLaunchKernelEx."""
+import ctypes
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, gpu_worker_session
+from evo.compile import Compiler, host_library
+from evo.config import load_config
+from evo.errors import EvoError
+from evo.gpu.host_launch import EvoHostLaunch, Fill, HostGeometry, HostLibrary
+from evo.kernel import KernelSource
+from evo.problem import parse_shape
+
+NAIVE_HOST = (DATA / "naive_host.cu").read_text()
+
+
+def test_front_matter_launch_host():
+    ks = KernelSource.parse(NAIVE_HOST)
+    assert ks.meta.launch == "host" and ks.meta.host_args == ("TILE",)
+    assert ks.host_arg_values(parse_shape("100x200x64"), 132) == (16,)
+    plain = KernelSource.parse((DATA / "naive.cu").read_text())
+    assert plain.meta.launch == "device" and plain.meta.host_args == ()
+
+
+def test_launch_host_needs_its_host_functions():
+    text = NAIVE_HOST.replace("evo_host_params(", "evo_host_paramz(")
+    with pytest.raises(EvoError, match="evo_host_params"):
+        KernelSource.parse(text)
+    with pytest.raises(EvoError, match="launch must be one of"):
+        KernelSource.parse(NAIVE_HOST.replace("launch: host", "launch: gpu"))
+    with pytest.raises(EvoError, match="host_args"):
+        KernelSource.parse((DATA / "naive.cu").read_text().replace("params: {}", "params: {}\nhost_args: [1]"))
+
+
+def test_host_launch_is_part_of_the_hash():
+    a = KernelSource.parse(NAIVE_HOST)
+    b = KernelSource.parse(NAIVE_HOST.replace('host_args: ["TILE"]', 'host_args: ["TILE * 2"]'))
+    assert a.hash != b.hash and a.code_hash == b.code_hash  # runtime arguments: one compile serves both
+
+
+def test_struct_layout_matches_c():
+    # int abi, params_bytes; uint grid[3], block[3], cluster[3]; int smem, pdl; (pad) ll workspace; int n_fills,
+    # fill_elem[4]; (pad) ll fill_offset[4], fill_count[4]; uint fill_value[4]; char message[160]
+    assert EvoHostLaunch.workspace.offset == 56 and EvoHostLaunch.fill_offset.offset == 88
+    assert EvoHostLaunch.message.offset == 168 and ctypes.sizeof(EvoHostLaunch) == 328
+
+
+def test_geometry_validation():
+    ok = HostGeometry(40, (4, 2, 1), (128, 1, 1), (2, 1, 1), 1024, False, 256, (Fill(128, 4, 32, 0),))
+    ok.validate()
+    with pytest.raises(EvoError, match="multiple of the cluster"):
+        HostGeometry(40, (3, 2, 1), (128, 1, 1), (2, 1, 1), 0, False, 0, ()).validate()
+    with pytest.raises(EvoError, match="outside"):
+        HostGeometry(40, (4, 1, 1), (128, 1, 1), (1, 1, 1), 0, False, 256, (Fill(200, 4, 32, 0),)).validate()
+    with pytest.raises(EvoError, match="empty launch"):
+        HostGeometry(40, (0, 1, 1), (128, 1, 1), (1, 1, 1), 0, False, 0, ()).validate()
+
+
+@pytest.fixture(scope="module")
+def naive_host_build(tmp_path_factory):
+    cfg = load_config(overrides={"compile": {"cache_dir": str(tmp_path_factory.mktemp("cache"))}})
+    compiler = Compiler.from_config(cfg.compile)
+    ks = KernelSource.parse(NAIVE_HOST)
+    return compiler, ks, compiler.compile(ks, "sm_90a")
+
+
+@pytest.mark.nvcc
+def test_compile_builds_so_and_cubin_once(naive_host_build):
+    compiler, ks, r = naive_host_build
+    assert r.ok, r.error
+    assert Path(r.cubin_path).is_file() and Path(host_library(r.cubin_path)).is_file()
+    assert r.registers > 0  # the ptxas report of the device code still feeds the gates
+    assert Path(r.cubin_path).read_bytes()[:4] == b"\x7fELF"
+    again = compiler.compile(ks, "sm_90a")
+    assert again.cached and again.cubin_path == r.cubin_path
+    # a cache entry whose .so went missing is compiled again
+    Path(host_library(r.cubin_path)).unlink()
+    third = compiler.compile(ks, "sm_90a")
+    assert not third.cached and Path(host_library(third.cubin_path)).is_file()
+    leftovers = [p.name for p in Path(r.cubin_path).parent.iterdir() if "tmp" in p.name or p.name.endswith(".keep")]
+    assert leftovers == []
+
+
+@pytest.mark.nvcc
+def test_host_library_query_and_params_without_gpu(naive_host_build):
+    _, ks, r = naive_host_build
+    lib = HostLibrary(host_library(r.cubin_path))
+    p = parse_shape("100x200x64")
+    g = lib.query(p, 132, (16,))
+    assert g.grid == (13, 7, 1) and g.block == (16, 16, 1) and g.cluster == (1, 1, 1) and g.workspace == 0
+    g8 = lib.query(p, 132, (8,))
+    assert g8.grid == (25, 13, 1) and g8.block == (8, 8, 1)
+    g2, block = lib.params(p, 132, (16,), 0x1000, 0x2000, 0x3000, 0)
+    assert g2 == g and len(block.raw) == g.params_bytes == 40  # 3 pointers + 3 ints, padded to 8
+    a, b, c, m, n, k = struct.unpack("<QQQiii", block.raw[:36])
+    assert (a, b, c, m, n, k) == (0x1000, 0x2000, 0x3000, 100, 200, 64)
+    with pytest.raises(EvoError, match="TILE must be"):
+        lib.query(p, 132, (64,))
+
+
+# ---- GPU ------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def gpu(tmp_path_factory):
+    yield from gpu_worker_session(tmp_path_factory.mktemp("gpu"), reps=10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", ["128x128x64", "100x200x72", "1x333x40"])
+def test_naive_host_is_correct_on_gpu(gpu, shape):
+    w, compiler, cfg = gpu
+    ks = KernelSource.parse(NAIVE_HOST)
+    r = compiler.compile(ks, w.info.arch)
+    assert r.ok, r.error
+    ev = w.call("evaluate", timeout_s=120, problem=parse_shape(shape), source=NAIVE_HOST, cubin=r.cubin_path, h=ks.hash)
+    assert ev.correct, ev.error
+    assert ev.time_us > 0
+
+
+@pytest.mark.gpu
+def test_naive_host_wrong_params_are_caught(gpu):
+    """A host function that passes M and N swapped computes the wrong thing: the check must say so."""
+    w, compiler, cfg = gpu
+    text = NAIVE_HOST.replace("NaiveParams p{(const __half*)A, (const __half*)B, (__half*)C, M, N, K};",
+                              "NaiveParams p{(const __half*)A, (const __half*)B, (__half*)C, M, N, K - 8};")
+    ks = KernelSource.parse(text)
+    r = compiler.compile(ks, w.info.arch)
+    assert r.ok, r.error
+    ev = w.call("evaluate", timeout_s=120, problem=parse_shape("128x128x64"), source=text, cubin=r.cubin_path, h=ks.hash)
+    assert not ev.correct
