@@ -210,6 +210,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def plot_bars(rows: list[dict]) -> list[tuple[float, str]]:
+    """Per shape of one mode: (speedup of evo over the best library, mark): mark "host" where evo's or the best
+    library's figure is host-bound (back-to-back), "none" where there is no evo kernel, else ""."""
+    out = []
+    for r in rows:
+        if not r.get("evo"):
+            out.append((0.0, "none"))
+            continue
+        best = min(LIBS, key=lambda x: r[x])
+        host = r.get("host_bound") or set()
+        out.append((r[best] / r["evo"], "host" if ("evo" in host or best in host) else ""))
+    return out
+
+
 def _plot(results: dict[str, list[dict]], path: Path, gpu: str) -> None:
     try:
         import matplotlib
@@ -223,9 +237,22 @@ def _plot(results: dict[str, list[dict]], path: Path, gpu: str) -> None:
     shapes = [r["shape"] for r in results[modes[0]]]
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(shapes)), 4))
     width = 0.8 / len(modes)
+    marked = False
     for i, mode in enumerate(modes):
-        ys = [(min(r[x] for x in LIBS) / r["evo"]) if r.get("evo") else 0 for r in results[mode]]
-        ax.bar([j + i * width for j in range(len(shapes))], ys, width, label=mode)
+        bars = plot_bars(results[mode])
+        xs = [j + i * width for j in range(len(shapes))]
+        drawn = ax.bar(xs, [y for y, _ in bars], width, label=mode)
+        for x, bar, (y, mark) in zip(xs, drawn, bars):
+            if mark == "host":  # the figure is the host's launch rate, not the kernel's: hatched, with a dagger
+                bar.set_hatch("//")
+                bar.set_edgecolor("black")
+                ax.annotate("†", (x, y), ha="center", va="bottom", fontsize=9)
+                marked = True
+            elif mark == "none":
+                ax.annotate("no evo\nkernel", (x, 0.02), ha="center", va="bottom", fontsize=6, rotation=90)
+    if marked:
+        ax.text(0.01, 0.01, "† hatched: host-bound back-to-back figure (the host's launch rate, not the kernel's)",
+                transform=ax.transAxes, fontsize=7, va="bottom")
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks([j + width * (len(modes) - 1) / 2 for j in range(len(shapes))], shapes, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel("speedup vs best library")

@@ -25,3 +25,18 @@ def test_tables_have_consistent_columns_and_right_speedups():
     assert "| 128x128x128 | wgmma_sm90 | - |" in md
     geo = [ln for ln in tables if "geomean" in ln][0]
     assert "2.000" in geo  # only the shape with an evo kernel counts
+
+
+def test_plot_marks_host_bound_bars_and_missing_kernels(tmp_path):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    from bench.compare import _plot, plot_bars
+
+    res = {"cold": [_row("64x64x64", 10.0, 20.0), _row("128x128x128", 0.0, 5.0)],
+           "b2b": [_row("64x64x64", 10.0, 20.0, hb=("cublaslt_autotune",)), _row("128x128x128", 0.0, 5.0)]}
+    assert plot_bars(res["cold"]) == [(1.8, ""), (0.0, "none")]
+    assert plot_bars(res["b2b"])[0] == (1.8, "host")  # the best library's figure was the host's
+    assert plot_bars([_row("1x1x1", 10.0, 20.0, hb=("cublas",))])[0][1] == ""  # not the best library: no mark
+    _plot(res, tmp_path / "b.png", "Fake GPU")
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
