@@ -291,6 +291,12 @@ class LlmProposer:
         self.rejected_detail.append((reason, model, detail))
         del self.rejected_detail[:-MAX_LOGGED]
 
+    def _user_budget(self) -> int:
+        """llm.prompt_tokens less the system message: the budget of the user message (0 = none)."""
+        if not self.cfg.prompt_tokens:
+            return 0
+        return max(1, self.cfg.prompt_tokens - len(self.templates.render("system")) // 4)
+
     def _pick_endpoint(self) -> Endpoint:
         return self.rng.choices(self.endpoints, weights=[e.weight for e in self.endpoints])[0]
 
@@ -329,7 +335,7 @@ class LlmProposer:
                 evidence[parent.hash] = self.evidence.for_parent(parent, ctx)
             user, sizes = prompt.improve_prompt_sections(self.templates, parent, ctx, mode=mode,
                                                          inspirations=self.cfg.inspirations, ev=evidence[parent.hash],
-                                                         budget_tokens=self.cfg.prompt_tokens)
+                                                         budget_tokens=self._user_budget())
             jobs.append(_Job("improve", parent, mode, self._pick_endpoint(), prompt.messages(self.templates, user),
                              sections=sizes))
         if self.max_requests:

@@ -1,0 +1,151 @@
+"""Nsight Compute evidence (evo.profile): CSV parsing, a stand-in ncu on CPU, and the real ncu on a GPU."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from evo.library_kernel import parse_kernel_name
+from evo.problem import Problem
+from evo.profile import METRICS, Profiler, describe, main_kernel, parse_csv
+
+DATA = Path(__file__).parent / "data"
+FAKE_NCU = str(DATA / "fake_ncu.py")
+PROBLEM = Problem(256, 256, 256)
+
+CSV = '''==PROF== Connected to process 1 (python)
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","python","h","evo_gemm","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","12.50"
+"0","1","python","h","evo_gemm","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Kbyte","1,536.00"
+"0","1","python","h","evo_gemm","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","dram__throughput.avg.pct_of_peak_sustained_elapsed","%","33.3"
+"0","1","python","h","evo_gemm","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","some__other.metric","","7"
+"1","1","python","h","reduce","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","nsecond","900"
+==PROF== Disconnected from process 1
+'''
+
+
+def test_parse_csv_units_and_kernels():
+    kernels = parse_csv(CSV)
+    assert [k[0] for k in kernels] == ["evo_gemm", "reduce"]
+    m = kernels[0][1]
+    assert m == {"duration_us": 12.5, "dram_read_mb": pytest.approx(1.536), "dram_pct": 33.3}
+    assert kernels[1][1]["duration_us"] == pytest.approx(0.9)
+    assert main_kernel(kernels)[0] == "evo_gemm"  # the longest
+    assert main_kernel(kernels, "reduce")[0] == "reduce"
+    assert parse_csv("==ERROR== nothing") == []
+
+
+def test_describe_orders_stall_reasons():
+    lines = describe({"duration_us": 10.0, "tensor_gmma_pct": 60.0, "stall_barrier": 2.0, "stall_wait": 0.5,
+                      "stall_long_scoreboard": 1.5, "smem_ld_conflicts": 1024.0})
+    assert lines[0] == "kernel duration: 10.0 µs"
+    assert any("wgmma" in ln and "60.0%" in ln for ln in lines)
+    assert lines[-1].startswith("top warp stall reasons") and lines[-1].index("barrier") < lines[-1].index("long scoreboard")
+    assert any("bank conflicts: 1024" in ln for ln in lines)
+
+
+def _profiler(monkeypatch, tmp_path, mode="ok"):
+    monkeypatch.setenv("FAKE_NCU_MODE", mode)
+    monkeypatch.setenv("FAKE_NCU_LOG", str(tmp_path / "ncu.log"))
+    said: list[str] = []
+    return Profiler(FAKE_NCU, 30, say=said.append), said
+
+
+def calls(tmp_path) -> list[str]:
+    log = tmp_path / "ncu.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_profile_kernel_with_a_stand_in_ncu(monkeypatch, tmp_path):
+    prof, said = _profiler(monkeypatch, tmp_path)
+    res = prof.profile_kernel("/*---evo ...*/", str(tmp_path / "k.cubin"), PROBLEM)
+    assert res.ok and res.kernel == "evo_gemm" and said == []
+    assert res.metrics["duration_us"] == pytest.approx(12.3456) and res.metrics["tensor_gmma_pct"] == 63.2
+    assert res.metrics["dram_read_mb"] == pytest.approx(25.17) and res.metrics["smem_ld_conflicts"] == 1024
+    cmd = calls(tmp_path)[0]
+    assert "--clock-control none" in cmd and "--profile-from-start off" in cmd
+    assert "-m evo.gpu.profile_target --shape 256x256x256 --source" in cmd and "--cubin" in cmd
+    assert all(m in cmd for m, _ in METRICS.values())
+
+
+def test_library_kernel_name_and_configuration(monkeypatch, tmp_path):
+    prof, _ = _profiler(monkeypatch, tmp_path)
+    res = prof.profile_library(PROBLEM)
+    assert res.ok and res.kernel.startswith("nvjet_hsh_256x128") and "splitKreduce_kernel" in res.kernels
+    k = parse_kernel_name(res.kernel)
+    assert (k.tile, k.bk, k.stages, k.cluster) == ((256, 128), 64, 4, (2, 1))
+    assert "tile 256x128" in k.summary() and "cluster 2x1" in k.summary()
+
+
+def test_kernel_names_of_other_libraries():
+    k = parse_kernel_name("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_cluster2x1x1_warpgroupsize2x1x1_"
+                          "execute_segment_k_on_kernel__5x_cublas")
+    assert (k.tile, k.cluster, k.warpgroups, k.split_k) == ((128, 256, 64), (2, 1, 1), (2, 1, 1), "on")
+    k = parse_kernel_name("cutlass_80_tensorop_f16_s16816gemm_f16_256x128_32x3_tn_align8(Params)")
+    assert (k.kind, k.tile, k.bk, k.stages) == ("cutlass", (256, 128), 32, 3)
+    assert parse_kernel_name("mystery_kernel").summary() == "library kernel `mystery_kernel`"
+
+
+def test_unknown_metric_is_dropped_and_said(monkeypatch, tmp_path):
+    prof, said = _profiler(monkeypatch, tmp_path, "unknown")
+    res = prof.profile_kernel("x", "k.cubin", PROBLEM)
+    assert res.ok and "tensor_gmma_pct" not in res.metrics and "sm__pipe_tensor_op_gmma" in res.detail
+    assert len(calls(tmp_path)) == 2 and said == []
+
+
+def test_not_permitted_is_said_once_and_skipped(monkeypatch, tmp_path):
+    prof, said = _profiler(monkeypatch, tmp_path, "perm")
+    for _ in range(3):
+        res = prof.profile_kernel("x", "k.cubin", PROBLEM)
+        assert not res.ok and "not permitted" in res.detail
+    assert prof.profile_library(PROBLEM).ok is False
+    assert len(said) == 1 and "ERR_NVGPUCTRPERM" in said[0]
+    assert len(calls(tmp_path)) == 1  # never run again
+
+
+def test_missing_ncu_is_said_once():
+    said: list[str] = []
+    prof = Profiler("/nonexistent/ncu", say=said.append)
+    assert not prof.profile_kernel("x", "k.cubin", PROBLEM).ok
+    assert not prof.profile_library(PROBLEM).ok
+    assert said == ["note: Nsight Compute (/nonexistent/ncu) not found; the LLM prompts go without profiler metrics"]
+
+
+@pytest.mark.gpu
+def test_real_ncu(tmp_path):
+    """On a GPU machine with Nsight Compute: profile the naive kernel and the library on one shape."""
+    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
+    if not Path(ncu).is_file():
+        pytest.skip("Nsight Compute (ncu) is not installed")
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.kernel import KernelSource
+
+    cfg = load_config(overrides={"compile": {"cache_dir": str(tmp_path / "cache")}})
+    src = (DATA / "naive.cu").read_text()
+    ks = KernelSource.parse(src)
+    import subprocess
+
+    cc = subprocess.run([sys.executable, "-c", "import cupy; d = cupy.cuda.Device(); print(*d.compute_capability)"],
+                        capture_output=True, text=True).stdout.split()
+    arch = "sm_90a" if cc and cc[0] == "9" else f"sm_{''.join(cc) or '80'}"
+    r = Compiler.from_config(cfg.compile).compile(ks, arch)
+    assert r.ok, r.error
+    prof = Profiler(ncu, 240)
+    problem = Problem(512, 512, 512)
+    res = prof.profile_kernel(src, r.cubin_path, problem)
+    print(f"\nncu on naive.cu {problem.key}: ok={res.ok} kernel={res.kernel} ({res.seconds:.1f} s) {res.detail}")
+    for ln in describe(res.metrics):
+        print("  " + ln)
+    if prof.disabled:
+        pytest.skip(prof.disabled)
+    assert res.ok and res.kernel.startswith("evo_gemm"), res.detail
+    assert res.metrics["duration_us"] > 0 and "dram_pct" in res.metrics and "occupancy_pct" in res.metrics
+    assert any(k.startswith("stall_") for k in res.metrics)
+    lib = prof.profile_library(problem)
+    print(f"library: {lib.kernel} -> {parse_kernel_name(lib.kernel).summary()} ({lib.seconds:.1f} s) {lib.detail}")
+    for ln in describe(lib.metrics):
+        print("  " + ln)
+    assert lib.ok and lib.kernel and lib.metrics["duration_us"] > 0
