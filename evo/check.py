@@ -13,7 +13,11 @@ says which cheat each one catches and which test proves it):
 * "cancellation" inputs: integer halves along K that cancel, so partial sums grow far past fp16's
   exact range while the final result stays small: fp16 accumulation fails even for small K;
 * "mantissa" inputs: fp16 values using all 10 mantissa bits times {-1,0,1}: the exact answer is
-  representable in fp32, so any bf16/fp8/tf32 shortcut on the inputs changes the bits.
+  representable in fp32, so any bf16/fp8/tf32 shortcut on the inputs changes the bits;
+* on random inputs every element within the fp32-accumulation bound (evo.fresh.elem_bound), and an exact
+  test on ordinary data (``compare_exact_ordinary``): inputs from the timed calls' generator, the result
+  bit-exact wherever fp32 accumulation cannot move the rounding.
+Timed calls are checked by evo.fresh.FreshInputs.
 Every launch is followed by a full device synchronize (work queued anywhere must be done).
 """
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 from typing import Callable
 
 import cupy
-import numpy as np
 
 from .config import CheckConfig
 from .problem import Problem
@@ -171,7 +174,29 @@ class Run:
         return self.c.arr, ""
 
 
-def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int) -> CheckResult:
+def compare_exact_ordinary(c: cupy.ndarray, a: cupy.ndarray, b: cupy.ndarray, cfg: CheckConfig, what: str) -> CheckResult:
+    """Bit-exact on ordinary data (evo.fresh.exact_ordinary): every element whose rounding fp32 accumulation cannot
+    change must be the correctly rounded fp16 of the exact value. No cheat can tell these inputs from timed ones:
+    they come from the same generator (evo.fresh.fill); truncation, bf16 or fp16 shortcuts fail."""
+    from .fresh import exact_ordinary
+
+    wrong, decided, ref, h = exact_ordinary(c, a, b, cfg)
+    n_wrong, n_decided = int(cupy.count_nonzero(wrong)), int(cupy.count_nonzero(decided))
+    if n_wrong:
+        i, j = divmod(int(cupy.argmax(wrong.ravel())), c.shape[1])
+        return CheckResult(False, f"{what}: {n_wrong} of {n_decided} outputs whose rounding fp32 accumulation cannot "
+                                  f"change differ from the correctly rounded result, e.g. C[{i},{j}]={float(c[i, j])!r} vs "
+                                  f"{float(h[i, j])!r} (exact {float(ref[i, j]):.8g}): fp16 accumulation, rounded inputs "
+                                  f"or truncated output?")
+    return CheckResult(True)
+
+
+def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int,
+                 off: frozenset = frozenset()) -> CheckResult:
+    """Every check on the exact shape; off: defences switched off by name (evo.defences; tests only)."""
+    from .fresh import compare_bound, elem_bound, fresh_pair
+
+    tight = "tight_bound" not in off
     rs = cupy.random.RandomState(seed)
     worst = CheckResult(True)
     n = 0
@@ -191,9 +216,14 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int) 
         n += 1
         if c is None:
             return fail(CheckResult(False, why))
-        r = compare(c, reference(a, b), cfg, f"random inputs #{s}")
+        ref = reference(a, b)
+        r = compare(c, ref, cfg, f"random inputs #{s}")
         if not r.correct:
             return fail(r)
+        if tight:
+            why = compare_bound(c, ref, elem_bound(ref, a, b, cfg), f"random inputs #{s}")
+            if why:
+                return fail(CheckResult(False, why, r.rel_err, r.max_abs_err))
         worst = r if r.rel_err >= worst.rel_err else worst
     # the same addresses again, new values: a result cached by pointer (or by shape) is stale now
     a, b = random_inputs(problem, rs)
@@ -204,6 +234,15 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int) 
     r = compare(c, reference(a, b), cfg, "same buffers, new values (result cached across calls?)")
     if not r.correct:
         return fail(r)
+    if tight:  # bit-exact where fp32 accumulation decides the rounding, on data made like the timed calls'
+        a, b = fresh_pair(problem, int(rs.randint(1, 2**62)))
+        c, why = runs[-1](kernel, a, b, "ordinary-data exact test")
+        n += 1
+        if c is None:
+            return fail(CheckResult(False, why))
+        r = compare_exact_ordinary(c, a, b, cfg, "ordinary-data exact test")
+        if not r.correct:
+            return fail(r)
     if cfg.exact:
         for name, make, hint in (
                 ("exact {0,1} inputs", exact_inputs, "fp16 accumulation?"),
@@ -220,88 +259,3 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int) 
                 return fail(r)
     worst.checks = n
     return worst
-
-
-# --- per-repetition checksums during timing ---------------------------------------------------
-
-def weighted_sum_kernel() -> cupy.ReductionKernel:
-    """sum(w * C) in fp64 on the device, as a 0-d array: no host synchronization. NaN propagates.
-    (cupy caches the compiled kernel by its source, so building the object again costs no compile.)"""
-    return cupy.ReductionKernel("T c, float32 w", "float64 y", "(double)(float)c * (double)w", "a + b", "y = a", "0",
-                                "evo_wsum")
-
-
-def weighted_sum(c: cupy.ndarray, w: cupy.ndarray, kernel: cupy.ReductionKernel | None = None) -> cupy.ndarray:
-    return (kernel or weighted_sum_kernel())(c.ravel(), w)
-
-
-def checksum_weights(size: int, seed: int) -> cupy.ndarray:
-    rs = cupy.random.RandomState(seed)
-    mag = rs.random_sample(size, dtype=cupy.float32) + cupy.float32(0.5)
-    return cupy.where(rs.random_sample(size) < 0.5, -mag, mag).astype(cupy.float32)
-
-
-class RotatingInputs:
-    """Input sets for timing: before every repetition a set's values are copied into one of two
-    guarded slots (contents and addresses both change between calls), C is poisoned with NaN, and
-    after the call a weighted checksum of C is recorded on the device; verify() compares every
-    repetition's checksum with that set's reference checksum."""
-
-    def __init__(self, problem: Problem, rs: cupy.random.RandomState, sets: int = 3, tol: float = 0.04,
-                 seed: int = 0):
-        self.problem = problem
-        self.sets = [random_inputs(problem, rs) for _ in range(max(1, sets))]
-        self.slots = [Run(problem) for _ in range(2)]
-        self.w = checksum_weights(problem.m * problem.n, seed)
-        self.wsum = weighted_sum_kernel()
-        self.expected, self.scale = [], []
-        for a, b in self.sets:
-            ref = reference(a, b)
-            self.expected.append(float(weighted_sum(ref.astype(cupy.float16), self.w, self.wsum)))
-            self.scale.append(float(cupy.linalg.norm(ref.ravel() * self.w)))
-            del ref
-        self.tol = tol
-        self.rng = np.random.default_rng(seed)
-        self.calls = 0
-        self.current = (0, 0)
-        self.log: list[tuple[int, cupy.ndarray]] = []  # (input set, checksum) per call
-
-    def before(self) -> None:
-        slot, s = self.calls % 2, int(self.rng.integers(len(self.sets)))
-        self.calls += 1
-        run = self.slots[slot]
-        a, b = self.sets[s]
-        run.a.arr[...] = a
-        run.b.arr[...] = b
-        run.c.arr.fill(cupy.nan)
-        self.current = (slot, s)
-
-    def args(self) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
-        run = self.slots[self.current[0]]
-        return run.a.arr, run.b.arr, run.c.arr
-
-    def after(self) -> None:
-        slot, s = self.current
-        self.log.append((s, weighted_sum(self.slots[slot].c.arr, self.w, self.wsum)))
-
-    def verify(self, what: str = "timed call") -> str:
-        """'' if every recorded call was right, else why not (one line)."""
-        sync()
-        if not self.log:
-            return ""
-        sums = cupy.stack([x for _, x in self.log]).get()
-        bad = []
-        for i, ((s, _), got) in enumerate(zip(self.log, sums)):
-            if not np.isfinite(got) or abs(got - self.expected[s]) > self.tol * self.scale[s] + 1e-3:
-                bad.append(i)
-        for run in self.slots:
-            if not (run.a.intact() and run.b.intact() and run.c.intact()):
-                return f"{what}s: the kernel wrote outside its buffers (guard band modified)"
-        if bad:
-            i = bad[0]
-            s = self.log[i][0]
-            kind = "unwritten (NaN) output" if not np.isfinite(sums[i]) else \
-                f"checksum {sums[i]:.6g} vs {self.expected[s]:.6g}"
-            return (f"{what}s: {len(bad)} of {len(sums)} repetitions produced a wrong result, first #{i}: {kind} "
-                    f"(work skipped, deferred or cached across calls?)")
-        return ""

@@ -43,6 +43,7 @@ class Compiler:
     timeout_s: float
     memory_mb: int
     reject_spills: bool
+    ptx_checks: bool = True  # evo.ptx_checks on the PTX nvcc -keep leaves (off only through EVO_TEST_DEFENCES_OFF)
     locks: dict = field(default_factory=dict, compare=False, repr=False)  # cache key -> lock, per compiler
 
     @staticmethod
@@ -59,11 +60,13 @@ class Compiler:
             timeout_s=cfg.timeout_s,
             memory_mb=cfg.memory_mb,
             reject_spills=cfg.reject_spills,
+            ptx_checks=_ptx_checks_on(),
         )
 
     def key(self, ks: KernelSource, arch: str) -> str:
         """The cache key: the code nvcc compiles (not the front matter), the target and the flags."""
         h = hashlib.sha256((f"{ks.code_hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}"
+                            + ("" if self.ptx_checks else "|no-ptx-checks")
                             + ("|host-so" if ks.meta.launch == "host" else "")).encode())
         return h.hexdigest()[:20]
 
@@ -81,7 +84,7 @@ class Compiler:
                *self.flags, "-o", str(cubin if host_so is None else host_so), str(cu)]
         if host_so is not None:
             cmd.append("-ldl")  # host code may resolve driver entry points (cuTensorMapEncodeTiled) with dlopen
-        if keep_dir is not None:  # nvcc's intermediates: the PTX, and the cubin of a host shared object
+        if keep_dir is not None:  # the PTX (and nvcc's other intermediates) for evo.ptx_checks
             cmd[1:1] = ["-keep", "-keep-dir", str(keep_dir)]
         for inc in self.include_dirs:
             cmd.insert(1, f"-I{inc}")
@@ -121,7 +124,7 @@ class Compiler:
             if limit:
                 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-        keep = folder / f"{key}.{os.getpid()}.{threading.get_ident()}.keep" if host else None
+        keep = folder / f"{key}.{os.getpid()}.{threading.get_ident()}.keep" if self.ptx_checks or host else None
         if keep is not None:
             keep.mkdir(exist_ok=True)
         tmp_so = folder / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.so" if host else None
@@ -129,6 +132,7 @@ class Compiler:
             log, rc = run_capped(self.command(cu, tmp_cubin, arch, keep, tmp_so), self.timeout_s, _limits, "nvcc")
             if host and rc == 0:  # the device code of the shared object, as nvcc -keep left it
                 rc, log = take_kept_cubin(keep, cu, tmp_cubin, rc, log)
+            ptx_error = ptx_gate(keep) if self.ptx_checks and keep is not None and rc == 0 else ""
         finally:
             if keep is not None:
                 shutil.rmtree(keep, ignore_errors=True)
@@ -141,6 +145,8 @@ class Compiler:
                 res.error = f"nvcc ran out of memory (cap {self.memory_mb} MB): {res.error}"[:300]
         else:
             res.ok, res.error = gate(res, log, self.reject_spills)
+            if res.ok and ptx_error:
+                res.ok, res.error = False, ptx_error
         if res.ok:
             if tmp_so is not None:
                 os.replace(tmp_so, so)  # before the cubin: a cubin in the cache means its .so is there too
@@ -228,6 +234,19 @@ def parse_ptxas(h: str, arch: str, log: str) -> CompileResult:
         res.stack_bytes = max(res.stack_bytes, int(st[0]))
         res.spill_bytes = max(res.spill_bytes, int(st[1]) + int(st[2]))
     return res
+
+
+def _ptx_checks_on() -> bool:
+    from .defences import defences_off
+
+    return "ptx_checks" not in defences_off()
+
+
+def ptx_gate(keep_dir: Path) -> str:
+    """The static PTX gate (evo.ptx_checks) on what nvcc -keep left: '' or the one-line rejection."""
+    from .ptx_checks import check_dir, gate_message
+
+    return gate_message(check_dir(keep_dir))
 
 
 def gate(res: CompileResult, log: str, reject_spills: bool) -> tuple[bool, str]:

@@ -43,6 +43,7 @@ class SearchConfig:
     min_seconds: float
     screen_reps: int
     screen_margin: float
+    first_round_share: float
 
 
 @dataclass
@@ -65,6 +66,14 @@ class CheckConfig:
     recheck_seeds: int
     sanitize: bool
     sanitize_timeout_s: float
+    ulps: float
+    acc_slack: float
+    sample_rows: int
+    sample_cols: int
+    checksum_sigmas: float
+    full_checks_min: int
+    full_checks_max: int
+    defences_off: list
 
 
 @dataclass
@@ -258,3 +267,8 @@ def _validate(cfg: Config) -> None:
         raise EvoError(f"config timing.flush_mode must be one of {', '.join(FLUSH_MODES)}, not {cfg.timing.flush_mode!r}")
     if cfg.check.seeds < 1:
         raise EvoError("config check.seeds must be at least 1")
+    if not 1 <= cfg.check.full_checks_min <= cfg.check.full_checks_max:
+        raise EvoError("config check.full_checks_min must be at least 1 and at most check.full_checks_max")
+    from .defences import defences_off
+
+    defences_off(cfg.check.defences_off, {})  # unknown names end here, with the known ones listed

@@ -41,10 +41,15 @@ def main(argv: list[str] | None = None) -> int:
             raise CompileError(f"{path} does not compile for {info.arch}: {res.error}")
         print(f"{path}: family {ks.meta.family}, {res.registers} registers, {res.smem_static} B static smem; "
               f"GPU {info.name} ({info.arch}), driver {info.driver}, CUDA {info.cuda_runtime}")
+        # the roofline bound, as in the search: a time below it is a measurement or a kernel that is wrong
+        ceil = worker.call("ceilings", timeout_s=300)
+        print(f"ceilings: {ceil['peak_tflops']:.0f} TFLOP/s, {ceil['bw_gbs']:.0f} GB/s ({ceil['detail']})")
         failed = 0
         for p in problems:
+            bound = p.roofline_us(ceil["peak_tflops"], ceil["bw_gbs"])
             try:
-                ev = worker.call("evaluate", timeout_s=cfg.timing.timeout_s, problem=p, source=text, cubin=res.cubin_path, h=ks.hash)
+                ev = worker.call("evaluate", timeout_s=cfg.timing.timeout_s, problem=p, source=text, cubin=res.cubin_path,
+                                 h=ks.hash, bound_us=bound)
             except WorkerFault as e:
                 print(f"{p.key}: REJECTED ({e})")
                 failed += 1
@@ -53,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{p.key}: REJECTED at {ev.stage}: {ev.error}")
                 failed += 1
                 continue
-            timed = worker.call("baselines", timeout_s=900, problem=p, extra={"kernel": (text, res.cubin_path)}, reps=args.reps)
+            timed = worker.call("baselines", timeout_s=900, problem=p, extra={"kernel": (text, res.cubin_path)}, reps=args.reps,
+                                bound_us=bound)
             t = timed["results"]
             k_us = t["kernel"].time_us
             print(f"\n{p.key}: correct (max rel err {ev.check.rel_err:.1e} over {ev.check.checks} checks); "

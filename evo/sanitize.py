@@ -4,9 +4,13 @@
 
 Each tool runs in its own subprocess: ``compute-sanitizer --tool T python -m evo.sanitize --once ...``,
 where the inner run loads the cubin with the same launcher as the evaluator (evo.gpu.launch), on
-plain cudaMalloc'd buffers (no memory pool, so an out-of-bounds access hits an allocation edge),
-and launches it once. The result is pass/fail per tool plus the first error line. Where
-compute-sanitizer is absent the result says "compute-sanitizer not available" and nothing fails.
+exactly sized cudaMalloc'd buffers (no memory pool, no rounding), and launches it once. memcheck runs
+with ``--padding`` (an unmapped-for-the-kernel pad behind every allocation, so a read 4 KiB past A is an
+error, not a read of the next buffer). CUDA API errors are not kernel errors (``--report-api-errors no``:
+the runtime's own ``cuGetProcAddress`` probes made every wgmma champion "inconclusive"); whether the
+kernel ran is told by the inner run itself, which prints a marker after its launch and synchronize.
+The result is pass/fail per tool plus the first error line. Where compute-sanitizer is absent the
+result says "compute-sanitizer not available" and nothing fails.
 
 The search runs this on the champion before export when ``check.sanitize`` is true (vet_champion).
 """
@@ -29,6 +33,8 @@ TOOLS = ("memcheck", "racecheck", "initcheck")
 NOT_AVAILABLE = "compute-sanitizer not available"
 _SUMMARY = re.compile(r"ERROR SUMMARY:\s*(\d+)\s+error")
 _PREFIX = re.compile(r"^=+\s?")
+RAN = "evo-sanitize: kernel launched and synchronized"  # printed by the inner run when its launch completed
+PADDING = 1 << 20  # bytes of padding behind every allocation under memcheck
 
 
 @dataclass
@@ -89,10 +95,11 @@ def small_shape(problem: Problem, ks: KernelSource) -> Problem:
         return problem
 
 
-def parse_output(tool: str, rc: int, text: str, error_rc: int) -> ToolResult:
-    """A tool's verdict. Errors in the kernel (bad accesses, hazards, uninitialised reads) fail it. When the only
-    errors are CUDA API errors ("Program hit ... on CUDA API call to ..."), the kernel never ran under the tool
-    (e.g. its instrumentation needs more registers than the launch allows): that is inconclusive, not a verdict."""
+def parse_output(tool: str, rc: int, text: str, error_rc: int, ran_marker: bool = False) -> ToolResult:
+    """A tool's verdict. Errors in the kernel (bad accesses, hazards, uninitialised reads) fail it. CUDA API
+    errors ("Program hit ... on CUDA API call to ...") are no verdict on the kernel: with ran_marker (the
+    inner run prints RAN once its launch and synchronize succeeded) they are a note beside a pass when the
+    kernel ran, and inconclusive when it did not; without it (older runs) API-only errors are inconclusive."""
     m = _SUMMARY.findall(text)
     errors = int(m[-1]) if m else 0
     first, api = "", ""
@@ -107,6 +114,20 @@ def parse_output(tool: str, rc: int, text: str, error_rc: int) -> ToolResult:
                                          "Device Frame", "in ", "and ", "Program hit", "#", "Write Thread",
                                          "Read Thread", "Current Value", "Previous Value")):
             first = first or body[:300]
+    if ran_marker:
+        ran = RAN in text
+        if first:
+            return ToolResult(tool, False, max(errors, 1), first)
+        if ran and rc in (0, error_rc):
+            return ToolResult(tool, True, 0, f"CUDA API errors, not from the kernel: {api}" if api else "",
+                              note="api errors" if api else "")
+        # no kernel error, and the launch never completed (e.g. the instrumented kernel needs more registers than
+        # the launch allows): no verdict either way
+        tail = [l for l in text.splitlines() if l.strip() and not l.startswith("=")]
+        why = f"the kernel did not run under {tool} (exit code {rc}): " + (api or (" ".join(tail[-1].split())[:240] if tail else ""))
+        if api or any(m in text for m in ("CUDA_ERROR", "cudaError", "CUDADriverError", "CUDARuntimeError")):
+            return ToolResult(tool, True, 0, why, note="inconclusive")
+        return ToolResult(tool, False, 0, why)  # the run itself broke (not the GPU): a failure, not a verdict
     if (rc == error_rc or errors) and api and not first:
         return ToolResult(tool, True, 0, f"the kernel did not run under {tool}: {api}", note="inconclusive")
     if rc == error_rc or errors:
@@ -118,10 +139,26 @@ def parse_output(tool: str, rc: int, text: str, error_rc: int) -> ToolResult:
     return ToolResult(tool, True)
 
 
+def tool_command(exe: str, tool: str, error_rc: int, inner: list[str], padding: bool = True) -> list[str]:
+    """compute-sanitizer's command line for one tool: API errors not reported as kernel errors, memcheck with
+    padding behind every allocation (padding=False: the defence off, for the tests)."""
+    cmd = [exe, "--tool", tool, "--error-exitcode", str(error_rc), "--print-limit", "20",
+           "--report-api-errors", "no"]
+    if tool == "memcheck" and padding:
+        cmd += ["--padding", str(PADDING)]
+    if tool == "racecheck":
+        cmd += ["--racecheck-report", "all"]
+    return cmd + inner
+
+
 def sanitize(source_path: str, cubin: str, problem: Problem, tools=TOOLS, timeout_s: float = 600.0,
              exact_shape: bool = False) -> SanitizeReport:
     """Run every tool once on the kernel; never raises for a missing sanitizer."""
     import time
+
+    from .defences import defences_off
+
+    padding = "sanitizer_padding" not in defences_off()
 
     exe = find_sanitizer()
     if exe is None:
@@ -133,15 +170,13 @@ def sanitize(source_path: str, cubin: str, problem: Problem, tools=TOOLS, timeou
     root = str(Path(__file__).resolve().parent.parent)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(x for x in (root, os.environ.get("PYTHONPATH", "")) if x))
     for tool in tools:
-        cmd = [exe, "--tool", tool, "--error-exitcode", str(error_rc), "--print-limit", "20",
-               sys.executable, "-m", "evo.sanitize", "--once", source_path, "--cubin", cubin, "--shape", p.key]
-        if tool == "racecheck":
-            cmd[3:3] = ["--racecheck-report", "all"]
+        cmd = tool_command(exe, tool, error_rc, [sys.executable, "-m", "evo.sanitize", "--once", source_path,
+                                                 "--cubin", cubin, "--shape", p.key], padding)
         t0 = time.monotonic()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env,
                                   start_new_session=True)
-            res = parse_output(tool, proc.returncode, proc.stdout + proc.stderr, error_rc)
+            res = parse_output(tool, proc.returncode, proc.stdout + proc.stderr, error_rc, ran_marker=True)
         except subprocess.TimeoutExpired:
             res = ToolResult(tool, False, 0, f"{tool} ran longer than {timeout_s:.0f} s")
         res.seconds = time.monotonic() - t0
@@ -171,12 +206,17 @@ def run_once(source_path: str, cubin: str, shape: str) -> int:
     props = cupy.cuda.runtime.getDeviceProperties(dev.id)
     k = load_kernel(ks, cubin, p, props["multiProcessorCount"], props.get("sharedMemPerBlockOptin", 48 * 1024))
     rs = cupy.random.RandomState(1)
-    a = rs.standard_normal((p.m, p.k), dtype=cupy.float32).astype(cupy.float16)
-    b = rs.standard_normal((p.n, p.k), dtype=cupy.float32).astype(cupy.float16)
+    # each buffer its own cudaMalloc of exactly its size (no pool): an access past one is an access past an
+    # allocation, which memcheck's padding makes visible
+    a = cupy.empty((p.m, p.k), dtype=cupy.float16)
+    a[...] = rs.standard_normal((p.m, p.k), dtype=cupy.float32)
+    b = cupy.empty((p.n, p.k), dtype=cupy.float16)
+    b[...] = rs.standard_normal((p.n, p.k), dtype=cupy.float32)
     c = cupy.zeros((p.m, p.n), dtype=cupy.float16)
     cupy.cuda.runtime.deviceSynchronize()
     k(a, b, c)
     cupy.cuda.runtime.deviceSynchronize()
+    print(RAN, flush=True)
     return 0
 
 

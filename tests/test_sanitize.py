@@ -52,3 +52,45 @@ def test_failed_run_without_errors_fails():
 def test_mbarrier_detection():
     assert uses_mbarriers('asm volatile("mbarrier.try_wait.parity.shared::cta.b64 ...")')
     assert not uses_mbarriers("__syncthreads();")
+
+
+# --- with the inner run's marker (evo.sanitize.RAN): API errors are a note, never the verdict ----------------
+from evo.sanitize import PADDING, RAN, tool_command  # noqa: E402
+
+
+def test_api_error_with_kernel_run_passes_with_note():
+    text = HEAD + ('========= Program hit CUDA_ERROR_NOT_FOUND (error 500) due to "named symbol not found" on CUDA API call '
+                   "to cuGetProcAddress_v2.\n" + RAN + "\n========= ERROR SUMMARY: 1 error\n")
+    r = parse_output("memcheck", 86, text, 86, ran_marker=True)
+    assert r.ok and r.note == "api errors" and "cuGetProcAddress_v2" in r.first_error
+
+
+def test_clean_run_with_marker_passes_without_note():
+    r = parse_output("memcheck", 0, HEAD + RAN + "\n========= ERROR SUMMARY: 0 errors\n", 86, ran_marker=True)
+    assert r.ok and not r.note and not r.first_error
+
+
+def test_kernel_error_with_marker_fails():
+    text = HEAD + ("========= Invalid __global__ read of size 2 bytes\n=========     at evo_gemm+0x90\n"
+                   + RAN + "\n========= ERROR SUMMARY: 1 error\n")
+    r = parse_output("memcheck", 86, text, 86, ran_marker=True)
+    assert not r.ok and r.first_error.startswith("Invalid __global__ read")
+
+
+def test_launch_refused_is_inconclusive_but_broken_run_fails():
+    refused = HEAD + "cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_INVALID_VALUE: invalid argument\n"
+    r = parse_output("memcheck", 1, refused, 86, ran_marker=True)
+    assert r.ok and r.note == "inconclusive"
+    broken = HEAD + "Traceback (most recent call last):\nModuleNotFoundError: No module named 'evo'\n"
+    r = parse_output("memcheck", 1, broken, 86, ran_marker=True)
+    assert not r.ok and "did not run" in r.first_error
+
+
+def test_memcheck_command_pads_allocations_and_leaves_api_errors_out():
+    cmd = tool_command("cs", "memcheck", 86, ["python", "x"])
+    assert cmd[cmd.index("--report-api-errors") + 1] == "no"
+    assert cmd[cmd.index("--padding") + 1] == str(PADDING) and PADDING >= 64 * 1024
+    assert cmd[-2:] == ["python", "x"]
+    assert "--padding" not in tool_command("cs", "memcheck", 86, ["x"], padding=False)
+    rc = tool_command("cs", "racecheck", 86, ["x"])
+    assert "--racecheck-report" in rc and "--padding" not in rc

@@ -21,7 +21,10 @@ MAP_CACHE = 8  # tensor-map sets kept per kernel: encoding them is host work tha
 class LoadedKernel:
     """A candidate's cubin loaded for one problem, with its workspace."""
 
-    def __init__(self, ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int):
+    def __init__(self, ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int,
+                 fresh: bool = True):
+        """fresh: load the cubin into a module of its own (evo.gpu.module.FreshModule: new ``__device__``
+        globals, unloaded by close()); False shares cupy's per-process module cache (the old behaviour)."""
         self.ks = ks
         self.problem = problem
         self.spec: LaunchSpec = ks.launch(problem, num_sms)
@@ -30,9 +33,16 @@ class LoadedKernel:
         threads = self.spec.block[0] * self.spec.block[1] * self.spec.block[2]
         if threads > 1024:
             raise EvoError(f"block of {threads} threads exceeds 1024")
-        self.module = cupy.RawModule(path=cubin_path)
+        if fresh:
+            from .module import FreshModule
+
+            self.module = FreshModule(cubin_path)
+            self.fn = self.module.function(ENTRY)
+        else:
+            self.module = cupy.RawModule(path=cubin_path)
         try:
-            self.fn = self.module.get_function(ENTRY)
+            if not fresh:
+                self.fn = self.module.get_function(ENTRY)
             static = int(self.fn.shared_size_bytes)
             max_threads = int(self.fn.max_threads_per_block)
         except cupy.cuda.driver.CUDADriverError as e:
@@ -68,6 +78,15 @@ class LoadedKernel:
                 self._maps.pop(next(iter(self._maps)))
             self._maps[key] = maps
         return self._maps[key]
+
+    def close(self) -> None:
+        """Drop the module (unloaded when fresh) and the workspace: the next phase loads its own."""
+        close = getattr(self.module, "close", None)
+        if close is not None:
+            close()
+        self.fn = None
+        self.workspace = None
+        self._maps.clear()
 
     def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
         p = self.problem

@@ -16,7 +16,9 @@ os.environ.setdefault("CUPY_TF32", "0")  # the fp32 reference must be real fp32
 import cupy  # noqa: E402
 
 from ..baselines import LtPlan, cublas_gemm  # noqa: E402
-from ..check import RotatingInputs, check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
+from ..check import check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
+from ..defences import defences_off  # noqa: E402
+from ..fresh import FreshInputs  # noqa: E402
 from ..config import Config  # noqa: E402
 from ..errors import EvoError  # noqa: E402
 from ..kernel import KernelSource  # noqa: E402
@@ -27,6 +29,7 @@ from .device import gpu_info  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
+from .module import FreshKernel  # noqa: E402
 
 _FATAL_MARKERS = ("illegal", "misaligned", "launch failure", "unspecified launch", "exception", "ECC", "hardware",
                   "cudaErrorLaunchTimeout", "not permitted", "CUDA_ERROR_ILLEGAL", "ERROR_LAUNCH")
@@ -43,6 +46,7 @@ class Session:
                            flush_mode=cfg.timing.flush_mode, sms=self.info.sm_count)
         self.cublas = cublas_gemm()
         self.seed = cfg.search.seed * 1000003 + int(time.time())  # fresh inputs every process
+        self.off = defences_off(cfg.check.defences_off)  # tests only: defences switched off by name
 
     def _next_seed(self) -> int:
         self.seed += 1
@@ -56,9 +60,9 @@ class Session:
                          bound_us: float = 0.0) -> dict:
         """Time every library baseline side by side; extra = {name: (source, cubin)} kernels to include.
 
-        Extra kernels run on rotating inputs (new values at alternating addresses before every call, C
-        poisoned), with a checksum of C after every call verified against the reference; a kernel that
-        fails that, or is faster than the roofline bound, is marked WRONG in its detail."""
+        Extra kernels run on inputs generated anew before every call (evo.fresh.FreshInputs: C poisoned, every
+        call checked by checksum and sampled rows/cols, random calls compared in full); a kernel that fails
+        that, or is faster than the roofline bound, is marked WRONG in its detail."""
         rs = cupy.random.RandomState(self._next_seed())
         a, b = random_inputs(problem, rs)
         c = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
@@ -81,12 +85,14 @@ class Session:
             except EvoError as e:
                 notes["cublaslt"] = str(e)
         kernels = {}
+        reps = reps or max(self.cfg.baselines.reps, self.cfg.timing.reps)
         for name, (source, cubin) in (extra or {}).items():
-            k = load_kernel(KernelSource.parse(source), cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
-            rot = RotatingInputs(problem, rs, tol=4 * self.cfg.check.rtol, seed=self._next_seed())
+            k = load_kernel(KernelSource.parse(source), cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
+                             fresh="fresh_module" not in self.off)
+            rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup, reps, self.off,
+                              self.info.sm_count)
             kernels[name] = (k, rot)
             contenders[name] = Contender(run=lambda k=k, rot=rot: k(*rot.args()), before=rot.before, after=rot.after)
-        reps = reps or max(self.cfg.baselines.reps, self.cfg.timing.reps)
         timings = self.timer.measure(contenders, reps, self.cfg.timing.warmup)
         # every timed call of every kernel was right, and one more call on fresh buffers is right too
         for name, (k, rot) in kernels.items():
@@ -100,13 +106,15 @@ class Session:
                 why = self._impossible(timings[name].median_us, bound_us)
             if why:
                 notes[name] = "WRONG: " + why
+            k.close()
         if plan:
             plan.close()
         out = {name: BaselineResult(name, t.median_us, t.spread, notes.get(name, "")) for name, t in timings.items()}
         return {"results": out, "notes": notes, "samples": {n: t.samples for n, t in timings.items()}}
 
-    @staticmethod
-    def _impossible(time_us: float, bound_us: float) -> str:
+    def _impossible(self, time_us: float, bound_us: float) -> str:
+        if "roofline" in self.off:
+            return ""
         if bound_us > 0 and time_us < ROOFLINE_MARGIN * bound_us:
             return (f"{time_us:.3f} us is faster than the roofline: measurement or kernel is wrong "
                     f"(bound {bound_us:.3f} us from the measured peak and bandwidth, margin {ROOFLINE_MARGIN})")
@@ -118,7 +126,7 @@ class Session:
         pool = cupy.get_default_memory_pool()
         pool.free_all_blocks()
         free, total = cupy.cuda.runtime.memGetInfo()
-        need = 8 * problem.min_bytes + 8.0 * problem.m * problem.n
+        need = 8 * problem.min_bytes + 40.0 * problem.m * problem.n  # + fp64 references of the exact test
         if need > free:
             raise EvoError(f"shape {problem.key} needs about {need / 2**30:.1f} GiB of GPU memory to check and time; "
                            f"{free / 2**30:.1f} GiB of {total / 2**30:.0f} GiB are free")
@@ -129,7 +137,13 @@ class Session:
         if not ks.accepts(problem, self.info.sm_count):
             raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
         self._fits(problem)
-        return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin)
+        return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
+                            fresh="fresh_module" not in self.off)
+
+    def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
+        """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
+        load shared by all phases (the old behaviour, for the tests)."""
+        return FreshKernel(lambda: self._load(problem, source, cubin), shared="fresh_module" in self.off)
 
     def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0,
                         screen_reps: int = 0, screen_vs_us: float = 0.0) -> EvalResult:
@@ -138,31 +152,32 @@ class Session:
         spread) is returned from it, stage "screened"; the others get the full timing.reps measurement."""
         t0 = time.monotonic()
         try:
-            kernel = self._load(problem, source, cubin)
-            chk = check_kernel(kernel, problem, self.cfg.check, self._next_seed())
+            fk = self.fresh_kernel(problem, source, cubin)
+            with fk.phase("check") as kernel:
+                chk = check_kernel(kernel, problem, self.cfg.check, self._next_seed(), self.off)
         except EvoError as e:
             return EvalResult(h, False, "check", str(e), seconds=time.monotonic() - t0)
         if not chk.correct:
             return EvalResult(h, False, "check", chk.error, check=chk, seconds=time.monotonic() - t0)
-        # time on rotating fresh input sets, interleaved with cuBLAS; C poisoned before and checksummed after every call
+        # time on inputs generated anew on the device before every call, interleaved with cuBLAS; every call
+        # checked (checksum, sampled rows/cols), 2-4 random timed calls compared in full afterwards
         rs = cupy.random.RandomState(self._next_seed())
-        rot = RotatingInputs(problem, rs, tol=4 * self.cfg.check.rtol, seed=self._next_seed())
-        a, b = rot.sets[0]
+        a, b = random_inputs(problem, rs)
         c_ref = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
         stages = [self.cfg.timing.reps]
         if 0 < screen_reps < self.cfg.timing.reps and screen_vs_us > 0:
             stages = [screen_reps, self.cfg.timing.reps]
         for stage, reps in enumerate(stages):
             try:
-                timings = self.timer.measure(
-                    {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
-                     "cublas": lambda: self.cublas(a, b, c_ref)},
-                    reps, self.cfg.timing.warmup)
-                why = rot.verify()
-                if not why:  # the last timed call's output in full, elementwise
-                    slot, s = rot.current
-                    why = compare(rot.slots[slot].c.arr, reference(*rot.sets[s]), self.cfg.check,
-                                  "output of the last timed call").error
+                with fk.phase("timing") as kernel:
+                    rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup,
+                                      reps, self.off, self.info.sm_count)
+                    timings = self.timer.measure(
+                        {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
+                         "cublas": lambda: self.cublas(a, b, c_ref)},
+                        reps, self.cfg.timing.warmup)
+                    why = rot.verify()
+                    del rot
             except EvoError as e:
                 why = str(e)
             if why:
@@ -197,8 +212,10 @@ class Session:
                 out[p.key] = "not accepted"
                 continue
             try:
-                k = load_kernel(ks, cubin, p, self.info.sm_count, self.info.smem_per_block_optin)
-                r = check_kernel(k, p, cfg, self._next_seed())
+                k = load_kernel(ks, cubin, p, self.info.sm_count, self.info.smem_per_block_optin,
+                                 fresh="fresh_module" not in self.off)
+                r = check_kernel(k, p, cfg, self._next_seed(), self.off)
+                k.close()
                 msg = "ok" if r.correct else r.error
             except EvoError as e:
                 msg = str(e)

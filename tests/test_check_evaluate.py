@@ -1,0 +1,57 @@
+"""python -m evo.evaluate applies the roofline bound (from the measured ceilings) to both of its timings (no GPU)."""
+from pathlib import Path
+
+import pytest
+
+import evo.evaluate as ev_mod
+from evo.problem import parse_shape
+from evo.records import BaselineResult, CheckResult, CompileResult, EvalResult
+
+DATA = Path(__file__).parent / "data"
+
+
+class _Worker:
+    calls: list = []
+
+    def __init__(self, cfg, *a, **k):
+        from fakes import FAKE_GPU
+
+        self.info = FAKE_GPU
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def call(self, op, timeout_s, **kw):
+        _Worker.calls.append((op, kw))
+        if op == "ceilings":
+            return {"peak_tflops": 1000.0, "bw_gbs": 4000.0, "detail": "fake"}
+        if op == "evaluate":
+            return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=8), time_us=5.0, spread=0.01)
+        if op == "baselines":
+            note = "WRONG: 5.000 us is faster than the roofline" if kw.get("bound_us", 0) > 5.0 / 0.85 else ""
+            return {"results": {"kernel": BaselineResult("kernel", 5.0, 0.01, note),
+                                "cublas": BaselineResult("cublas", 50.0, 0.01)}}
+        raise AssertionError(op)
+
+
+class _Compiler:
+    @staticmethod
+    def from_config(cfg):
+        return _Compiler()
+
+    def compile(self, ks, arch):
+        return CompileResult(ks.hash, arch, True, cubin_path="/nonexistent.cubin", registers=32)
+
+
+def test_evaluate_passes_the_roofline_bound(monkeypatch, capsys):
+    monkeypatch.setattr(ev_mod, "GpuWorker", _Worker)
+    monkeypatch.setattr(ev_mod, "Compiler", _Compiler)
+    _Worker.calls = []
+    rc = ev_mod.main([str(DATA / "naive.cu"), "--shape", "4096x4096x1024"])
+    bound = parse_shape("4096x4096x1024").roofline_us(1000.0, 4000.0)
+    ops = {op: kw for op, kw in _Worker.calls}
+    assert ops["evaluate"]["bound_us"] == pytest.approx(bound) and ops["baselines"]["bound_us"] == pytest.approx(bound)
+    assert rc == 1 and "REJECTED" in capsys.readouterr().out  # 5 us for 4096x4096x1024 is below ~137 us
