@@ -71,7 +71,7 @@ def test_launch_geometry(shape):
         spec = ks.launch(prob, 132)
         assert spec.grid == (-(-prob.n // p["BN"]), -(-prob.m // p["BM"]), p["SPLIT_K"])
         assert spec.block == (p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32, 1, 1)
-        assert 0 < spec.smem <= 96 * 1024
+        assert 0 < spec.smem <= 112 * 1024
         tiles = spec.grid[0] * spec.grid[1]
         assert spec.workspace == (0 if p["SPLIT_K"] == 1 else p["SPLIT_K"] * tiles * p["BM"] * p["BN"] * 4 + tiles * 4)
     assert n_ok > 0
@@ -185,6 +185,26 @@ def _model_small(p, M, N, K, seed):
                                 s += acc[wmn, i, j, ln] if z == bz else part[tile, z, wmn * MI * NI * 32 + (i * NI + j) * 32 + ln]
                             acc[wmn, i, j, ln] = s
             ticket[tile] = 0
+        if p.get("EPI", 0) == 1 and N % 8 == 0:  # staged: fragments -> sC[BM][BN + 8] -> 16-byte row chunks
+            SC_LD = BN + 8
+            sC = np.full(BM * SC_LD, np.nan)
+            for wmn in range(WARPS_MN):
+                wm, wn = wmn // WARPS_N, wmn % WARPS_N
+                for ln in range(32):
+                    for i in range(MI):
+                        for j in range(NI):
+                            r, c = wm * WM + i * 16 + (ln >> 2), wn * WN + j * 8 + (ln & 3) * 2
+                            sC[r * SC_LD + c: r * SC_LD + c + 2] = acc[wmn, i, j, ln, 0:2]
+                            sC[(r + 8) * SC_LD + c: (r + 8) * SC_LD + c + 2] = acc[wmn, i, j, ln, 2:4]
+            banks = [((ln >> 2) * SC_LD + (ln & 3) * 2) // 2 % 32 for ln in range(32)]
+            assert len(set(banks)) == 32, "half2 fragment stores hit 32 distinct banks"
+            for idx in range(BM * BN // 8):
+                r, c = idx // (BN // 8), (idx % (BN // 8)) * 8
+                if m0 + r >= M or n0 + c >= N:
+                    continue
+                C[m0 + r, n0 + c: n0 + c + 8] = sC[r * SC_LD + c: r * SC_LD + c + 8]
+                written[m0 + r, n0 + c: n0 + c + 8] += 1
+            continue
         for wmn in range(WARPS_MN):  # warp group 0 stores
             wm, wn = wmn // WARPS_N, wmn % WARPS_N
             for ln in range(32):
@@ -204,7 +224,7 @@ def _model_small(p, M, N, K, seed):
     assert (ticket == 0).all(), "split-K tickets back at zero"
 
 
-_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1)
+_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0)
 
 
 @pytest.mark.parametrize("p,M,N,K", [
@@ -212,6 +232,8 @@ _S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_
     (dict(_S, BM=16, BN=32, WARPS_K=4, STAGES=2), 17, 33, 256),                  # 4 warps split k16 steps
     (dict(_S, BM=32, BN=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, SPLIT_K=4, STAGES=3), 33, 31, 512),
     (dict(_S, BM=64, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, SPLIT_K=2, STAGES=6), 64, 24, 120),
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, SPLIT_K=2, EPI=1), 40, 72, 256),   # staged epilogue
+    (dict(_S, BM=16, BN=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, EPI=1), 20, 33, 64),              # N % 8 != 0: direct
 ])
 def test_index_model(p, M, N, K):
     assert family().valid(p)
@@ -227,6 +249,7 @@ _COMPILE = [
     (dict(_S, BM=16, BN=64, BK=32, WARPS_K=1), "40x70x104", "sm_80"),
     (dict(_S, BM=32, BN=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, SPLIT_K=4, STAGES=3), "33x31x512", "sm_90a"),
     (dict(_S, BM=64, BN=128, BK=32, WARPS_M=4, WARPS_N=1, WARPS_K=1, STAGES=3), "64x128x16384", "sm_90a"),
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, SPLIT_K=2, EPI=1), "40x72x256", "sm_90a"),
 ]
 
 

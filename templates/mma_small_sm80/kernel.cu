@@ -4,7 +4,7 @@ archs: [sm_80, sm_90a]
 params: {{PARAMS}}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K"]
-smem: "max(STAGES * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4)"
+smem: "max(STAGES * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2)"
 workspace: "0 if SPLIT_K == 1 else SPLIT_K * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * 4"
 requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % SPLIT_K == 0"
 ---*/
@@ -31,6 +31,8 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //     last ticket sums the partials in fixed order 0..SPLIT_K-1, its own from registers
 //     (deterministic whichever CTA arrives last), writes C and resets the ticket to zero.
 //     No sequentially consistent fence (__threadfence / membar.sc) anywhere.
+//   * EPI: 0 stores C straight from the mma fragments (half2); 1 stages the tile in shared
+//     memory (padded rows) and writes whole 16-byte row chunks (N % 8 == 0, else as EPI 0).
 #include <cuda_fp16.h>
 #include <cstdint>
 
@@ -47,6 +49,7 @@ constexpr int WARPS_N = {{WARPS_N}};
 constexpr int WARPS_K = {{WARPS_K}};
 constexpr int STAGES = {{STAGES}};
 constexpr int SPLIT_K = {{SPLIT_K}};
+constexpr int EPI = {{EPI}};
 
 constexpr int WARPS_MN = WARPS_M * WARPS_N;
 constexpr int THREADS = WARPS_MN * WARPS_K * 32;
@@ -68,6 +71,8 @@ constexpr bool FULL_N = kN % BN == 0;       // no row predicates on B, column pr
 constexpr bool FULL_K = kK % BK == 0;       // no K predicates
 constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x BN tile
 constexpr int UNROLL = KT_PER <= 64 ? KT_PER : STAGES;
+constexpr bool EPI_STAGED = EPI == 1 && kN % 8 == 0;   // 16-byte rows of C need N % 8 == 0
+constexpr int SC_LD = BN + 8;                          // staged C tile row stride (halves)
 constexpr int ZU_ = 16 / (MI * NI) < 1 ? 1 : 16 / (MI * NI);   // split-K reduce: partials in flight per thread
 constexpr int ZU = ZU_ < SPLIT_K ? ZU_ : SPLIT_K;
 
@@ -316,7 +321,36 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
         if (tid == 0) *ticket = 0u;  // every split has arrived: ready for the next launch
     }
 
-    // ---- epilogue: fragment (i, j) holds c0,c1 at (row, col..col+1), c2,c3 at row + 8 ----
+    // ---- epilogue, EPI = 1: fragments -> padded smem tile -> 16-byte coalesced row stores ----
+    if (EPI_STAGED) {
+        __half* sC = reinterpret_cast<__half*>(smem);   // [BM][SC_LD]; (SC_LD / 2) % 32 == 4: conflict-free half2
+        __syncthreads();                                 // every warp is done with the ring / reduce buffer
+        if (warp_k == 0) {
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    const int r = warp_m * WM + i * 16 + (lane >> 2);
+                    const int c = warp_n * WN + j * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<__half2*>(sC + r * SC_LD + c) = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<__half2*>(sC + (r + 8) * SC_LD + c) = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
+                }
+        }
+        __syncthreads();
+        constexpr int CH = BM * BN / 8;
+#pragma unroll
+        for (int it = 0; it < (CH + THREADS - 1) / THREADS; ++it) {
+            const unsigned idx = tid + it * THREADS;
+            if (CH % THREADS != 0 && idx >= CH) break;
+            const int r = idx / (BN / 8);
+            const int c = (idx % (BN / 8)) * 8;
+            if ((!FULL_M && m0 + r >= kM) || (!FULL_N && n0 + c >= kN)) continue;
+            *reinterpret_cast<uint4*>(C + (m0 + r) * kN + n0 + c) = *reinterpret_cast<const uint4*>(sC + r * SC_LD + c);
+        }
+        return;
+    }
+
+    // ---- epilogue, EPI = 0: fragment (i, j) holds c0,c1 at (row, col..col+1), c2,c3 at row + 8 ----
     if (warp_k != 0) return;
     const int row0 = m0 + warp_m * WM + (lane >> 2);
     const int col0 = n0 + warp_n * WN + (lane & 3) * 2;
