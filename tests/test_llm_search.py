@@ -18,15 +18,22 @@ from fakes import FakeCompiler, FakeWorker
 TOY = str(Path(__file__).parent / "data" / "families")
 
 
+PTXAS = ("ptxas info    : Compiling entry function 'evo_gemm' for 'sm_90a'\n"
+         "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+         "ptxas info    : Used 90 registers, 2048 bytes smem, 400 bytes cmem[0]\n")
+
+
 class DemoCompiler(FakeCompiler):
-    """Also fails the demo's deliberately broken kernels, with a compiler log."""
+    """Also fails the demo's deliberately broken kernels, with a compiler log; compiled kernels get a ptxas report."""
 
     def compile(self, ks, arch):
         if "evo_demo_undefined_" in ks.text:
             self.compiled.append(ks.hash)
             return CompileResult(ks.hash, arch, False, error='error: identifier "evo_demo_undefined" is undefined',
                                  log='kernel.cu(12): error: identifier "evo_demo_undefined" is undefined\n1 error detected')
-        return super().compile(ks, arch)
+        r = super().compile(ks, arch)
+        r.log = PTXAS if r.ok else r.log
+        return r
 
 
 def test_search_with_llm_and_mutate(tmp_path, monkeypatch):
@@ -50,3 +57,52 @@ def test_search_with_llm_and_mutate(tmp_path, monkeypatch):
     assert s["unusable"].get("no_code", 0) >= 1 and s["retries"] >= 1
     assert any(line.startswith("llm:") for line in summary.proposer_lines)
     assert any("Failing kernel" in q and "evo_demo_undefined" in q for q in srv.prompts())
+
+
+def test_llm_only_search_bounds_requests_keeps_conversations_and_profiles_parents(tmp_path, monkeypatch, capsys):
+    """--max-candidates bounds the chat requests (fixes included); every conversation is stored; a stored prompt
+    carries the parent's ptxas report and Nsight Compute metrics (stand-in ncu), printed by evo.conversations."""
+    from evo import conversations
+    from evo.store import Store
+
+    monkeypatch.setenv(DEFAULT_KEY_ENV, "EMPTY")
+    monkeypatch.setenv("FAKE_NCU_LOG", str(tmp_path / "ncu.log"))
+    ncu = str(Path(__file__).parent / "data" / "fake_ncu.py")
+    with FakeLlmServer(DemoScript()) as srv:
+        cfg = load_config(overrides={
+            "search": {"budget_minutes": 0, "max_candidates": 20, "children": 3, "population": 6, "elites": 2,
+                       "initial_random": 2, "seed": 3, "proposers": ["mutate", "llm"], "proposer_weights": {"mutate": 1, "llm": 1}},
+            "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": TOY},
+            "llm": {"url": srv.base_url, "model": "fake", "backoff_s": 0.001, "ncu": ncu, "profile": True},
+        })
+        out = io.StringIO()
+        Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker,
+               compiler=DemoCompiler(cache_dir=tmp_path / "cubins")).run()
+    text = out.getvalue()
+    assert srv.preflights == 1
+    store = Store(tmp_path / "evo.db")
+    rows = store.conversations()
+    assert 0 < len(rows) <= 20  # one conversation per request; its retries (the demo's 429s) are attempts of it
+    assert sum(r["attempts"] for r in rows) == len(srv.requests)
+    improved = [r for r in rows if "Nsight Compute, one launch of the parent" in r["messages"]]
+    assert improved, "no stored prompt carries profiler metrics"
+    assert "Used 90 registers" in improved[0]["messages"]
+    assert " llm " in text or " llm    " in text  # the candidate lines name their proposer
+    capsys.readouterr()
+    assert conversations.main(["--db", str(tmp_path / "evo.db"), "show", str(improved[0]["id"])]) == 0
+    shown = capsys.readouterr().out
+    assert "ptxas report of the parent" in shown and "tensor pipe busy" in shown and "prompt size: ~" in shown
+
+
+def test_candidate_limit_bounds_llm_requests(tmp_path, monkeypatch):
+    """--proposer llm --max-candidates 2 sends at most 2 chat requests (plus the preflight), whatever comes back."""
+    monkeypatch.setenv(DEFAULT_KEY_ENV, "EMPTY")
+    with FakeLlmServer(DemoScript()) as srv:
+        cfg = load_config(overrides={
+            "search": {"budget_minutes": 0, "max_candidates": 2, "children": 12, "proposers": ["llm"], "seed": 1},
+            "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": TOY},
+            "llm": {"url": srv.base_url, "model": "fake", "backoff_s": 0.001, "profile": False},
+        })
+        out = io.StringIO()
+        Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=DemoCompiler()).run()
+    assert 0 < len(srv.requests) <= 2 and srv.preflights == 1

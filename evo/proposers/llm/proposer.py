@@ -162,7 +162,7 @@ class LlmProposer:
                 st.retries += max(0, res.attempts - 1)
                 self.last_error = str(res)
                 self._reject(parse.REQUEST_FAILED, label, str(res))
-                self._record(ctx, job, None, parse.REQUEST_FAILED, "", str(res))
+                self._record(ctx, job, None, parse.REQUEST_FAILED, "", str(res), attempts=res.attempts)
                 self._failed_streak += 1
                 if self._failed_streak >= self.FAILING_STREAK and not self.failing:
                     self.failing = f"LLM endpoint failing: {self._failed_streak} requests in a row failed; last: {res}"
@@ -269,7 +269,7 @@ class LlmProposer:
 
     # ------------------------------------------------------------------ internals
     def _record(self, ctx: ProposalContext, job: _Job, reply: Reply | None, outcome: str, candidate: str,
-                detail: str) -> None:
+                detail: str, attempts: int = 0) -> None:
         """Keep the conversation in the archive (prompt, reply, model, tokens, latency, the candidate it became)."""
         if self.store is None:
             return
@@ -280,7 +280,7 @@ class LlmProposer:
                 outcome=outcome, detail=(detail or "")[:2000], messages=job.messages,
                 reply=reply.content if reply else "", tokens_in=reply.tokens_in if reply else 0,
                 tokens_out=reply.tokens_out if reply else 0, estimated=int(reply.estimated) if reply else 0,
-                latency_s=reply.seconds if reply else 0.0, attempts=reply.attempts if reply else 0,
+                latency_s=reply.seconds if reply else 0.0, attempts=reply.attempts if reply else attempts,
                 prompt_chars=sum(len(str(m.get("content", ""))) for m in job.messages), sections=job.sections)
         except Exception as e:  # noqa: BLE001 - losing a log line must not stop the search
             self.last_error = f"could not store a conversation: {e}"
