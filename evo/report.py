@@ -1,47 +1,31 @@
-"""A report people can read: one HTML page with plots, from the archive.
+"""A report people can read: one HTML page with plots, from the kernel table alone (the archive adds lineage and
+GPU-minutes where it is present).
 
-    python -m evo.report [--db .evo/evo.db] [--gpu NAME] [--out kernels_out] [--shape MxNxK]
+    python -m evo.report [--out kernels_out] [--gpu NAME] [--db .evo/evo.db] [--shape MxNxK]
 
-Writes kernels_out/<GPU>/report/index.html and its PNGs (matplotlib, Agg): the speedup distribution against
-each baseline, a roofline scatter (TFLOP/s against arithmetic intensity under the ceilings measured on that
-GPU), wins per kernel family, GPU-minutes per shape, and the lineage of one shape's winner (--shape; default:
-the shape where evo's lead over the best library is largest). It refreshes the kernel table (table.csv/json)
-first, so the page and the table show the same numbers. Needs ``pip install -e .[report]``.
+Writes kernels_out/<GPU>/report/index.html and its PNGs (matplotlib, Agg; evo/report_plots.py): the speedup
+distribution against each baseline, every shape's speedup over the best library with its noise band (a lead inside
+the band is a tie, not a win), a roofline (the compute and memory roof from the GPU's datasheet, the measured cuBLAS
+8192³ rate and copy bandwidth beside it, the launch floor), wins per family, GPU-minutes per shape and the lineage
+of one shape's winner (those two from the archive). With an archive for the GPU it first re-exports the table, so
+page and table agree; without one (a fresh clone) it reads the committed table.json. Needs ``pip install 'evo[report]'``.
 """
 from __future__ import annotations
 
 import html
 import json
-import math
 import sys
 import time
 from pathlib import Path
 
 from .cli import _Parser
+from .datasheet import datasheet
 from .errors import EvoError, cli_entry
-from .export import LIBRARIES, TableRow, export_table
+from .export import LIBRARIES, TableRow, export_table, read_table
 from .problem import parse_shape
+from .report_plots import (LIB_LABEL, Bounds, best_lib_us, geomean, plot_lineage, plot_minutes, plot_noise,
+                           plot_roofline, plot_speedups, plot_wins, plt_module)
 from .store import Store
-
-LIB_LABEL = {"cublas": "cuBLAS", "cublaslt_heuristic": "cuBLASLt heuristic", "cublaslt_autotune": "cuBLASLt autotuned"}
-EVO_COLOR, LIB_COLOR, GREY = "#1f77b4", "#d62728", "#7f7f7f"
-
-
-def _plt():
-    try:
-        import matplotlib
-    except ImportError:
-        raise EvoError("the report needs matplotlib: pip install -e '.[report]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"figure.dpi": 110, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3})
-    return plt
-
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
 
 
 def gpus_in(store: Store) -> list[str]:
@@ -59,118 +43,6 @@ def gpu_minutes(store: Store, gpu: str) -> dict[str, float]:
     except Exception:  # noqa: BLE001 - no sweep in this archive
         pass
     return out
-
-
-# --- plots ------------------------------------------------------------------------------------------------
-
-def plot_speedups(plt, rows: list[TableRow], path: Path) -> dict[str, float]:
-    libs = [l for l in LIBRARIES if any(getattr(r, f"speedup_{l}") for r in rows)]
-    fig, axes = plt.subplots(len(libs) or 1, 1, figsize=(8, 2.2 * max(1, len(libs)) + 0.6), sharex=True, squeeze=False)
-    from matplotlib.ticker import MaxNLocator
-
-    gms = {}
-    allv = [getattr(r, f"speedup_{l}") for r in rows for l in libs if getattr(r, f"speedup_{l}")]
-    lo, hi = (min(allv), max(allv)) if allv else (0.5, 2.0)
-    lo, hi = min(lo, 0.9) * 0.95, max(hi, 1.1) * 1.05
-    bins = [lo * (hi / lo) ** (i / 30) for i in range(31)]
-    for ax, lib in zip(axes[:, 0], libs):
-        v = [getattr(r, f"speedup_{lib}") for r in rows if getattr(r, f"speedup_{lib}")]
-        gms[lib] = gm = geomean(v)
-        faster = sum(x > 1 for x in v)
-        ax.hist([x for x in v if x > 1], bins=bins, color=EVO_COLOR, label="evo faster")
-        ax.hist([x for x in v if x <= 1], bins=bins, color=LIB_COLOR, label=f"{LIB_LABEL[lib]} faster")
-        ax.axvline(1.0, color="black", lw=1)
-        ax.axvline(gm, color="black", ls="--", lw=1)
-        ax.set_xscale("log")
-        ax.set_ylabel("shapes")
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_title(f"vs {LIB_LABEL[lib]}: geomean {gm:.3f}x (dashed), evo faster on {faster} of {len(v)} shapes",
-                     loc="left", fontsize=10)
-        ax.legend(loc="upper right", fontsize=8)
-    ax = axes[-1, 0]
-    ax.set_xlabel("speedup of evo's best kernel (baseline time / evo time; > 1 means evo is faster)")
-    ticks = [t for t in (0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2, 3, 4) if lo <= t <= hi]
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([f"{t:g}x" for t in ticks])
-    ax.minorticks_off()
-    fig.suptitle("Speedup distribution per baseline", x=0.01, ha="left", fontweight="bold")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return gms
-
-
-def plot_roofline(plt, rows: list[TableRow], ceilings: tuple[float, float] | None, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 5.2))
-    ai = lambda r: parse_shape(r.shape).flops / parse_shape(r.shape).min_bytes  # noqa: E731
-    xs = [ai(r) for r in rows]
-    if ceilings and xs:
-        peak, bw = ceilings
-        lo, hi = min(xs) / 1.5, max(xs) * 1.5
-        grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-        ax.plot(grid, [min(peak, x * bw / 1000) for x in grid], color="black", lw=1.5,
-                label=f"roofline: {peak:.0f} TFLOP/s, {bw:.0f} GB/s (measured)")
-        ax.axvline(peak * 1000 / bw, color=GREY, ls=":", lw=1)
-    lib_t = [(ai(r), parse_shape(r.shape).tflops(min(v for v in (r.cublas_us, r.cublaslt_heuristic_us, r.cublaslt_autotune_us) if v)))
-             for r in rows if any((r.cublas_us, r.cublaslt_heuristic_us, r.cublaslt_autotune_us))]
-    if lib_t:
-        ax.scatter(*zip(*lib_t), marker="x", s=22, color=GREY, label="best library")
-    for win, color, label in ((True, EVO_COLOR, "evo (wins)"), (False, LIB_COLOR, "evo (loses)")):
-        pts = [(ai(r), r.tflops) for r in rows if r.tflops and (r.winner == "evo") == win]
-        if pts:
-            ax.scatter(*zip(*pts), s=26, color=color, label=label, alpha=0.85, edgecolor="white", lw=0.5)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of A, B and C moved once)")
-    ax.set_ylabel("TFLOP/s")
-    ax.set_title("Roofline: every shape, evo's best kernel and the best library", loc="left", fontweight="bold")
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
-def plot_wins(plt, rows: list[TableRow], path: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for r in rows:
-        key = f"evo: {r.family}" if r.winner == "evo" else LIB_LABEL.get(r.winner, r.winner or "none")
-        counts[key] = counts.get(key, 0) + 1
-    items = sorted(counts.items(), key=lambda kv: (not kv[0].startswith("evo"), -kv[1]))
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(items) + 1.4))
-    names = [k for k, _ in items][::-1]
-    vals = [v for _, v in items][::-1]
-    colors = [EVO_COLOR if n.startswith("evo") else LIB_COLOR for n in names]
-    ax.barh(names, vals, color=colors)
-    for y, v in enumerate(vals):
-        ax.text(v, y, f" {v}", va="center", fontsize=9)
-    ax.set_xlabel("shapes won")
-    ax.set_title(f"Wins per kernel family ({sum(vals)} shapes; blue: an evo family, red: a library)", loc="left",
-                 fontweight="bold", fontsize=10)
-    ax.grid(axis="y", visible=False)
-    ax.set_xlim(0, max(vals) * 1.15 if vals else 1)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return counts
-
-
-def plot_minutes(plt, rows: list[TableRow], minutes: dict[str, float], path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    for win, color, label in ((True, EVO_COLOR, "evo wins"), (False, LIB_COLOR, "library wins")):
-        pts = [(parse_shape(r.shape).flops / 1e9, minutes[r.shape]) for r in rows if r.shape in minutes and (r.winner == "evo") == win]
-        if pts:
-            ax.scatter(*zip(*pts), s=24, color=color, label=label, alpha=0.85)
-    total = sum(minutes.get(r.shape, 0.0) for r in rows)
-    n = sum(r.shape in minutes for r in rows)
-    ax.set_xscale("log")
-    ax.set_xlabel("shape size (GFLOP per call)")
-    ax.set_ylabel("GPU-minutes")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"GPU-minutes per shape: {total:.1f} in all, {total / max(1, n):.2f} per shape", loc="left", fontweight="bold")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def lineage_tree(store: Store, h: str, shape: str, gpu: str, depth: int = 12) -> list[tuple[int, dict]]:
@@ -199,106 +71,126 @@ def lineage_tree(store: Store, h: str, shape: str, gpu: str, depth: int = 12) ->
     return out
 
 
-def plot_lineage(plt, tree: list[tuple[int, dict]], shape: str, path: Path) -> None:
-    """The first-parent chain of the winner: time on this shape per ancestor, oldest on the left."""
-    chain = []
-    for d, node in tree:
-        if d == len(chain):
-            chain.append(node)
-    chain = chain[::-1]
-    fig, ax = plt.subplots(figsize=(8, 3.8))
-    xs = list(range(len(chain)))
-    ys = [n["time_us"] or float("nan") for n in chain]
-    ax.plot(xs, ys, "-o", color=EVO_COLOR)
-    for x, n in zip(xs, chain):
-        y = n["time_us"]
-        label = f"{n['hash'][:8]}\n{n['proposer']}"
-        ax.annotate(label, (x, y if y else 0), textcoords="offset points", xytext=(0, 8), ha="center", fontsize=7)
-    ax.set_xticks(xs)
-    ax.set_xticklabels([f"{'winner' if i == len(chain) - 1 else f'-{len(chain) - 1 - i}'}" for i in xs])
-    ax.set_xlabel("ancestor (first parent), oldest left")
-    ax.set_ylabel(f"µs on {shape}")
-    ax.margins(y=0.25)
-    ax.set_title(f"Lineage of the winner on {shape}", loc="left", fontweight="bold")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 # --- the page ---------------------------------------------------------------------------------------------
 
 def _fmt_params(p: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in p.items())
 
 
-def render(store: Store, gpu: str, out_dir: str | Path, shape: str | None = None) -> Path:
-    plt = _plt()
-    table_dir, rows = export_table(store, gpu, out_dir)
+def bounds_for(gpu: str, doc: dict) -> Bounds | None:
+    """The roof from the datasheet (else the measured ceilings, said so), the measured rates beside it, and the
+    launch floor measured with the table's ceilings (else the one measured on this model, docs/perf-flush.md)."""
+    ds = datasheet(gpu)
+    ceil = doc.get("ceilings") or {}
+    lib_peak, lib_bw = float(ceil.get("peak_tflops") or 0.0), float(ceil.get("bw_gbs") or 0.0)
+    launch, launch_src = float(ceil.get("launch_us") or 0.0), "measured with the table's ceilings"
+    if not launch and ds is not None and ds.launch_floor_measured:
+        launch, launch_src = ds.launch_floor_us, f"measured on {ds.model}, docs/perf-flush.md"
+    if ds is not None:
+        return Bounds(ds.peak_tflops_fp16_dense, ds.dram_gbs, f"datasheet {ds.model}", lib_peak, lib_bw, launch, launch_src)
+    if lib_peak and lib_bw:
+        return Bounds(lib_peak, lib_bw, "measured; no datasheet for this GPU", lib_peak, lib_bw, launch, launch_src)
+    return None
+
+
+def render(rows: list[TableRow], doc: dict, gpu: str, table_dir: Path, store: Store | None = None,
+           shape: str | None = None, archive_note: str = "") -> Path:
+    plt = plt_module()
     if not rows:
-        raise EvoError(f"the archive {store.path} has no results for {gpu}")
-    rep = table_dir / "report"
+        raise EvoError(f"the kernel table of {gpu} has no rows")
+    rep = Path(table_dir) / "report"
     rep.mkdir(parents=True, exist_ok=True)
-    ceilings = store.ceilings(gpu)
-    minutes = gpu_minutes(store, gpu)
-    gms = plot_speedups(plt, rows, rep / "speedups.png")
-    plot_roofline(plt, rows, ceilings, rep / "roofline.png")
+    bounds = bounds_for(gpu, doc)
+    minutes = gpu_minutes(store, gpu) if store is not None else {}
+    notes: dict[str, str] = {}
+    gms, notes["speedups"] = plot_speedups(plt, rows, rep / "speedups.png")
+    notes["noise"] = plot_noise(plt, rows, rep / "noise.png")
+    notes["roofline"] = plot_roofline(plt, rows, bounds, rep / "roofline.png")
     wins = plot_wins(plt, rows, rep / "wins.png")
-    plot_minutes(plt, rows, minutes, rep / "gpu_minutes.png")
-    evo_rows = [r for r in rows if r.hash]
-    if shape:
-        chosen = next((r for r in rows if r.shape == parse_shape(shape).key), None)
-        if chosen is None:
-            raise EvoError(f"{shape} is not in the table of {gpu}")
-        if not chosen.hash:
-            raise EvoError(f"{shape} has no evo kernel to trace")
-    else:
-        chosen = max(evo_rows, key=lambda r: r.speedup_best_library, default=None)
-    tree = lineage_tree(store, chosen.hash, chosen.shape, gpu) if chosen else []
-    if chosen:
-        plot_lineage(plt, tree, chosen.shape, rep / "lineage.png")
     e = html.escape
+    chosen, tree = None, []
+    if store is not None:
+        notes["minutes"] = plot_minutes(plt, rows, minutes, rep / "gpu_minutes.png")
+        evo_rows = [r for r in rows if r.hash]
+        if shape:
+            chosen = next((r for r in rows if r.shape == parse_shape(shape).key), None)
+            if chosen is None:
+                raise EvoError(f"{shape} is not in the table of {gpu}")
+            if not chosen.hash:
+                raise EvoError(f"{shape} has no evo kernel to trace")
+        else:
+            chosen = max(evo_rows, key=lambda r: r.speedup_best_library, default=None)
+        tree = lineage_tree(store, chosen.hash, chosen.shape, gpu) if chosen else []
+        if chosen:
+            plot_lineage(plt, tree, chosen.shape, rep / "lineage.png")
+    else:
+        for stale in ("gpu_minutes.png", "lineage.png"):
+            (rep / stale).unlink(missing_ok=True)
+    verdicts = {v: sum(r.verdict == v for r in rows) for v in ("win", "tie", "loss")}
     n_evo = sum(r.winner == "evo" for r in rows)
     gm_lines = "".join(f"<li>vs {e(LIB_LABEL[l])}: <b>{g:.3f}x</b></li>" for l, g in gms.items())
-    table_gm = geomean([max(r.speedup_best_library, 1.0) if r.time_us else 1.0 for r in rows if r.best_library])
-    ceil = f"{ceilings[0]:.0f} TFLOP/s fp16 matmul, {ceilings[1]:.0f} GB/s copy (measured)" if ceilings else "not measured"
+    served = geomean([r.speedup_best_library if r.winner == "evo" else 1.0 for r in rows if best_lib_us(r)])
+    if bounds:
+        roof = (f"roof {bounds.peak_tflops:.0f} TFLOP/s and {bounds.bw_gbs:.0f} GB/s ({bounds.roof_source})"
+                + (f"; measured beside it: cuBLAS 8192³ {bounds.lib_peak_tflops:.0f} TFLOP/s, copy {bounds.lib_bw_gbs:.0f} GB/s"
+                   if bounds.lib_peak_tflops else "")
+                + (f"; launch floor {bounds.launch_us:.2f} µs ({bounds.launch_source})" if bounds.launch_us
+                   else "; launch floor not measured"))
+    else:
+        roof = "no roof: no datasheet and no measured ceilings for this GPU"
     trs = []
     for r in sorted(rows, key=lambda r: -r.speedup_best_library):
+        lib_us = best_lib_us(r)
+        bound = bounds.bound_us(r.shape) if bounds else 0.0
+        shown = r.time_us if r.winner == "evo" else lib_us
         trs.append("<tr>" + "".join(f"<td>{e(str(x))}</td>" for x in (
-            r.shape, r.winner, r.family or "-", f"{r.time_us:.2f}" if r.time_us else "-", f"{r.tflops:.1f}" if r.tflops else "-",
+            r.shape, r.winner, r.verdict or "-", r.family or "-", f"{r.time_us:.2f}" if r.time_us else "-",
+            f"{lib_us:.2f}" if lib_us else "-",
+            f"{r.speedup_best_library:.3f}x ± {100 * r.noise_band:.1f}%" if r.speedup_best_library else "-",
             *(f"{getattr(r, f'speedup_{l}'):.3f}x" if getattr(r, f"speedup_{l}") else "-" for l in LIBRARIES),
-            f"{r.pct_of_roofline:.0f}%" if r.pct_of_roofline else "-", f"{minutes.get(r.shape, 0):.1f}", r.timing_source)) + "</tr>")
+            f"{100 * bound / shown:.0f}%" if bound and shown else "-",
+            f"{minutes[r.shape]:.1f}" if r.shape in minutes else "-", r.timing_source or "-")) + "</tr>")
     lin = []
     for d, n in tree:
         t = f"{n['time_us']:.2f} µs" if n["time_us"] else (f"rejected at {n['stage']}" if n["stage"] else "not run on this shape")
         lin.append(f"{'&nbsp;' * 4 * d}{'└─ ' if d else ''}<code>{e(n['hash'][:10])}</code> {e(n['family'])} "
                    f"[{e(n['proposer'])}] {e(_fmt_params(n['params']))} — {e(t)}"
-                   + (f" <i>{e(n['idea'][:120])}</i>" if n["idea"] else "") + (" (seen above)" if n["repeat"] else "")
-                   + (f" — conversation {n['conversation']}: <code>python -m evo.conversations show {n['conversation']}</code>"
-                      if n.get("conversation") else ""))
-    lineage_html = ("<p>" + "<br>\n".join(lin) + "</p>") if lin else "<p>no evo kernel</p>"
+                   + (f" <i>{e(n['idea'][:120])}</i>" if n["idea"] else "") + (" (seen above)" if n["repeat"] else ""))
+    note = lambda k: f"<p class=note>{e(notes[k])}</p>" if notes.get(k) else ""  # noqa: E731
+    if store is not None:
+        archive_html = (f"<h2>GPU time</h2><img src=\"gpu_minutes.png\" alt=\"GPU-minutes per shape\">{note('minutes')}"
+                        f"<h2>Lineage of the winner on {e(chosen.shape) if chosen else '-'}</h2>"
+                        + ('<img src="lineage.png" alt="lineage">' if chosen else '')
+                        + (("<p>" + "<br>\n".join(lin) + "</p>") if lin else "<p>no evo kernel</p>"))
+    else:
+        archive_html = f"<h2>GPU time and lineage</h2><p class=note>{e(archive_note)}</p>"
+    floor = doc.get("noise_floor")
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>evo report: {e(gpu)}</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em;color:#222}}
 img{{max-width:100%;border:1px solid #ddd;margin:.5em 0}} table{{border-collapse:collapse;font-size:13px}}
-td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}} td:first-child,td:nth-child(2),td:nth-child(3){{text-align:left}}
-code{{background:#f3f3f3}}</style></head><body>
+td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}} td:first-child,td:nth-child(2),td:nth-child(3),td:nth-child(4){{text-align:left}}
+code{{background:#f3f3f3}} .note{{color:#666;font-size:12px}}</style></head><body>
 <h1>evo kernel report — {e(gpu)}</h1>
-<p>{len(rows)} shapes in the table; <b>evo wins {n_evo}</b>, a library wins {len(rows) - n_evo}. Ceilings: {e(ceil)}.
-Archive <code>{e(str(store.path))}</code>, generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>
-<p>Geomean speedup of evo's best kernel per shape (baseline µs / evo µs):</p><ul>{gm_lines}</ul>
-<p>The table (evo where it wins, the library elsewhere) vs the best library: <b>{table_gm:.3f}x</b>.
-Wins: {e(', '.join(f'{k} {v}' for k, v in wins.items()))}.</p>
-<h2>Speedups</h2><img src="speedups.png" alt="speedup histograms">
-<h2>Roofline</h2><img src="roofline.png" alt="roofline scatter">
+<p>{len(rows)} shapes in the table; <b>evo wins {n_evo}</b> beyond the noise band ({verdicts['tie']} ties inside it,
+{verdicts['loss']} losses), a library wins {len(rows) - n_evo}. Bounds: {e(roof)}.
+Noise band per shape: half the mean spread of evo's and the best library's timings, at least {e(str(floor))}
+(<code>dispatch.noise_floor</code>).
+Table <code>{e(str(Path(table_dir) / 'table.json'))}</code>{'' if store is None else f', archive <code>{e(str(store.path))}</code>'},
+generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>
+<p>Geomean speedup of evo's best kernel per shape (baseline µs / evo µs), before noise bands:</p><ul>{gm_lines}</ul>
+<p>What the table serves (evo where it wins beyond noise, the best library elsewhere) against the best library:
+<b>{served:.3f}x</b>. Wins: {e(', '.join(f'{k} {v}' for k, v in wins.items()))}.</p>
+<h2>Per shape, with noise bands</h2><img src="noise.png" alt="speedup per shape with noise bands">{note('noise')}
+<h2>Speedups</h2><img src="speedups.png" alt="speedup histograms">{note('speedups')}
+<h2>Roofline</h2><img src="roofline.png" alt="roofline scatter">{note('roofline')}
 <h2>Wins per family</h2><img src="wins.png" alt="wins per family">
-<h2>GPU time</h2><img src="gpu_minutes.png" alt="GPU-minutes per shape">
-<h2>Lineage of the winner on {e(chosen.shape) if chosen else '-'}</h2>
-{'<img src="lineage.png" alt="lineage">' if chosen else ''}
-{lineage_html}
+{archive_html}
 <h2>Every shape</h2>
-<table><tr><th>shape</th><th>winner</th><th>family</th><th>evo µs</th><th>TFLOP/s</th>
-{''.join(f'<th>vs {e(LIB_LABEL[l])}</th>' for l in LIBRARIES)}<th>roofline</th><th>GPU-min</th><th>timing</th></tr>
+<table><tr><th>shape</th><th>winner</th><th>verdict</th><th>family</th><th>evo µs</th><th>best lib µs</th>
+<th>vs best ± noise</th>{''.join(f'<th>vs {e(LIB_LABEL[l])}</th>' for l in LIBRARIES)}<th>% of bound</th><th>GPU-min</th><th>timing</th></tr>
 {''.join(trs)}</table>
+<p class=note>% of bound: the bound is max(roof, launch floor) for the shape, over the time of what serves it.</p>
 <p>Kernel table: <a href="../table.csv">table.csv</a>, <a href="../table.json">table.json</a>.</p>
 </body></html>
 """
@@ -306,27 +198,47 @@ Wins: {e(', '.join(f'{k} {v}' for k, v in wins.items()))}.</p>
     return rep / "index.html"
 
 
+def table_gpus(out: Path) -> list[str]:
+    return sorted(p.parent.name for p in Path(out).glob("*/table.json"))
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    ap = _Parser(prog="python -m evo.report", description="Write an HTML report with plots from the archive.")
-    ap.add_argument("--db", default=".evo/evo.db", help="SQLite archive (default .evo/evo.db)")
-    ap.add_argument("--gpu", help="GPU name as stored (spaces as _); needed when the archive holds several")
+    ap = _Parser(prog="python -m evo.report", description="Write an HTML report with plots from the kernel table "
+                 "(and the archive, where present: lineage, GPU-minutes).")
+    ap.add_argument("--db", default=".evo/evo.db", help="SQLite archive (default .evo/evo.db; optional)")
+    ap.add_argument("--gpu", help="GPU name as stored (spaces as _); needed when there are several")
     ap.add_argument("--out", default="kernels_out", help="kernel table folder (default kernels_out)")
-    ap.add_argument("--shape", help="MxNxK whose winner's lineage is drawn (default: evo's largest lead)")
+    ap.add_argument("--shape", help="MxNxK whose winner's lineage is drawn (default: evo's largest lead; needs the archive)")
     args = ap.parse_args(argv)
-    if not Path(args.db).is_file():
-        raise EvoError(f"no archive at {args.db}")
-    store = Store(args.db)
-    try:
-        gpus = gpus_in(store)
-        gpu = args.gpu.replace(" ", "_") if args.gpu else (gpus[0] if len(gpus) == 1 else "")
+    want = args.gpu.replace(" ", "_") if args.gpu else ""
+    if Path(args.db).is_file():
+        store = Store(args.db)
+        try:
+            gpus = gpus_in(store)
+            gpu = want or (gpus[0] if len(gpus) == 1 else "")
+            if not gpu:
+                raise EvoError(f"the archive holds {len(gpus)} GPUs; pick one with --gpu: {', '.join(gpus) or 'none'}")
+            if gpu not in gpus:
+                raise EvoError(f"no results for {gpu} in {args.db}; it holds: {', '.join(gpus) or 'nothing'}")
+            table_dir, _ = export_table(store, gpu, args.out)
+            doc, rows = read_table(table_dir)
+            path = render(rows, doc, gpu, table_dir, store, args.shape)
+        finally:
+            store.close()
+    else:
+        gpus = table_gpus(Path(args.out))
+        gpu = want or (gpus[0] if len(gpus) == 1 else "")
         if not gpu:
-            raise EvoError(f"the archive holds {len(gpus)} GPUs; pick one with --gpu: {', '.join(gpus) or 'none'}")
-        if gpu not in gpus:
-            raise EvoError(f"no results for {gpu} in {args.db}; it holds: {', '.join(gpus) or 'nothing'}")
-        path = render(store, gpu, args.out, args.shape)
-    finally:
-        store.close()
+            raise EvoError(f"no archive at {args.db}, and {args.out} holds {len(gpus)} kernel tables"
+                           + (f"; pick one with --gpu: {', '.join(gpus)}" if gpus else ""))
+        if args.shape:
+            raise EvoError(f"--shape draws a lineage, which needs the archive; there is none at {args.db}")
+        table_dir = Path(args.out) / gpu
+        doc, rows = read_table(table_dir)
+        path = render(rows, doc, gpu, table_dir, None, None,
+                      archive_note=f"no archive at {args.db}: GPU-minutes and lineage come from the archive the table "
+                                   "was exported from, and are left out")
     print(f"report: {path}")
     return 0
 

@@ -16,7 +16,9 @@ from test_sweep import TOY, CachingFakeCompiler, ShapeFake, make_cfg  # noqa: E4
 
 SHAPES = ["64x64x64", "128x256x512", "256x256x256", "512x512x2048", "1024x1024x1024", "2048x512x4096",
           "4096x4096x1024", "64x8192x8192", "8192x8192x512", "16384x1024x1024"]
-PNGS = ["speedups.png", "roofline.png", "wins.png", "gpu_minutes.png", "lineage.png"]
+PNGS = ["speedups.png", "noise.png", "roofline.png", "wins.png", "gpu_minutes.png", "lineage.png"]
+TABLE_ONLY = ["speedups.png", "noise.png", "roofline.png", "wins.png"]
+COMMITTED = Path(__file__).resolve().parent.parent / "kernels_out" / "NVIDIA_H200"
 
 
 class MixedFake(ShapeFake):
@@ -60,9 +62,28 @@ def test_report_renders(tmp_path, capsys):
     assert "Lineage of the winner on 256x256x256" in (rep / "index.html").read_text()
 
 
+def test_report_from_the_committed_table_alone(tmp_path, capsys):
+    """A fresh clone has no archive: the report renders from table.json, says what it leaves out, and bounds the
+    roofline by the datasheet (not cuBLAS's own rate), with the launch floor and noise bands."""
+    out = tmp_path / "kernels_out"
+    (out / "NVIDIA_H200").mkdir(parents=True)
+    shutil.copy(COMMITTED / "table.json", out / "NVIDIA_H200" / "table.json")
+    assert main(["--db", str(tmp_path / "none.db"), "--out", str(out)]) == 0
+    rep = out / "NVIDIA_H200" / "report"
+    page = (rep / "index.html").read_text()
+    for png in TABLE_ONLY:
+        assert (rep / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f'src="{png}"' in page
+    assert not (rep / "lineage.png").exists() and "no archive at" in page
+    assert "datasheet H200 SXM" in page and "989 TFLOP/s" in page and "launch floor 3.42" in page
+    assert "evo wins 2</b> beyond the noise band (4 ties" in page
+    assert all(f"<td>{r['shape']}</td>" in page for r in __import__("json").loads((COMMITTED / "table.json").read_text())["rows"])
+    assert main(["--db", str(tmp_path / "none.db"), "--out", str(out), "--shape", "1x4096x4096"]) == 2
+    assert "needs the archive" in capsys.readouterr().err
+
+
 def test_report_errors(tmp_path, capsys):
-    assert main(["--db", str(tmp_path / "none.db")]) == 2
-    assert "no archive" in capsys.readouterr().err
+    assert main(["--db", str(tmp_path / "none.db"), "--out", str(tmp_path / "empty")]) == 2
+    assert "no archive at" in capsys.readouterr().err
     cfg = fake_archive(tmp_path)
     assert main(["--db", cfg.paths.db, "--out", cfg.paths.out, "--gpu", "Other GPU"]) == 2
     assert "no results for Other_GPU" in capsys.readouterr().err
