@@ -23,6 +23,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -80,6 +81,28 @@ def pick_instances(fam: Family, prob: Problem, n: int, rng: random.Random) -> li
     return [p for p in out if fam.render(p, prob).accepts(prob, SMS)]
 
 
+# split-K ordering experiment: each family's split-K instance on its shape, as committed (acq_rel ticket) and with
+# the ticket's atomic wrapped in __threadfence() (the sequentially consistent ordering it replaced)
+ORDERING = [
+    ("mma_small_sm80", {"BM": 32, "BN": 64, "BK": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 6, "SPLIT_K": 16},
+     "128x128x16384"),
+    ("mma_sm80", {"BM": 64, "BN": 64, "BK": 64, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 4, "SPLIT_K": 16, "GROUP_M": 1},
+     "128x128x16384"),
+    ("wgmma_sm90", {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 6, "SPLIT_K": 16}, "128x128x16384"),
+    ("wgmma_skinny_sm90", {"BM": 64, "BN": 48, "CLK": 8, "CONSUMERS": 1, "G": 2, "STAGES": 8}, "128x128x16384"),
+]
+_TICKET = re.compile(r'asm volatile\("atom\.add\.acq_rel\.gpu\.global\.[us]32 %0, \[%1\], 1;(?:\\n)?" : "=r"\(old\) : '
+                     r'"l"\(p\) : "memory"\);')
+
+
+def sc_variant(text: str) -> str:
+    """The same kernel with its split-K ticket ordered by SC fences (__threadfence + atomicAdd + __threadfence)."""
+    out, n = _TICKET.subn("__threadfence(); old = atomicAdd(p, 1); __threadfence();", text)
+    if n != 1:
+        raise SystemExit(f"ordering experiment: expected one acq_rel ticket, found {n}")
+    return out.replace("/*---evo\n", "/*---evo\n# variant: SC-fenced ticket\n", 1)
+
+
 def floor_us(prob: Problem) -> float:
     flops = 2.0 * prob.m * prob.n * prob.k
     nbytes = 2.0 * (prob.m * prob.k + prob.n * prob.k + prob.m * prob.n)
@@ -93,6 +116,7 @@ def main() -> int:
     ap.add_argument("--deadline", type=float, default=200.0, help="stop evaluating after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--plan-only", action="store_true", help="print the chosen instances and estimates; no compile, no GPU")
+    ap.add_argument("--ordering", action="store_true", help="also time each family's split-K with acq_rel vs SC-fenced ticket")
     a = ap.parse_args()
 
     from evo.compile import Compiler
@@ -113,6 +137,15 @@ def main() -> int:
         return 0
     comp = Compiler.from_config(cfg.compile)
     items = [(ks, "sm_90a") for rows in plan.values() for _, ks in rows]
+    ordering = []
+    if a.ordering:
+        from evo.kernel import KernelSource
+
+        fams = {f.name: f for f in load_families()}
+        for name, params, shape in ORDERING:
+            ks = fams[name].render(params, parse_shape(shape))
+            ordering.append((name, shape, ks, KernelSource.parse(sc_variant(ks.text))))
+        items += [(k, "sm_90a") for _, _, ks, sc in ordering for k in (ks, sc)]
     results = {r.hash: r for r in comp.compile_many(items, 0)}
     bad = [r for r in results.values() if not r.ok]
     print(f"compiled {len(results)} instances for {len(problems)} shapes in {time.monotonic() - t0:.0f} s, {len(bad)} failed",
@@ -157,6 +190,22 @@ def main() -> int:
             for r in rows:
                 if not r["ok"]:
                     print(f"    FAIL {r['params']}: {r['error']}", flush=True)
+        for name, shape, ks, sc in ordering:
+            prob, times = parse_shape(shape), {}
+            for label, k in (("acq_rel", ks), ("sc", sc)):
+                r = results[k.hash]
+                if not r.ok:
+                    times[label] = "compile: " + r.error[:100]
+                    continue
+                try:
+                    ev = w.call("evaluate", timeout_s=120, problem=prob, source=k.text, cubin=r.cubin_path, h=k.hash)
+                    times[label] = round(ev.time_us, 2) if ev.ok else "FAIL " + ev.error[:100]
+                    times[label + "_cublas"] = round(ev.cublas_us, 2)
+                except WorkerFault as e:
+                    times[label] = f"worker: {e}"[:100]
+            out.setdefault("ordering", []).append({"family": name, "shape": shape, "params": ks.meta.params, **times})
+            print(f"split-K ordering {name:<18} {shape}: acq_rel {times.get('acq_rel')} us, SC fences {times.get('sc')} us "
+                  f"(cuBLAS {times.get('acq_rel_cublas')} / {times.get('sc_cublas')} us)", flush=True)
     finally:
         w.stop()
         Path(a.out).mkdir(parents=True, exist_ok=True)
