@@ -6,7 +6,7 @@ behind one small interface for evo.search.
   generation's compile slots to (family, proposer) arms, each arm's proposals taken fastest-predicted first; a few
   slots (``search.explore``) go to proposals picked at random, so the model's blind spots still get measured.
   Generation-0 seeds (defaults, starts, the prior's picks) and LLM proposals are always kept. The chosen are
-  ordered fastest-predicted first: they are compiled and timed in that order.
+  ordered defaults and starts first, then fastest-predicted first: they are compiled and timed in that order.
 * ``observe``: pays the arms (improvement of the shape's best per GPU-second) and feeds the convergence rule.
 * ``stop_reason``: the convergence rule's verdict (evo.convergence).
 """
@@ -103,7 +103,8 @@ class Guide:
         taken = {id(p) for _, p in picked}
         others = [(us, p) for us, _, p in rest if id(p) not in taken]
         picked += self.rng.sample(others, min(n_explore, len(others)))
-        chosen = sorted(keep + picked, key=lambda x: x[0])
+        # defaults and known-good starts first (a candidate limit or the budget may cut the list), then fastest predicted
+        chosen = sorted(keep + picked, key=lambda x: (not any(s in x[1].idea for s in SEED_IDEAS), x[0]))
         self.proposed += len(proposals)
         self.chosen += len(chosen)
         return [p for _, p in chosen]

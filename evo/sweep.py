@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -43,7 +43,7 @@ CREATE TABLE IF NOT EXISTS sweep_shapes (
     best_hash TEXT, best_us REAL, winner TEXT, best_lib_us REAL,
     seeds_offered INTEGER, seeds_correct INTEGER, seed_won INTEGER,
     compiles_new INTEGER, compile_seconds REAL, compiles_reused INTEGER, compile_seconds_saved REAL,
-    error TEXT, PRIMARY KEY (shape, layout, gpu));
+    error TEXT, stop TEXT, PRIMARY KEY (shape, layout, gpu));
 """
 
 
@@ -71,6 +71,7 @@ class ShapeResult:
     compiles_reused: int = 0  # cubin taken from the compile cache
     compile_seconds_saved: float = 0.0  # what those compiles took when they ran
     error: str = ""
+    stop: str = ""  # why its search stopped ("time budget spent" = still improving, "converged: ...")
 
 
 class SweepLog:
@@ -79,6 +80,10 @@ class SweepLog:
     def __init__(self, store: Store):
         self.store = store
         store.db.executescript(_SCHEMA)
+        have = {r[1] for r in store.db.execute("PRAGMA table_info(sweep_shapes)")}
+        for f in fields(ShapeResult):  # archives written before a column existed get it added
+            if f.name not in have:
+                store.db.execute(f"ALTER TABLE sweep_shapes ADD COLUMN {f.name} {'REAL' if f.type in ('float', float) else 'TEXT'}")
 
     def done(self, gpu: str, layout: str = "TN") -> set[str]:
         q = "SELECT shape FROM sweep_shapes WHERE gpu=? AND layout=? AND status='done'"
@@ -189,6 +194,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
             finally:
                 search.store.close()
         res.status = "done"
+        res.stop = summary.stop_reason
         res.best_hash, res.best_us = summary.best_hash, summary.best_us
         libs = {k: v for k, v in summary.baselines.items() if v and v > 0}
         if libs:
@@ -226,18 +232,18 @@ class InlineBackend:
         self.cfg, self.device_id, self.log_dir = cfg, device_id, log_dir
         self.worker = worker_factory(cfg, device_id)
         self.compiler = compiler
-        self.todo: deque[Problem] = deque()
+        self.todo: deque[tuple[Problem, float | None]] = deque()
         self.slots = self.n_gpus = 1
 
     def start(self) -> list[GpuInfo]:
         return [self.worker.start()]
 
-    def submit(self, problem: Problem) -> None:
-        self.todo.append(problem)
+    def submit(self, problem: Problem, minutes: float | None = None) -> None:
+        self.todo.append((problem, minutes))
 
     def next_result(self) -> ShapeResult:
-        p = self.todo.popleft()
-        return search_shape(p, self.cfg, self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}")
+        p, minutes = self.todo.popleft()
+        return search_shape(p, with_budget(self.cfg, minutes), self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}")
 
     def stop(self) -> None:
         self.worker.stop()
@@ -256,11 +262,13 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
             return
         results.put(("hello", device_id, info))
         while True:
-            p = tasks.get()
-            if p is None:
+            task = tasks.get()
+            if task is None:
                 break
+            p, minutes = task
             results.put(("start", device_id, p.key))
-            results.put(("result", device_id, search_shape(p, cfg, worker, compiler, log_dir, f"gpu{device_id}")))
+            results.put(("result", device_id, search_shape(p, with_budget(cfg, minutes), worker, compiler, log_dir,
+                                                           f"gpu{device_id}")))
     except KeyboardInterrupt:
         pass
     finally:
@@ -302,9 +310,9 @@ class ProcessBackend:
             raise EvoError("; ".join(errors))
         return [infos[d] for d in sorted(infos)]
 
-    def submit(self, problem: Problem) -> None:
+    def submit(self, problem: Problem, minutes: float | None = None) -> None:
         self.layout = problem.layout
-        self.tasks.put(problem)
+        self.tasks.put((problem, minutes))
 
     def next_result(self) -> ShapeResult:
         while True:
@@ -342,6 +350,19 @@ class ProcessBackend:
             if p.is_alive():
                 p.kill()
                 p.join()
+
+
+def longest_first(shapes: list[Problem]) -> list[Problem]:
+    """Shapes whose kernels take longest first (roofline time at H100-class rates): on several GPUs the last
+    shapes to start are the short ones, so the GPUs finish together."""
+    return sorted(shapes, key=lambda p: (-max(p.flops / 700e12, p.min_bytes / 4000e9), p.key))
+
+
+def with_budget(cfg: Config, minutes: float | None) -> Config:
+    """The config with one shape's budget (a round of --budget-gpu-hours); unchanged when minutes is None."""
+    if minutes is None:
+        return cfg
+    return replace(cfg, search=replace(cfg.search, budget_minutes=max(minutes, 1e-3)))
 
 
 def visible_gpus() -> list[int]:
@@ -461,8 +482,12 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
 def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", device_ids: list[int] | None = None,
               worker_factory: Callable | None = None, compiler: Any = None, ray: bool = False,
               ray_address: str | None = None, ray_actors: int = 0, gpus_per_actor: float = 1.0,
-              out=sys.stdout) -> SweepOutcome:
-    """Search every shape not yet done for this GPU; print a line per shape and the summary paragraph."""
+              budget_gpu_hours: float = 0.0, out=sys.stdout) -> SweepOutcome:
+    """Search every shape not yet done for this GPU, longest first; print a line per shape and the summary paragraph.
+
+    With ``budget_gpu_hours``: a first round gives every pending shape ``search.first_round_share`` of the budget
+    (evenly; a shape that converges early hands its rest back), then rounds share what is left among the shapes
+    that were still improving when their time ran out (stop reason "time budget spent"), up to 3 more rounds."""
     from .compile import Compiler
     from .gpu.worker import GpuWorker
 
@@ -505,30 +530,66 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         print(f"evo sweep {shapes_file or ''}: {len(shapes)} shapes selected, {len(shapes) - len(pending)} already done, "
               f"{len(pending)} to search on {n_workers} x {infos[0].name}{est}", file=out)
         print(f"  archive {Path(cfg.paths.db).resolve()}, per-shape logs {log_dir.resolve()}", file=out, flush=True)
-        it = iter(pending)
-        in_flight = 0
-        for p in it:
-            backend.submit(p)
-            in_flight += 1
-            if in_flight >= backend.slots:
-                break
-        finished_before = len(shapes) - len(pending)
-        while in_flight:
-            r = backend.next_result()
-            in_flight -= 1
-            if not r.gpu:
-                r.gpu = gpu
-            sweep_log.record(r)
-            results.append(r)
-            elapsed = time.monotonic() - t0
-            remaining = len(pending) - len(results)
-            avg = sum(x.seconds for x in results) / len(results)
-            eta = remaining * avg / max(1, backend.slots)
-            print(progress_line(finished_before + len(results), len(shapes), r, elapsed, eta), file=out, flush=True)
-            nxt = next(it, None)
-            if nxt is not None and backend.slots > 0:
-                backend.submit(nxt)
+        pending = longest_first(pending)
+        budget_s = budget_gpu_hours * 3600.0
+        first = None
+        if budget_s and pending:
+            first = budget_s * cfg.search.first_round_share / len(pending) / 60.0
+            if cfg.search.budget_minutes:
+                first = min(first, cfg.search.budget_minutes)
+            print(f"  budget {budget_gpu_hours:g} GPU-hours: round 1 gives each shape {first:.2f} GPU-minutes, "
+                  f"the rest goes to shapes still improving", file=out, flush=True)
+        spent: dict[str, float] = {}
+        last_stop: dict[str, str] = {}
+
+        def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
+            it = iter(items)
+            in_flight = 0
+            n_round = 0
+
+            def submit(p: Problem, minutes: float | None) -> None:
+                if minutes is None:
+                    backend.submit(p)
+                else:
+                    backend.submit(p, minutes)
+
+            for p, minutes in it:
+                submit(p, minutes)
                 in_flight += 1
+                if in_flight >= backend.slots:
+                    break
+            while in_flight:
+                r = backend.next_result()
+                in_flight -= 1
+                n_round += 1
+                if not r.gpu:
+                    r.gpu = gpu
+                spent[r.shape] = spent.get(r.shape, 0.0) + r.seconds
+                r.seconds = round(spent[r.shape], 3)  # every round of this run on the shape
+                last_stop[r.shape] = r.stop
+                sweep_log.record(r)
+                results.append(r)
+                elapsed = time.monotonic() - t0
+                avg = sum(spent.values()) / max(1, len(results))
+                eta = (len(items) - n_round) * avg / max(1, backend.slots)
+                print(progress_line(finished_before + n_round, total, r, elapsed, eta), file=out, flush=True)
+                nxt = next(it, None)
+                if nxt is not None and backend.slots > 0:
+                    submit(*nxt)
+                    in_flight += 1
+
+        run_round([(p, first) for p in pending], len(shapes) - len(pending), len(shapes))
+        rounds = 1
+        while budget_s and rounds < 4:
+            left = budget_s - sum(spent.values())
+            improving = [p for p in shapes if last_stop.get(p.key) == "time budget spent"]
+            if not improving or left / len(improving) < 10.0:
+                break
+            per = left / len(improving) / 60.0
+            rounds += 1
+            print(f"round {rounds}: {len(improving)} shapes still improving get {per:.2f} GPU-minutes each "
+                  f"({left / 3600:.2f} GPU-hours left)", file=out, flush=True)
+            run_round([(p, per) for p in longest_first(improving)], 0, len(improving))
     except KeyboardInterrupt:
         interrupted = True
         raise
@@ -555,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", required=True, help="shape set YAML, e.g. shapes/grid1000.yaml")
     ap.add_argument("--budget-minutes-per-shape", type=float, help="wall-clock budget of each shape's search")
     ap.add_argument("--max-candidates-per-shape", type=int, help="new candidates per shape")
+    ap.add_argument("--budget-gpu-hours", type=float, help="budget of the whole sweep: a first round for every shape, "
+                    "the rest to shapes still improving (docs/sweep.md)")
     ap.add_argument("--limit-shapes", type=int, metavar="K", help="only the first K shapes of the set")
     ap.add_argument("--sample", type=int, metavar="K", help="a random sample of K shapes (seeded by --seed)")
     ap.add_argument("--proposer", help="comma list: mutate, optuna, llm (default mutate)")
@@ -572,6 +635,11 @@ def main(argv: list[str] | None = None) -> int:
             raise EvoError(f"{flag} must be at least 1")
     if args.limit_shapes is not None and args.sample is not None:
         raise EvoError("--limit-shapes and --sample exclude each other")
+    require_positive(args.budget_gpu_hours, "--budget-gpu-hours")
+    if args.budget_gpu_hours and args.ray:
+        raise EvoError("--budget-gpu-hours is not supported with --ray yet; give --budget-minutes-per-shape")
+    if args.budget_gpu_hours and args.budget_minutes_per_shape is None:
+        args.budget_minutes_per_shape = 0.0  # no per-shape cap: the rounds set each shape's budget
     device_ids = None
     if args.gpus:
         try:
@@ -586,7 +654,8 @@ def main(argv: list[str] | None = None) -> int:
                                   "seed_winners": args.seed_winners})
     shapes = select_shapes(load_shapes(args.shapes), args.limit_shapes, args.sample, cfg.search.seed)
     outcome = run_sweep(shapes, cfg, shapes_file=args.shapes, device_ids=device_ids, ray=args.ray,
-                        ray_address=args.ray_address, ray_actors=args.ray_actors or 0)
+                        ray_address=args.ray_address, ray_actors=args.ray_actors or 0,
+                        budget_gpu_hours=args.budget_gpu_hours or 0.0)
     return outcome.exit_code
 
 

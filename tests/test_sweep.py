@@ -144,8 +144,11 @@ def test_sweep_runs_every_shape_and_summarizes(tmp_path):
     assert set(rows) == set(SHAPES) and all(r.status == "done" and r.best_hash for r in rows.values())
     # seeding: the first shape has no neighbours; every later one is offered winners of the earlier ones,
     # which are cache hits of the compiler (no compile), and the summary says so
-    assert rows[SHAPES[0]].seeds_offered == 0
-    later = [rows[s] for s in SHAPES[1:]]
+    from evo.sweep import longest_first
+
+    first = longest_first([parse_shape(s) for s in SHAPES])[0].key  # shapes are searched longest first
+    assert rows[first].seeds_offered == 0
+    later = [rows[s] for s in SHAPES if s != first]
     assert all(r.seeds_offered >= 1 and r.compiles_reused >= 1 for r in later)
     assert all(r.compile_seconds_saved == pytest.approx(2.0 * r.compiles_reused) for r in later)
     summary = outcome.summary
@@ -332,3 +335,39 @@ def test_rows_merge_into_another_archive(tmp_path):
     # the prior rows the head ships to a node carry everything about the shape
     prior = export_rows(head, SHAPES[1], "TN", "Fake_GPU")
     assert len(prior["evaluations"]["rows"]) == counts["evaluations"] and prior["runs"]["rows"] == []
+
+
+def test_longest_shapes_first():
+    from evo.sweep import longest_first
+
+    shapes = [parse_shape(s) for s in ("64x64x64", "8192x8192x8192", "4096x4096x1024", "16x8192x8192")]
+    assert [p.key for p in longest_first(shapes)] == ["8192x8192x8192", "4096x4096x1024", "16x8192x8192", "64x64x64"]
+
+
+def test_gpu_hour_budget_goes_to_shapes_still_improving(tmp_path, monkeypatch):
+    clock = [1000.0]
+
+    def tick():  # every reading of the clock is a second of GPU time: the fake searches take time
+        clock[0] += 1.0
+        return clock[0]
+
+    monkeypatch.setattr(time, "monotonic", tick)
+    cfg = make_cfg(tmp_path, max_candidates=0, patience_seconds=0, first_round_share=0.5)
+    out = io.StringIO()
+    budget_h = 0.05  # 180 GPU-seconds: 30 per shape in round 1, the rest to shapes whose time ran out
+    outcome = run_sweep([parse_shape(s) for s in SHAPES[:3]], cfg, shapes_file="t.yaml", device_ids=[0],
+                        worker_factory=ShapeFake, compiler=CachingFakeCompiler(), budget_gpu_hours=budget_h, out=out)
+    text = out.getvalue()
+    assert outcome.exit_code == 0
+    assert "round 1 gives each shape 0.50 GPU-minutes" in text
+    assert "round 2:" in text
+    rows = sweep_rows(cfg)
+    assert all(r.stop for r in rows.values())
+    spent = sum(r.seconds for r in rows.values())
+    assert spent <= budget_h * 3600 * 1.5  # the rounds stop when the budget is used (a search overruns by its last step)
+    assert max(r.seconds for r in rows.values()) > 30  # some shape got more than its first round
+
+
+def test_sweep_cli_refuses_a_bad_budget(capsys):
+    assert main(["--shapes", "shapes/sample24.yaml", "--budget-gpu-hours", "-1"]) == 2
+    assert "--budget-gpu-hours" in capsys.readouterr().err
