@@ -132,10 +132,11 @@ class Profiler:
     def available(self) -> bool:
         if self.disabled:
             return False
-        exe = shutil.which(self.ncu) or (self.ncu if os.path.isfile(self.ncu) and os.access(self.ncu, os.X_OK) else "")
+        exe = find_ncu(self.ncu)
         if not exe:
             self._disable(f"Nsight Compute ({self.ncu}) not found")
             return False
+        self.ncu = exe
         return True
 
     def command(self, problem: Problem, target: list[str], metrics: list[str]) -> list[str]:
@@ -192,6 +193,20 @@ class Profiler:
             return ProfileResult(True, hit[0], hit[1], detail, shlex.join(cmd), time.monotonic() - t0,
                                  [k[0] for k in kernels])
         return ProfileResult(False, detail="ncu kept refusing metrics: " + ", ".join(dropped), seconds=time.monotonic() - t0)
+
+
+def find_ncu(ncu: str = "ncu") -> str:
+    """The ncu executable: as given (a path or a name on PATH), else beside the CUDA toolkit; "" if none."""
+    if os.sep in ncu:
+        return ncu if os.path.isfile(ncu) and os.access(ncu, os.X_OK) else ""
+    found = shutil.which(ncu)
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        cand = os.path.join(root, "bin", ncu) if root else ""
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return ""
 
 
 def describe(metrics: dict[str, float]) -> list[str]:

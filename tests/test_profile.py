@@ -1,7 +1,6 @@
 """Nsight Compute evidence (evo.profile): CSV parsing, a stand-in ncu on CPU, and the real ncu on a GPU."""
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -9,7 +8,7 @@ import pytest
 
 from evo.library_kernel import parse_kernel_name
 from evo.problem import Problem
-from evo.profile import METRICS, Profiler, describe, main_kernel, parse_csv
+from evo.profile import METRICS, Profiler, describe, find_ncu, main_kernel, parse_csv
 
 DATA = Path(__file__).parent / "data"
 FAKE_NCU = str(DATA / "fake_ncu.py")
@@ -116,8 +115,8 @@ def test_missing_ncu_is_said_once():
 @pytest.mark.gpu
 def test_real_ncu(tmp_path):
     """On a GPU machine with Nsight Compute: profile the naive kernel and the library on one shape."""
-    ncu = shutil.which("ncu") or "/usr/local/cuda/bin/ncu"
-    if not Path(ncu).is_file():
+    ncu = find_ncu()
+    if not ncu:
         pytest.skip("Nsight Compute (ncu) is not installed")
     from evo.compile import Compiler
     from evo.config import load_config
