@@ -91,6 +91,26 @@ ORDERING = [
     ("wgmma_sm90", {"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 6, "SPLIT_K": 16}, "128x128x16384"),
     ("wgmma_skinny_sm90", {"BM": 64, "BN": 48, "CLK": 8, "CONSUMERS": 1, "G": 2, "STAGES": 8}, "128x128x16384"),
 ]
+# --extra: correctness of the other split-K / cluster paths touched by the ordering change (off-tile shapes, the
+# skinny family's relaxed cluster arrive with MC > 1) and the output-bound K = 128 shapes
+EXTRA = [
+    ("wgmma_skinny_sm90", {"BM": 128, "BN": 128, "CLK": 1, "MC": 2, "G": 1, "STAGES": 5, "KI": 1}, "128x12288x4096"),
+    ("wgmma_skinny_sm90", {"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 8, "G": 8, "SWAP_AB": 0, "STAGES": 4}, "100x200x1000"),
+    ("wgmma_sm90", {"BM": 128, "BN": 64, "SWAP_AB": 1, "SPLIT_K": 4, "STAGES": 6}, "77x200x72"),
+    ("mma_sm80", {"BM": 64, "BN": 64, "BK": 64, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 4, "GROUP_M": 1}, "77x200x72"),
+    ("mma_sm80", {"BM": 64, "BN": 64, "BK": 64, "WARPS_M": 2, "WARPS_N": 2, "STAGES": 3, "SPLIT_K": 4, "GROUP_M": 1}, "77x200x71"),
+    ("mma_small_sm80", {"BM": 32, "BN": 64, "BK": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "SPLIT_K": 16},
+     "128x128x16384"),
+    ("mma_small_sm80", {"BM": 32, "BN": 64, "BK": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "SPLIT_K": 16,
+                        "EPI": 1}, "128x128x16384"),
+    ("wgmma_sm90", {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4}, "2048x12288x128"),
+    ("wgmma_sm90", {"BM": 64, "BN": 256, "PINGPONG": 1, "STAGES": 5}, "2048x12288x128"),
+    ("mma_small_sm80", {"BM": 64, "BN": 128, "BK": 64, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 2, "EPI": 1}, "2048x12288x128"),
+    ("mma_small_sm80", {"BM": 64, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 4, "EPI": 1}, "2048x12288x128"),
+    ("wgmma_sm90", {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4}, "16384x16384x128"),
+    ("wgmma_sm90", {"BM": 64, "BN": 256, "PINGPONG": 1, "STAGES": 5}, "16384x16384x128"),
+    ("mma_small_sm80", {"BM": 64, "BN": 128, "BK": 64, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 2, "EPI": 1}, "16384x16384x128"),
+]
 _TICKET = re.compile(r'asm volatile\("atom\.add\.acq_rel\.gpu\.global\.[us]32 %0, \[%1\], 1;(?:\\n)?" : "=r"\(old\) : '
                      r'"l"\(p\) : "memory"\);')
 
@@ -101,6 +121,11 @@ def sc_variant(text: str) -> str:
     if n != 1:
         raise SystemExit(f"ordering experiment: expected one acq_rel ticket, found {n}")
     return out.replace("/*---evo\n", "/*---evo\n# variant: SC-fenced ticket\n", 1)
+
+
+def params_short(name: str, params: dict) -> list[tuple[str, object]]:
+    given = next((p for n, p, _ in EXTRA + ORDERING if n == name and all(params.get(k) == v for k, v in p.items())), params)
+    return list(given.items())
 
 
 def floor_us(prob: Problem) -> float:
@@ -117,6 +142,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--plan-only", action="store_true", help="print the chosen instances and estimates; no compile, no GPU")
     ap.add_argument("--ordering", action="store_true", help="also time each family's split-K with acq_rel vs SC-fenced ticket")
+    ap.add_argument("--extra", action="store_true", help="also check/time the EXTRA instances (other split-K paths, K = 128)")
     a = ap.parse_args()
 
     from evo.compile import Compiler
@@ -146,6 +172,11 @@ def main() -> int:
             ks = fams[name].render(params, parse_shape(shape))
             ordering.append((name, shape, ks, KernelSource.parse(sc_variant(ks.text))))
         items += [(k, "sm_90a") for _, _, ks, sc in ordering for k in (ks, sc)]
+    extra = []
+    if a.extra:
+        fams = {f.name: f for f in load_families()}
+        extra = [(name, shape, fams[name].render(params, parse_shape(shape))) for name, params, shape in EXTRA]
+        items += [(ks, "sm_90a") for _, _, ks in extra]
     results = {r.hash: r for r in comp.compile_many(items, 0)}
     bad = [r for r in results.values() if not r.ok]
     print(f"compiled {len(results)} instances for {len(problems)} shapes in {time.monotonic() - t0:.0f} s, {len(bad)} failed",
@@ -206,6 +237,23 @@ def main() -> int:
             out.setdefault("ordering", []).append({"family": name, "shape": shape, "params": ks.meta.params, **times})
             print(f"split-K ordering {name:<18} {shape}: acq_rel {times.get('acq_rel')} us, SC fences {times.get('sc')} us "
                   f"(cuBLAS {times.get('acq_rel_cublas')} / {times.get('sc_cublas')} us)", flush=True)
+        for name, shape, ks in extra:
+            prob, r = parse_shape(shape), results[ks.hash]
+            row = {"family": name, "shape": shape, "params": ks.meta.params}
+            if not r.ok:
+                row["error"] = "compile: " + r.error[:150]
+            elif not ks.accepts(prob):
+                row["error"] = "requires rejects the shape"
+            else:
+                try:
+                    ev = w.call("evaluate", timeout_s=120, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+                    row.update(ok=ev.ok, us=round(ev.time_us, 2), cublas_us=round(ev.cublas_us, 2), error=ev.error[:150])
+                except WorkerFault as e:
+                    row["error"] = f"worker: {e}"[:150]
+            out.setdefault("extra", []).append(row)
+            sp = f"{row['cublas_us'] / row['us']:.3f}x" if row.get("ok") else row.get("error", "")
+            print(f"extra {name:<18} {shape:>16} {row.get('us', '-')} us, cuBLAS {row.get('cublas_us', '-')} us: {sp}  "
+                  + " ".join(f"{k}={v}" for k, v in params_short(name, ks.meta.params)), flush=True)
     finally:
         w.stop()
         Path(a.out).mkdir(parents=True, exist_ok=True)

@@ -286,3 +286,41 @@ def test_first_cp_async_within_the_first_instructions(tmp_path):
     first = next(i for i, l in enumerate(instrs) if l.startswith("cp.async.cg"))
     assert first < 48, instrs[:first + 1]
     assert not any(re.match(r"(div|rem)\.", l) for l in instrs), "a runtime division in the kernel"
+
+
+# ---------------------------------------------------------------------------------------
+# bench/small_smoke.py: what it plans and the SC-fenced variant of its ordering experiment
+
+
+def _smoke():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "small_smoke.py"
+    spec = importlib.util.spec_from_file_location("small_smoke", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_smoke_plans_accepted_instances_and_a_faithful_sc_variant():
+    from evo.kernel import KernelSource
+
+    smoke = _smoke()
+    fam = family()
+    prob = parse_shape("128x64x512")
+    picked = smoke.pick_instances(fam, prob, 4, random.Random(0))
+    assert len(picked) >= 5 and all(fam.render(p, prob).accepts(prob) for p in picked)
+    assert all(s in picked for s in fam.start_instances() if fam.render(s, prob).accepts(prob))
+    fams = {f.name: f for f in load_families()}
+    for name, params, shape in smoke.ORDERING + smoke.EXTRA:
+        ks = fams[name].render(params, parse_shape(shape))
+        assert ks.accepts(parse_shape(shape)), (name, shape)
+    for name, params, shape in smoke.ORDERING:
+        ks = fams[name].render(params, parse_shape(shape))
+        sc = KernelSource.parse(smoke.sc_variant(ks.text))
+        from evo.kernel import strip_comments
+
+        code = strip_comments(sc.text)
+        assert "atom.add.acq_rel" not in code and code.count("__threadfence()") == 2 and sc.hash != ks.hash
+    assert smoke.floor_us(parse_shape("16384x16384x128")) == pytest.approx(2 * (2 * 16384 * 128 + 16384 ** 2) / 4.8e6)
