@@ -111,6 +111,7 @@ def render(rows: list[TableRow], doc: dict, gpu: str, table_dir: Path, store: St
     chosen, tree = None, []
     if store is not None:
         notes["minutes"] = plot_minutes(plt, rows, minutes, rep / "gpu_minutes.png")
+        notes["curves"] = plot_best_so_far(plt, store, gpu, rows, rep / "best_so_far.png")
         evo_rows = [r for r in rows if r.hash]
         if shape:
             chosen = next((r for r in rows if r.shape == parse_shape(shape).key), None)
@@ -159,6 +160,7 @@ def render(rows: list[TableRow], doc: dict, gpu: str, table_dir: Path, store: St
     note = lambda k: f"<p class=note>{e(notes[k])}</p>" if notes.get(k) else ""  # noqa: E731
     if store is not None:
         archive_html = (f"<h2>GPU time</h2><img src=\"gpu_minutes.png\" alt=\"GPU-minutes per shape\">{note('minutes')}"
+                        f"<h2>Best so far against GPU-seconds</h2><img src=\"best_so_far.png\" alt=\"best so far\">{note('curves')}"
                         f"<h2>Lineage of the winner on {e(chosen.shape) if chosen else '-'}</h2>"
                         + ('<img src="lineage.png" alt="lineage">' if chosen else '')
                         + (("<p>" + "<br>\n".join(lin) + "</p>") if lin else "<p>no evo kernel</p>"))
@@ -196,6 +198,35 @@ generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.</p>
 """
     (rep / "index.html").write_text(page)
     return rep / "index.html"
+
+
+def plot_best_so_far(plt, store: Store, gpu: str, rows: list[TableRow], path: Path) -> str:
+    """Each shape's best time (relative to its final best) against GPU-seconds of evaluation: how fast searches converge."""
+    fig, ax = plt.subplots(figsize=(8, 4))
+    n, reach = 0, []
+    for r in rows:
+        c = store.best_so_far(r.shape, r.layout, gpu)
+        if not c:
+            continue
+        final = c[-1][1]
+        xs = [max(s, 0.1) for s, _ in c] + [max(c[-1][0], 0.1)]
+        ys = [t / final for _, t in c] + [1.0]
+        ax.step(xs, ys, where="post", alpha=0.5, lw=1)
+        n += 1
+        reach.append(next(s for s, t in c if t <= final * 1.02))
+    ax.set_xscale("log")
+    ax.set_xlabel("GPU-seconds of evaluation on the shape")
+    ax.set_ylabel("best so far / final best")
+    ax.set_ylim(0.95, 2.0)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    if not reach:
+        return "no evaluations in the archive"
+    reach.sort()
+    return (f"{n} shapes; GPU-seconds of evaluation until the best was within 2% of the final best: "
+            f"median {reach[len(reach) // 2]:.0f} s, max {reach[-1]:.0f} s")
 
 
 def table_gpus(out: Path) -> list[str]:

@@ -58,7 +58,12 @@ CREATE TABLE IF NOT EXISTS profiles (
 class Store:
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path.parent
+        if not folder.is_dir():  # one missing level (.evo) is made; a path into nowhere is refused, nothing created
+            if not folder.parent.is_dir():
+                raise EvoError(f"cannot create the archive {self.path}: {folder.parent} does not exist "
+                               "(create it, or pass --db elsewhere)")
+            folder.mkdir(exist_ok=True)
         fresh = not self.path.exists() or self.path.stat().st_size == 0
         try:
             self.db = sqlite3.connect(str(self.path), timeout=30, isolation_level=None)
@@ -288,6 +293,19 @@ class Store:
                       e.time_us, e.created FROM candidates c JOIN evaluations e ON e.hash=c.hash
                WHERE e.shape=? AND e.layout=? AND e.gpu=? ORDER BY e.created"""
         return list(self._exec(q, (shape, layout, gpu)))
+
+    def best_so_far(self, shape: str, layout: str, gpu: str) -> list[tuple[float, float]]:
+        """(GPU-seconds of evaluation so far, best time so far) at every improvement of a problem's best, in the
+        order measured: the search's convergence curve (evaluation seconds summed over every run on the shape)."""
+        q = """SELECT ok, time_us, seconds FROM evaluations WHERE shape=? AND layout=? AND gpu=? ORDER BY created, rowid"""
+        out: list[tuple[float, float]] = []
+        spent, best = 0.0, 0.0
+        for ok, t, sec in self._exec(q, (shape, layout, gpu)):
+            spent += sec or 0.0
+            if ok and t and t > 0 and (not best or t < best):
+                best = t
+                out.append((round(spent, 3), t))
+        return out
 
     def rows(self, sql: str, args: tuple = ()) -> Iterator[sqlite3.Row]:
         yield from self._exec(sql, args)

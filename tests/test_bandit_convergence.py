@@ -56,3 +56,14 @@ def test_noise_follows_the_measured_spread():
     assert c.noise == 0.04
     assert not c.observe(10, 97.0)
     assert c.observe(11, 95.0)
+
+
+def test_store_best_so_far(tmp_path):
+    from evo.records import EvalResult
+    from evo.store import Store
+
+    store = Store(tmp_path / "evo.db")
+    for h, ok, t, sec in (("a", True, 50.0, 2.0), ("b", False, 0.0, 1.0), ("c", True, 60.0, 2.0), ("d", True, 40.0, 3.0)):
+        store.add_evaluation("64x64x64", "TN", "G", EvalResult(h, ok, "done" if ok else "check", time_us=t, seconds=sec))
+    assert store.best_so_far("64x64x64", "TN", "G") == [(2.0, 50.0), (8.0, 40.0)]
+    assert store.best_so_far("64x64x64", "TN", "other") == []
