@@ -160,6 +160,14 @@ class Profiler:
             return ProfileResult(False, detail=self.disabled)
         return self._run(problem, ["--library", library], kernel="")
 
+    def _known_bases(self) -> set[str]:
+        """Base names of the metrics this ncu knows on this GPU (ncu --query-metrics); empty if it cannot say."""
+        try:
+            p = subprocess.run([self.ncu, "--query-metrics"], capture_output=True, text=True, timeout=60, env=self.env)
+        except (OSError, subprocess.TimeoutExpired):
+            return set()
+        return {ln.split()[0] for ln in (p.stdout or "").splitlines() if ln.strip() and "__" in ln.split()[0]}
+
     def _run(self, problem: Problem, target: list[str], kernel: str) -> ProfileResult:
         metrics = [m for m, _ in METRICS.values()]
         dropped: list[str] = []
@@ -180,8 +188,10 @@ class Profiler:
                                      "(ERR_NVGPUCTRPERM: needs root or NVreg_RestrictProfilingToAdminUsers=0)")
             unknown = [m for m in _UNKNOWN_METRIC.findall(out) if m in metrics]
             if unknown:
-                metrics = [m for m in metrics if m not in unknown]
-                dropped += unknown
+                known = self._known_bases() if not dropped else None  # ncu may name one unknown metric per run
+                keep = [m for m in metrics if m not in unknown and (not known or m.split(".")[0] in known)]
+                dropped += [m for m in metrics if m not in keep]
+                metrics = keep
                 continue
             kernels = parse_csv(p.stdout or "")
             hit = main_kernel(kernels, kernel)

@@ -91,7 +91,10 @@ def test_unknown_metric_is_dropped_and_said(monkeypatch, tmp_path):
     prof, said = _profiler(monkeypatch, tmp_path, "unknown")
     res = prof.profile_kernel("x", "k.cubin", PROBLEM)
     assert res.ok and "tensor_gmma_pct" not in res.metrics and "sm__pipe_tensor_op_gmma" in res.detail
-    assert len(calls(tmp_path)) == 2 and said == []
+    assert "stall_membar" not in res.metrics and "smsp__average_warps_issue_stalled_membar" in res.detail  # not listed
+    assert res.metrics["stall_barrier"] == 2.1
+    c = calls(tmp_path)
+    assert len(c) == 3 and c[1] == "--query-metrics" and said == []  # one try, the query, the retry
 
 
 def test_not_permitted_is_said_once_and_skipped(monkeypatch, tmp_path):

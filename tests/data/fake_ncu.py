@@ -12,6 +12,17 @@ if os.environ.get("FAKE_NCU_LOG"):
     with open(os.environ["FAKE_NCU_LOG"], "a") as f:
         f.write(" ".join(args) + "\n")
 mode = os.environ.get("FAKE_NCU_MODE", "ok")
+if "--query-metrics" in args:  # base names, as ncu lists them (without the wgmma tensor-pipe one in "unknown" mode)
+    print("Device NVIDIA H200 (GH100)\n---------------------------------------------------------------------------")
+    print("Metric Name                                   Metric Description")
+    bases = ("gpu__time_duration", "sm__throughput", "sm__pipe_tensor_op_hmma_cycles_active", "dram__throughput",
+             "dram__bytes_read", "dram__bytes_write", "lts__throughput", "lts__t_sector_hit_rate", "sm__warps_active",
+             "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st")
+    bases += tuple(f"smsp__average_warps_issue_stalled_{s}_per_issue_active" for s in ("barrier", "wait", "long_scoreboard"))
+    bases += ("sm__pipe_tensor_op_gmma_cycles_active",) if mode != "unknown" else ()
+    for base in bases:
+        print(f"{base:<45} some description")
+    sys.exit(0)
 metrics = args[args.index("--metrics") + 1].split(",") if "--metrics" in args else []
 print("==PROF== Connected to process 4242 (python)")
 if mode == "perm":
