@@ -148,6 +148,38 @@ def import_ray():
     return ray
 
 
+RAY_CONNECT_TIMEOUT_S = 10.0
+
+
+def probe(address: str, timeout_s: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """EvoError within timeout_s where nothing listens at host:port (ray.init itself retries for many minutes)."""
+    host, _, port = address.rpartition(":")
+    host = host.split("://")[-1].strip("[]")
+    try:
+        port_n = int(port)
+    except ValueError:
+        raise EvoError(f"--ray-address {address!r} is not HOST:PORT (e.g. 10.0.0.1:6379)") from None
+    try:
+        with socket.create_connection((host or "127.0.0.1", port_n), timeout=timeout_s):
+            pass
+    except OSError as e:
+        why = "timed out" if isinstance(e, socket.timeout) else (e.strerror or type(e).__name__)
+        raise EvoError(f"cannot reach a Ray cluster at {address} ({why} within {timeout_s:.0f} s); start one with "
+                       "`ray start --head` or fix --ray-address") from None
+
+
+def connect_ray(ray: Any, address: str | None) -> None:
+    """ray.init on an existing cluster, or one line (EvoError) saying why not."""
+    if address and address != "auto" and not address.startswith("ray://"):
+        probe(address)
+    try:
+        ray.init(address=address or "auto", log_to_driver=False)
+    except Exception as e:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError from Ray: one line
+        first = " ".join(str(e).split())[:200] or type(e).__name__
+        hint = "" if address else "; start one with `ray start --head` (and `ray start --address HEAD:6379` on GPU nodes)"
+        raise EvoError(f"cannot connect to a Ray cluster at {address or 'auto'}: {first}{hint}") from None
+
+
 class RayBackend:
     """The sweep's backend on a Ray cluster: one actor per GPU, the head merges every shape's rows."""
 
@@ -169,7 +201,7 @@ class RayBackend:
     def start(self) -> list[GpuInfo]:
         ray = self.ray
         if not ray.is_initialized():
-            ray.init(address=self.address or "auto", log_to_driver=False)
+            connect_ray(ray, self.address)
             self._owns_ray = True
         n = self.n_actors
         if not n:

@@ -15,7 +15,7 @@ from .compile import Compiler, stored_cubin
 from .config import Config
 from .errors import EvoError, cli_entry
 from .families import Family, load_families
-from .gpu.device import require_gpu
+from .gpu.device import COMPILE_ONLY_HINT, require_gpu
 from .gpu.worker import GpuWorker, WorkerFault
 from .kernel import KernelSource
 from .problem import GpuInfo, Problem, parse_shape
@@ -466,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if results and all(r.ok for r in results) else 1
     load_families(search.templates, cfg_names(cfg))  # unknown family names fail before the GPU is touched
     search.llm_checked = llm_preflight(cfg)  # a wrong endpoint ends here, GPU or not
-    require_gpu()  # no GPU: one line, before anything else is printed
+    require_gpu(COMPILE_ONLY_HINT)  # no GPU: one line, before anything else is printed
     search.run()
     return 0
 

@@ -19,10 +19,14 @@ def _driver_version() -> str:
         return f"cuda-driver-api {v // 1000}.{v % 1000 // 10}"
 
 
-_NO_GPU = "no CUDA GPU is visible ({}); use --compile-only to build kernels without one"
+COMPILE_ONLY_HINT = "use --compile-only to build kernels without one"  # only where the command has that flag
 
 
-def require_gpu() -> None:
+def _no_gpu(why: str, hint: str = "") -> NoGpuError:
+    return NoGpuError(f"no CUDA GPU is visible ({why})" + (f"; {hint}" if hint else ""))
+
+
+def require_gpu(hint: str = "") -> None:
     """Fail fast, in the calling process, when no CUDA GPU can be used: asks the driver library
     directly (no CUDA context is created, cupy is not imported), so a machine without a GPU or a
     driver gets one clear line before any worker is started."""
@@ -30,30 +34,29 @@ def require_gpu() -> None:
     import os
 
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1", "none", "NoDevFiles"):
-        raise NoGpuError(_NO_GPU.format(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}"))
+        raise _no_gpu(f"CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r}", hint)
     try:
         lib = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        raise NoGpuError(_NO_GPU.format("no NVIDIA driver: libcuda.so.1 is not installed")) from None
+        raise _no_gpu("no NVIDIA driver: libcuda.so.1 is not installed", hint) from None
     rc = lib.cuInit(0)
     if rc != 0:
-        raise NoGpuError(_NO_GPU.format(f"the driver refused to start: cuInit error {rc}"
-                                        + (", no CUDA-capable device" if rc == 100 else "")))
+        raise _no_gpu(f"the driver refused to start: cuInit error {rc}" + (", no CUDA-capable device" if rc == 100 else ""),
+                      hint)
     n = ctypes.c_int(0)
     if lib.cuDeviceGetCount(ctypes.byref(n)) != 0 or n.value < 1:
-        raise NoGpuError(_NO_GPU.format("the driver reports 0 devices"))
+        raise _no_gpu("the driver reports 0 devices", hint)
 
 
-def gpu_info(device_id: int = 0) -> GpuInfo:
+def gpu_info(device_id: int = 0, hint: str = "") -> GpuInfo:
     try:
         import cupy
 
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # ImportError, CUDARuntimeError (no driver), ...
-        raise NoGpuError(f"no CUDA GPU is visible ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}); "
-                         "use --compile-only to build kernels without one") from None
+        raise _no_gpu(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'no detail'}", hint) from None
     if n == 0:
-        raise NoGpuError("no CUDA GPU is visible; use --compile-only to build kernels without one")
+        raise _no_gpu("the runtime reports 0 devices", hint)
     cupy.cuda.Device(device_id).use()
     p = cupy.cuda.runtime.getDeviceProperties(device_id)
     name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
