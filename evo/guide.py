@@ -57,8 +57,10 @@ class Guide:
         if self.model.ready:
             what = f"cost model trained on {self.model.rows} measurements of {self.model.shapes} shapes on this GPU"
         elif self.use_model:
+            from . import cost_model
+
             what = (f"cost model not trained ({self.model.rows} measurements of {self.model.shapes} shapes on this GPU; "
-                    f"it needs 40 of 2 or more): the prior ranks proposals")
+                    f"it needs {cost_model.MIN_ROWS} of {cost_model.MIN_SHAPES} or more): the prior ranks proposals")
         else:
             what = "cost model off: the prior ranks proposals"
         return f"guide: {what}; {self.factor}x proposals per compile slot, bandit over (family, proposer)"
