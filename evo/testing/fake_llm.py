@@ -338,13 +338,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", action="append", help="model name(s) listed by /v1/models (default: fake)")
     ap.add_argument("--loop", action="store_true", help="start the script over when it runs out")
     ap.add_argument("--verbose", action="store_true", help="log every request")
+    ap.add_argument("--api-key", help="require this bearer key (a wrong or missing one is a 401)")
     args = ap.parse_args(argv)
     if args.demo:
         script: Any = DemoScript()
         models = None
     else:
         script, models = load_script(args.script)
-    srv = FakeLlmServer(script, port=args.port, models=args.model or models, loop=args.loop, quiet=not args.verbose)
+    srv = FakeLlmServer(script, port=args.port, models=args.model or models, loop=args.loop, quiet=not args.verbose,
+                        api_key=args.api_key)
     print(f"fake LLM serving {srv.base_url} (models: {', '.join(srv.models)}); Ctrl-C to stop", flush=True)
     srv.start()
     try:
