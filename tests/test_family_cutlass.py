@@ -85,3 +85,16 @@ def test_default_instance_builds_and_reports_its_geometry_without_gpu(fam, tmp_p
         assert 100_000 < g.smem <= 232448 and g.workspace >= 0 and g.params_bytes > 256
     # fewer SMs, fewer CTAs
     assert lib.query(parse_shape("4096x4096x1024"), 66, (0, 1, 0, 1)).grid[1] <= 33
+
+
+def test_smoke_bench_instances_are_valid(fam):
+    """bench/cutlass_smoke.py's instances and their runtime variants are valid points of the family."""
+    from bench import cutlass_smoke
+
+    names = set()
+    for name, params in cutlass_smoke.INSTANCES.items():
+        for vname, p in cutlass_smoke.variants(name, params).items():
+            ks = fam.render(p)
+            names.add(vname)
+            assert ks.meta.launch == "host"
+    assert len(names) > len(cutlass_smoke.INSTANCES)
