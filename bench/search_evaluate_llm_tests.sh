@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device call B: finish the 128x128x16384 search, re-check its winner, the LLM path against the
-# scripted server, then the GPU test suites. Archive and table end up in $OUT.
+# One device call: finish (or resume) the 128x128x16384 search, re-check its winner with evo.evaluate, run the
+# LLM path against the scripted server, then the GPU test suites. Archive and table end up in $OUT.
 set -u
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)

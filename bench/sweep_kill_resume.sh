@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call for issue 6: a 24-shape sweep killed midway and resumed, an idempotent rerun, dispatch
+# One device call: a 24-shape sweep killed midway and resumed, an idempotent rerun, dispatch
 # checked against fp32 on the table's shapes and 5 others, and the report. Small per-shape budgets.
 set -u
 export PYTHONUNBUFFERED=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 3 probes on a GPU machine (run through bench/gpu_smoke.sh, which installs the carried wheels):
+# Probes on a GPU machine (run through bench/gpu_smoke.sh, which installs the carried wheels):
 # how the L2 flush mode bills the timed call (bench.flush_probe), and the ping-pong instances of
 # wgmma_sm90 against the libraries on the large shapes. Logs go to $OUT.
 set -u

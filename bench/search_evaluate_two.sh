@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 2 acceptance on a GPU machine: two searches, each winner re-checked independently with evo.evaluate.
+# On a GPU machine: two searches (4096x4096x1024, 128x128x16384), each winner re-checked independently with evo.evaluate.
 # Leaves the archive and the kernel table in $OUT (when set) so a later call can carry them.
 set -u
 export PYTHONUNBUFFERED=1
