@@ -73,7 +73,8 @@ def test_launch_geometry(shape):
         assert spec.block == (p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32, 1, 1)
         assert 0 < spec.smem <= 112 * 1024
         tiles = spec.grid[0] * spec.grid[1]
-        assert spec.workspace == (0 if p["SPLIT_K"] == 1 else p["SPLIT_K"] * tiles * p["BM"] * p["BN"] * 4 + tiles * 4)
+        S = p["SPLIT_K"]
+        assert spec.workspace == (0 if S == 1 else (S + p["RED"] * S // 4) * tiles * p["BM"] * p["BN"] * 4 + tiles * (S // 4 + 2) * 4)
     assert n_ok > 0
 
 
@@ -101,6 +102,8 @@ def _model_small(p, M, N, K, seed):
     written = np.zeros((M, N), np.int64)
     part = np.full((TILES_M * TILES_N, SPLIT_K, FRAG4, 4), np.nan)  # fp32 partials in fragment order
     ticket = np.zeros(TILES_M * TILES_N, np.int64)
+    gticket = np.zeros((TILES_M * TILES_N, SPLIT_K), np.int64)
+    gpart = np.full((TILES_M * TILES_N, SPLIT_K, FRAG4, 4), np.nan)  # group sums (RED)
 
     def load_tile(smem, base, G, row0g, rows_left, k0, ROWS):
         CHUNKS = ROWS * CPR
@@ -165,26 +168,43 @@ def _model_small(p, M, N, K, seed):
                         for j in range(NI):
                             for ln in range(32):
                                 acc[wmn, i, j, ln] += red[(((wk - 1) * WARPS_MN + wmn) * MI + i) * NI * 32 + j * 32 + ln]
-        if SPLIT_K > 1:
-            tile = by * TILES_N + bx
-            for wmn in range(WARPS_MN):
-                for i in range(MI):
-                    for j in range(NI):
-                        for ln in range(32):
-                            part[tile, bz, wmn * MI * NI * 32 + (i * NI + j) * 32 + ln] = acc[wmn, i, j, ln]
-            prev = ticket[tile]
-            ticket[tile] += 1
-            if prev != SPLIT_K - 1:
+        if SPLIT_K > 1:  # tickets: per (tile, group), then per tile over the group sums (RED)
+            GS = 4 if p.get("RED", 0) and SPLIT_K >= 8 else SPLIT_K
+            GROUPS = SPLIT_K // GS
+            tile, grp, mem = by * TILES_N + bx, bz // GS, bz % GS
+
+            def publish(slots, idx):
+                for wmn in range(WARPS_MN):
+                    for i in range(MI):
+                        for j in range(NI):
+                            for ln in range(32):
+                                slots[tile, idx, wmn * MI * NI * 32 + (i * NI + j) * 32 + ln] = acc[wmn, i, j, ln]
+
+            def sum_slots(slots, first, count, own):
+                for wmn in range(WARPS_MN):
+                    for i in range(MI):
+                        for j in range(NI):
+                            for ln in range(32):
+                                s = np.zeros(4)
+                                for z in range(count):
+                                    s += acc[wmn, i, j, ln] if z == own else slots[tile, first + z, wmn * MI * NI * 32 + (i * NI + j) * 32 + ln]
+                                acc[wmn, i, j, ln] = s
+
+            publish(part, bz)
+            prev = gticket[tile, grp]
+            gticket[tile, grp] += 1
+            if prev != GS - 1:
                 continue
-            for wmn in range(WARPS_MN):
-                for i in range(MI):
-                    for j in range(NI):
-                        for ln in range(32):
-                            s = np.zeros(4)
-                            for z in range(SPLIT_K):
-                                s += acc[wmn, i, j, ln] if z == bz else part[tile, z, wmn * MI * NI * 32 + (i * NI + j) * 32 + ln]
-                            acc[wmn, i, j, ln] = s
-            ticket[tile] = 0
+            sum_slots(part, grp * GS, GS, mem)
+            gticket[tile, grp] = 0
+            if GROUPS > 1:
+                publish(gpart, grp)
+                prev = ticket[tile]
+                ticket[tile] += 1
+                if prev != GROUPS - 1:
+                    continue
+                sum_slots(gpart, 0, GROUPS, grp)
+                ticket[tile] = 0
         if p.get("EPI", 0) == 1 and N % 8 == 0:  # staged: fragments -> sC[BM][BN + 8] -> 16-byte row chunks
             SC_LD = BN + 8
             sC = np.full(BM * SC_LD, np.nan)
@@ -221,10 +241,10 @@ def _model_small(p, M, N, K, seed):
                                     written[row, col] += 1
     assert (written == 1).all(), "every C element written exactly once"
     assert np.array_equal(C, A @ B.T)
-    assert (ticket == 0).all(), "split-K tickets back at zero"
+    assert (ticket == 0).all() and (gticket == 0).all(), "split-K tickets back at zero"
 
 
-_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0)
+_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0)
 
 
 @pytest.mark.parametrize("p,M,N,K", [
@@ -233,6 +253,8 @@ _S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_
     (dict(_S, BM=32, BN=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, SPLIT_K=4, STAGES=3), 33, 31, 512),
     (dict(_S, BM=64, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, SPLIT_K=2, STAGES=6), 64, 24, 120),
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, SPLIT_K=2, EPI=1), 40, 72, 256),   # staged epilogue
+    (dict(_S, BM=16, BN=16, BK=32, WARPS_M=1, WARPS_N=1, WARPS_K=1, SPLIT_K=16, RED=1), 17, 20, 512),  # two-level
+    (dict(_S, BM=16, BN=32, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=2, SPLIT_K=8, RED=1, EPI=1), 16, 40, 256),
     (dict(_S, BM=16, BN=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, EPI=1), 20, 33, 64),              # N % 8 != 0: direct
 ])
 def test_index_model(p, M, N, K):
@@ -250,6 +272,7 @@ _COMPILE = [
     (dict(_S, BM=32, BN=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, SPLIT_K=4, STAGES=3), "33x31x512", "sm_90a"),
     (dict(_S, BM=64, BN=128, BK=32, WARPS_M=4, WARPS_N=1, WARPS_K=1, STAGES=3), "64x128x16384", "sm_90a"),
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, SPLIT_K=2, EPI=1), "40x72x256", "sm_90a"),
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=6, SPLIT_K=32, RED=1), "128x128x16384", "sm_90a"),
 ]
 
 

@@ -5,7 +5,7 @@ params: {{PARAMS}}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K"]
 smem: "max(STAGES * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2)"
-workspace: "0 if SPLIT_K == 1 else SPLIT_K * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * 4"
+workspace: "0 if SPLIT_K == 1 else (SPLIT_K + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K // 4 + 2) * 4"
 requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % SPLIT_K == 0"
 ---*/
 // Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a).
@@ -31,6 +31,10 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //     last ticket sums the partials in fixed order 0..SPLIT_K-1, its own from registers
 //     (deterministic whichever CTA arrives last), writes C and resets the ticket to zero.
 //     No sequentially consistent fence (__threadfence / membar.sc) anywhere.
+//   * RED (SPLIT_K >= 8): a two-level reduce. Groups of 4 splits take a group ticket; the last
+//     of a group sums its 4 partials and publishes the group sum behind a second ticket, whose
+//     last CTA sums the SPLIT_K / 4 group sums (fixed tree: deterministic). The critical path
+//     reads 3 + SPLIT_K/4 - 1 partials instead of SPLIT_K - 1.
 //   * EPI: 0 stores C straight from the mma fragments (half2); 1 stages the tile in shared
 //     memory (padded rows) and writes whole 16-byte row chunks (N % 8 == 0, else as EPI 0).
 #include <cuda_fp16.h>
@@ -50,6 +54,7 @@ constexpr int WARPS_K = {{WARPS_K}};
 constexpr int STAGES = {{STAGES}};
 constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int EPI = {{EPI}};
+constexpr int RED = {{RED}};
 
 constexpr int WARPS_MN = WARPS_M * WARPS_N;
 constexpr int THREADS = WARPS_MN * WARPS_K * 32;
@@ -73,8 +78,9 @@ constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x 
 constexpr int UNROLL = KT_PER <= 64 ? KT_PER : STAGES;
 constexpr bool EPI_STAGED = EPI == 1 && kN % 8 == 0;   // 16-byte rows of C need N % 8 == 0
 constexpr int SC_LD = BN + 8;                          // staged C tile row stride (halves)
-constexpr int ZU_ = 16 / (MI * NI) < 1 ? 1 : 16 / (MI * NI);   // split-K reduce: partials in flight per thread
-constexpr int ZU = ZU_ < SPLIT_K ? ZU_ : SPLIT_K;
+constexpr int TILES = TILES_M * TILES_N;
+constexpr int GS = RED && SPLIT_K >= 8 ? 4 : SPLIT_K;   // splits per first-level group of the split-K reduce
+constexpr int GROUPS = SPLIT_K / GS;                    // second level (RED): the group sums
 
 static_assert(BK == 32 || BK == 64, "swizzle is laid out for BK = 32 or 64");
 static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
@@ -83,6 +89,7 @@ static_assert(KT % SPLIT_K == 0 && KT_PER >= 1, "every split gets the same numbe
 static_assert(kK % 8 == 0, "16-byte chunks never straddle the K edge");
 static_assert(STAGES >= 2, "need at least double buffering");
 static_assert(FRAG4 * 4 == BM * BN, "fragments cover the tile");
+static_assert(SPLIT_K % GS == 0, "the reduce groups split SPLIT_K evenly");
 
 __device__ __forceinline__ int swz(int L) { return L ^ ((L >> 3) & 7); }
 
@@ -146,6 +153,52 @@ __device__ __forceinline__ void store_pair(__half* c, int row, int col, float v0
         if (col < kN) p[0] = __float2half_rn(v0);
         if (col + 1 < kN) p[1] = __float2half_rn(v1);
     }
+}
+
+// This warp's fragments of a BM x BN fp32 tile, in fragment order ([warp_mn][MI][NI][32] float4, coalesced).
+__device__ __forceinline__ void publish(const float (&acc)[MI][NI][4], float4* slot, int warp_mn, int lane) {
+    float4* mine = slot + warp_mn * MI * NI * 32 + lane;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+            __stcg(mine + (i * NI + j) * 32, make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
+}
+
+// acc = slot 0 + slot 1 + ... + slot COUNT-1 in this order (deterministic), slot `own` from registers; a few
+// slots' loads in flight at once (bounded registers).
+template <int COUNT>
+__device__ __forceinline__ void sum_slots(float (&acc)[MI][NI][4], const float4* slots, int own, int warp_mn, int lane) {
+    constexpr int ZU_ = 16 / (MI * NI) < 1 ? 1 : 16 / (MI * NI);
+    constexpr int ZU = ZU_ < COUNT ? ZU_ : COUNT;
+    const float4* base = slots + warp_mn * MI * NI * 32 + lane;
+    float sum[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sum[i][j][e] = 0.f;
+#pragma unroll ZU
+    for (int z = 0; z < COUNT; ++z) {
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const float4 v = z == own ? make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3])
+                                          : __ldcg(base + z * FRAG4 + (i * NI + j) * 32);
+                sum[i][j][0] += v.x;
+                sum[i][j][1] += v.y;
+                sum[i][j][2] += v.z;
+                sum[i][j][3] += v.w;
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = sum[i][j][e];
 }
 
 }  // namespace
@@ -268,57 +321,36 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
         }
     }
 
-    // ---- SPLIT_K: publish the partial, the last ticket sums all of them in fixed order ----
+    // ---- SPLIT_K: publish the partial; the last ticket of a group sums the group in fixed order; with RED the
+    //      group sums go through a second ticket (two short chains instead of one long one) ----
     if (SPLIT_K > 1) {
         __shared__ unsigned int s_last;
         const int tile = blockIdx.y * TILES_N + blockIdx.x;
-        float4* part = reinterpret_cast<float4*>(workspace) + tile * SPLIT_K * FRAG4;  // [SPLIT_K][FRAG4]
-        unsigned int* ticket = reinterpret_cast<unsigned int*>(workspace + TILES_M * TILES_N * SPLIT_K * BM * BN) + tile;
         const int kz = blockIdx.z;
-        if (warp_k == 0) {
-            float4* mine = part + kz * FRAG4 + warp_mn * MI * NI * 32 + lane;
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NI; ++j)
-                    __stcg(mine + (i * NI + j) * 32, make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
-        }
+        const int grp = kz / GS;
+        const int mem = kz % GS;
+        float4* ws4 = reinterpret_cast<float4*>(workspace);
+        float4* part = ws4 + (tile * SPLIT_K + grp * GS) * FRAG4;              // this group's GS partials
+        float4* gsum = ws4 + (TILES * SPLIT_K + tile * GROUPS) * FRAG4;        // [GROUPS] group sums (RED)
+        unsigned int* tickets = reinterpret_cast<unsigned int*>(ws4 + TILES * (SPLIT_K + (GROUPS > 1 ? GROUPS : 0)) * FRAG4);
+        unsigned int* t_group = tickets + tile * GROUPS + grp;
+        unsigned int* t_final = tickets + TILES * GROUPS + tile;
+        if (warp_k == 0) publish(acc, part + mem * FRAG4, warp_mn, lane);
         __syncthreads();
-        if (tid == 0) s_last = ticket_acq_rel(ticket) == (unsigned int)(SPLIT_K - 1);
+        if (tid == 0) s_last = ticket_acq_rel(t_group) == (unsigned int)(GS - 1);
         __syncthreads();
         if (!s_last) return;
-        if (warp_k == 0) {
-            // sum[z = 0..SPLIT_K-1] in order, ZU splits' loads in flight at once (bounded registers)
-            const float4* base = part + warp_mn * MI * NI * 32 + lane;
-            float sum[MI][NI][4];
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NI; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) sum[i][j][e] = 0.f;
-#pragma unroll ZU
-            for (int z = 0; z < SPLIT_K; ++z) {
-#pragma unroll
-                for (int i = 0; i < MI; ++i)
-#pragma unroll
-                    for (int j = 0; j < NI; ++j) {
-                        const float4 v = z == kz ? make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3])
-                                                 : __ldcg(base + z * FRAG4 + (i * NI + j) * 32);
-                        sum[i][j][0] += v.x;
-                        sum[i][j][1] += v.y;
-                        sum[i][j][2] += v.z;
-                        sum[i][j][3] += v.w;
-                    }
-            }
-#pragma unroll
-            for (int i = 0; i < MI; ++i)
-#pragma unroll
-                for (int j = 0; j < NI; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) acc[i][j][e] = sum[i][j][e];
+        if (warp_k == 0) sum_slots<GS>(acc, part, mem, warp_mn, lane);
+        if (tid == 0) *t_group = 0u;  // the whole group has arrived: ready for the next launch
+        if (GROUPS > 1) {
+            if (warp_k == 0) publish(acc, gsum + grp * FRAG4, warp_mn, lane);
+            __syncthreads();
+            if (tid == 0) s_last = ticket_acq_rel(t_final) == (unsigned int)(GROUPS - 1);
+            __syncthreads();
+            if (!s_last) return;
+            if (warp_k == 0) sum_slots<GROUPS>(acc, gsum, grp, warp_mn, lane);
+            if (tid == 0) *t_final = 0u;
         }
-        if (tid == 0) *ticket = 0u;  // every split has arrived: ready for the next launch
     }
 
     // ---- epilogue, EPI = 1: fragments -> padded smem tile -> 16-byte coalesced row stores ----
