@@ -22,12 +22,15 @@ for _ in $(seq 50); do grep -q "serving" "$OUT/fake_llm.log" 2>/dev/null && brea
 
 cat > "$OUT/llm-demo.yaml" <<YAML
 search: {proposer_weights: {mutate: 1, llm: 1}, children: 6}
+check: {sanitize: false}        # the champion's compute-sanitizer pass is not what this demo is about
 llm: {backoff_s: 0.1, profile: true, profile_max: 4, concurrency: 2}
 YAML
 export EVO_LLM_API_KEY=EMPTY
 python3 -m evo.search --shape "$SHAPE" --proposer mutate,llm --budget-minutes "$MINUTES" --db "$DB" --out "$OUT/kernels" \
   --config "$OUT/llm-demo.yaml" --llm-url "http://127.0.0.1:$PORT/v1" --llm-model fake 2>&1 | tee "$OUT/search.log" | tail -40
 
+echo; echo "== preflight and profiler notes"
+grep -E "preflight|note:|llm:|stopping" "$OUT/search.log"
 echo; echo "== conversations (python -m evo.conversations --db $DB list)"
 python3 -m evo.conversations --db "$DB" list | tee "$OUT/conversations.txt" | tail -25
 echo; echo "== Nsight Compute profiles stored"
