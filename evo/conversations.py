@@ -56,6 +56,16 @@ def show(r: Any, out: TextIO, sections: bool = False) -> None:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `... | head`: the reader has all it wanted
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     from .cli import _Parser
 
     ap = _Parser(prog="python -m evo.conversations", description="LLM conversations kept in the archive.")
