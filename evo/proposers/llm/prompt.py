@@ -297,7 +297,7 @@ def techniques_text(t: Templates, arch: str, short: bool = False) -> str:
         text += ("\n\nCUTLASS/CuTe headers (nvidia-cutlass) are on the include path, for device code: "
                  + ", ".join(f"`<{h}>`" for h in heads)
                  + ". The harness launches `evo_gemm` itself (grid, block, smem from the front matter), so CUTLASS's "
-                 "host-side launch and Params are not used.")
+                 "host-side launch and Params are not used, except by kernels whose front matter says `launch: host`.")
     return text
 
 
