@@ -100,6 +100,7 @@ def test_prompt_carries_the_evidence(lineage, monkeypatch, tmp_path):
     # lineage: the ancestor, the failed try from this parent; the family's best
     assert f"[ancestor] {gp.hash[:10]} wgmma_sm90 (mutate): 60.00 µs" in text
     assert "[child of this parent]" in text and "failed at compile: ptxas error: too much shared data. idea: five stages" in text
+    assert f"] {par.hash[:10]} " not in text  # the parent is not its own lineage
     assert f"Best kernel of the parent's family (`wgmma_sm90`) on this shape\n{best.hash[:10]}: 40.00 µs" in text
     # Hopper techniques, TmaDesc, headers
     for s in ("Warp specialisation", "TMA multicast", "stream-K", "TMA-store epilogue", "wgmma.mma_async",

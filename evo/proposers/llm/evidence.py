@@ -15,6 +15,8 @@ from typing import Any, Callable
 from ...records import Individual
 from ..base import ProposalContext
 
+PARAMETER_PROPOSERS = ("mutate", "optuna", "seed")  # their ideas are parameter moves, not written changes
+RECENT = 8  # latest tries on the shape listed besides the parent's own line
 LIBRARY_HASH = "library:cublas"  # the profiles-table key of the library's kernel on a problem
 _PTXAS = re.compile(r"ptxas|registers|spill|stack frame|smem|cmem|C7510|serialized|bytes gmem|Compiling entry", re.I)
 
@@ -155,7 +157,7 @@ class Evidence:
         seen: set[str] = set()
 
         def add(r: Any, relation: str) -> None:
-            if r["hash"] in seen or len(out) >= limit:
+            if r["hash"] in seen or r["hash"] == parent.hash or len(out) >= limit:
                 return
             seen.add(r["hash"])
             out.append(LineageEntry(r["hash"], r["family"] or "", r["proposer"] or "", r["idea"] or "",
@@ -170,9 +172,10 @@ class Evidence:
                 add(r, "child of this parent")
             elif p in chain[1:]:
                 add(r, "tried from an ancestor")
-        for r in reversed(rows):  # the latest ideas on this shape (LLM and others), newest first
-            if r["idea"] and r["hash"] != parent.hash:
-                add(r, "recent on this shape")
+        recent = [r for r in reversed(rows) if r["idea"]]  # the latest ideas on this shape, newest first:
+        written = [r for r in recent if (r["proposer"] or "") not in PARAMETER_PROPOSERS][:RECENT]  # written ones first
+        for r in written + recent[:RECENT]:
+            add(r, "recent on this shape")
         return out
 
     # ---- family best
