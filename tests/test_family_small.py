@@ -53,6 +53,11 @@ def test_shape_is_pinned_and_split_k_divides_the_k_tiles():
     assert not fam.render(p, parse_shape("128x64x96")).accepts(parse_shape("128x64x96"))
     assert not fam.render(dict(p, SPLIT_K=1), parse_shape("128x64x100")).accepts(parse_shape("128x64x100"))
     assert fam.render(dict(p, SPLIT_K=1), parse_shape("77x33x104")).accepts(parse_shape("77x33x104"))
+    # the ring never outgrows a split's K tiles + 1 (K = 64 in BK 32: 2 tiles -> 3 stages, not 6)
+    short = parse_shape("1024x2048x64")
+    q = dict(p, BM=64, BN=64, WARPS_N=4, STAGES=6, SPLIT_K=1)
+    assert fam.render(q, short).launch(short, 132).smem == 3 * (64 + 64) * 32 * 2
+    assert fam.render(q, parse_shape("1024x2048x512")).launch(parse_shape("1024x2048x512"), 132).smem == 6 * 128 * 64
 
 
 @pytest.mark.parametrize("shape", ["64x64x64", "128x64x512", "77x1000x336", "128x128x16384", "16x8x8"])
@@ -93,6 +98,7 @@ def _model_small(p, M, N, K, seed):
     KT = -(-K // BK)
     assert K % 8 == 0 and KT % SPLIT_K == 0
     KT_PER = KT // SPLIT_K
+    STAGES = min(STAGES, max(2, KT_PER + 1))  # the ring never outgrows a split's K tiles + 1
     TILES_M, TILES_N = -(-M // BM), -(-N // BN)
     FRAG4 = WARPS_MN * MI * NI * 32
     rng = np.random.default_rng(seed)

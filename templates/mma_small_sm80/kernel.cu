@@ -4,7 +4,7 @@ archs: [sm_80, sm_90a]
 params: {{PARAMS}}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K"]
-smem: "max(STAGES * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2)"
+smem: "max(min(STAGES, max(2, cdiv(K, BK) // SPLIT_K + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2)"
 workspace: "0 if SPLIT_K == 1 else (SPLIT_K + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K // 4 + 2) * 4"
 requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % SPLIT_K == 0"
 ---*/
@@ -22,7 +22,8 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //     STAGES-1 tiles go out before the accumulators are even cleared.
 //   * mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix.x4 from XOR-swizzled shared memory
 //     (chunk L of 16 bytes lives at L ^ ((L >> 3) & 7): conflict-free ldmatrix and cp.async),
-//     STAGES-deep cp.async ring, one __syncthreads per K tile.
+//     STAGES-deep cp.async ring (at most a split's K tiles + 1: short K keeps shared memory
+//     small and occupancy high), one __syncthreads per K tile.
 //   * WARPS_K: the warps of a CTA split each K tile's k16 steps; partial accumulators are
 //     summed through shared memory in fixed warp order (deterministic).
 //   * SPLIT_K: CTAs (grid z) split K. Each publishes its fp32 partial (fragment order, 16-byte
@@ -51,7 +52,7 @@ constexpr int BK = {{BK}};
 constexpr int WARPS_M = {{WARPS_M}};
 constexpr int WARPS_N = {{WARPS_N}};
 constexpr int WARPS_K = {{WARPS_K}};
-constexpr int STAGES = {{STAGES}};
+constexpr int STAGES_MAX = {{STAGES}};   // ring depth asked for; STAGES: what a split's K tiles can use
 constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int EPI = {{EPI}};
 constexpr int RED = {{RED}};
@@ -75,6 +76,7 @@ constexpr bool FULL_M = kM % BM == 0;       // no row predicates on A / C
 constexpr bool FULL_N = kN % BN == 0;       // no row predicates on B, column predicates on C
 constexpr bool FULL_K = kK % BK == 0;       // no K predicates
 constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x BN tile
+constexpr int STAGES = STAGES_MAX < KT_PER + 1 ? STAGES_MAX : (KT_PER + 1 < 2 ? 2 : KT_PER + 1);  // no idle smem
 constexpr int UNROLL = KT_PER <= 64 ? KT_PER : STAGES;
 constexpr bool EPI_STAGED = EPI == 1 && kN % 8 == 0;   // 16-byte rows of C need N % 8 == 0
 constexpr int SC_LD = BN + 8;                          // staged C tile row stride (halves)
