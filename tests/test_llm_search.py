@@ -106,3 +106,21 @@ def test_candidate_limit_bounds_llm_requests(tmp_path, monkeypatch):
         out = io.StringIO()
         Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=DemoCompiler()).run()
     assert 0 < len(srv.requests) <= 2 and srv.preflights == 1
+
+
+def test_missing_ncu_is_said_once_and_the_search_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setenv(DEFAULT_KEY_ENV, "EMPTY")
+    with FakeLlmServer(DemoScript()) as srv:
+        cfg = load_config(overrides={
+            "search": {"budget_minutes": 0, "max_candidates": 16, "children": 3, "seed": 3, "proposers": ["mutate", "llm"]},
+            "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": TOY},
+            "llm": {"url": srv.base_url, "model": "fake", "backoff_s": 0.001, "ncu": "/nonexistent/ncu", "profile": True},
+        })
+        out = io.StringIO()
+        Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker,
+               compiler=DemoCompiler(cache_dir=tmp_path / "cubins")).run()
+    text = out.getvalue()
+    assert text.count("note: Nsight Compute (/nonexistent/ncu) not found") == 1
+    prompts = [q for q in srv.prompts() if "ptxas report of the parent" in q]
+    assert prompts and all("Nsight Compute, one launch" not in q for q in prompts)
+    assert any("Nsight Compute: no profile (Nsight Compute (/nonexistent/ncu) not found)" in q for q in prompts)
