@@ -19,7 +19,8 @@ OFF_TABLE = ["1000x1000x1000", "77x200x72", "129x67x33", "3000x5000x2048", "1x40
 
 
 @pytest.fixture(scope="module")
-def dispatcher():
+def dispatcher(tmp_path_factory):
+    os.environ["EVO_DISPATCH_DECISIONS"] = str(tmp_path_factory.mktemp("decisions") / "dispatch.json")
     from evo.dispatch import CupyBackend, Dispatcher
 
     be = CupyBackend()
@@ -58,6 +59,15 @@ def test_shapes_not_in_table_match_reference(dispatcher, shape):
     if (m, n, k) in dispatcher.rows:
         pytest.skip(f"{shape} is in the table")
     print(_check(dispatcher, shape))
+
+
+def test_library_rows_are_served_by_their_library(dispatcher):
+    """cuBLASLt rows run cuBLASLt (stored, heuristic or autotuned-here algorithm), cuBLAS rows cuBLAS."""
+    for r in dispatcher.rows.values():
+        if r["winner"] == "evo":
+            continue
+        plan = dispatcher.plan(r["m"], r["n"], r["k"])
+        assert plan.kind == "library" and plan.library == r["winner"], dispatcher.explain(r["m"], r["n"], r["k"])
 
 
 def test_torch_tensors_through_dlpack(dispatcher):
