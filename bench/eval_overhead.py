@@ -1,13 +1,14 @@
 """Per-candidate evaluation time (check + timing in the GPU worker), for one or more source trees side by side.
 
     python -m bench.eval_overhead                                  # this tree
-    python -m bench.eval_overhead --repo . --repo /tmp/old-evo     # this tree against another (e.g. before a change)
+    python -m bench.eval_overhead --repo .old-eval --repo .        # another tree (e.g. before a change) against this one
 
 The kernels (each family's CI instances that accept the shape, rendered and compiled by *this* tree) are
 evaluated by each tree's own worker (``evo`` imported from that tree), in rounds that alternate the trees,
 after one warm-up evaluation per tree (NVRTC and cuBLAS start-up). Reported: the median seconds per
 candidate per tree and the ratio to the first tree. An old tree is made with
-``git archive COMMIT evo | tar -x -C DIR`` (only its ``evo`` package is used).
+``mkdir .old-eval && git archive COMMIT evo | tar -x -C .old-eval`` (only its ``evo`` package is used;
+untracked, so it travels to a GPU machine with the working tree).
 """
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ def prepare(shapes: list[str], per_shape: int, cache: str) -> list[dict]:
                 continue
             for params in fam.instances_for_ci()[:1]:
                 ks = fam.render(params, p)
-                if not ks.accepts(p):
-                    continue
+                if getattr(ks.meta, "launch", "") == "host" or not ks.accepts(p):
+                    continue  # host-launched kernels: an older tree cannot load them
                 r = comp.compile(ks, arch)
                 if r.ok:
                     out.append({"shape": shape, "name": f"{fam.name}", "source": ks.text, "cubin": r.cubin_path,

@@ -55,3 +55,10 @@ def test_evaluate_passes_the_roofline_bound(monkeypatch, capsys):
     ops = {op: kw for op, kw in _Worker.calls}
     assert ops["evaluate"]["bound_us"] == pytest.approx(bound) and ops["baselines"]["bound_us"] == pytest.approx(bound)
     assert rc == 1 and "REJECTED" in capsys.readouterr().out  # 5 us for 4096x4096x1024 is below ~137 us
+
+
+def test_eval_overhead_refuses_a_tree_without_evo(tmp_path, capsys):
+    from bench.eval_overhead import main
+
+    assert main(["--repo", str(tmp_path)]) == 2
+    assert "has no evo package" in capsys.readouterr().err
