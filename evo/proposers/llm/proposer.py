@@ -248,7 +248,12 @@ class LlmProposer:
                  f"tokens {fmt_tokens(led.tokens_in)} in / {fmt_tokens(led.tokens_out)} out{cost}"]
         if led.exhausted:
             cap = f"{fmt_tokens(led.budget_tokens)} tokens" if led.budget_tokens else f"${led.budget_usd:.2f}"
-            lines.append(f"llm: budget of {cap} spent; the llm proposer stopped")
+            held = f" ({led.refused} requests not sent: their estimate would have passed it)" if led.refused else ""
+            lines.append(f"llm: budget of {cap} spent{held}; the llm proposer stopped")
+        elif self.stop_reason:
+            lines.append(f"llm: stopped: {self.stop_reason}")
+        if self.store is not None:
+            lines.append("llm: prompts and replies are in the archive: python -m evo.conversations list")
         for name, s in self.models.items():
             label = name if name == s.model else f"{name} ({s.model})"
             bad = ", ".join(f"{r} {c}" for r, c in s.unusable.most_common())
