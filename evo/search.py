@@ -467,8 +467,8 @@ def main(argv: list[str] | None = None) -> int:
     load_families(search.templates, cfg_names(cfg))  # unknown family names fail before the GPU is touched
     search.llm_checked = llm_preflight(cfg)  # a wrong endpoint ends here, GPU or not
     require_gpu(COMPILE_ONLY_HINT)  # no GPU: one line, before anything else is printed
-    search.run()
-    return 0
+    summary = search.run()
+    return 1 if summary.stop_reason.startswith("LLM endpoint failing") else 0  # the run's proposer broke: say so to scripts
 
 
 if __name__ == "__main__":
