@@ -52,12 +52,15 @@ def _run(args: argparse.Namespace) -> int:
     else:
         if not (args.source and args.cubin):
             raise SystemExit("error: give --source and --cubin, or --library cublas")
-        from .launch import LoadedKernel
+        try:  # the launcher the candidate's ABI asks for (host-launched kernels too), as the worker loads it
+            from .host_launch import load_kernel
+        except ImportError:
+            from .launch import LoadedKernel as load_kernel  # type: ignore[assignment]
 
         info = gpu_info(0)
         with open(args.source) as f:
             ks = KernelSource.parse(f.read())
-        kernel = LoadedKernel(ks, args.cubin, problem, info.sm_count, info.smem_per_block_optin)
+        kernel = load_kernel(ks, args.cubin, problem, info.sm_count, info.smem_per_block_optin)
         run = lambda: kernel(a, b, c)  # noqa: E731
     for _ in range(max(0, args.warmup)):
         run()
