@@ -264,6 +264,17 @@ def compare_bound(c, ref, bound, what: str, xp=None) -> str:
             f"fp16 accumulation or rounded inputs?")
 
 
+def checked_calls(rng: np.random.Generator, cfg: CheckConfig, warmup: int, reps: int,
+                  off: frozenset = frozenset()) -> list[int]:
+    """Which calls (0-based, warm-up first) are compared in full: full_checks_min..max of them (a random count)
+    at random positions among the timed calls. random_checks off: the first warm-up calls (the old, telling
+    layout)."""
+    n_full = int(rng.integers(cfg.full_checks_min, cfg.full_checks_max + 1))
+    if "random_checks" in off:
+        return list(range(min(n_full, warmup)))
+    return sorted(int(x) for x in rng.choice(np.arange(warmup, warmup + reps), size=min(n_full, reps), replace=False))
+
+
 @dataclass
 class CallLog:
     """What the host remembers of one call: its seeds, and whether (and where) it is compared in full."""
@@ -292,12 +303,7 @@ class FreshInputs:
         self.a, self.b, self.c = Guarded(p.m, p.k), Guarded(p.n, p.k), Guarded(p.m, p.n)
         self.calls_max = warmup + reps
         self.warmup = warmup
-        n_full = int(self.rng.integers(cfg.full_checks_min, cfg.full_checks_max + 1))
-        if "random_checks" in off:  # the distinguishable layout: the first warm-up calls are the checked ones
-            self.checked = list(range(min(n_full, warmup)))
-        else:
-            self.checked = sorted(int(x) for x in self.rng.choice(np.arange(warmup, warmup + reps),
-                                                                    size=min(n_full, reps), replace=False))
+        self.checked = checked_calls(self.rng, cfg, warmup, reps, off)
         self.snaps = [cupy.empty((p.m, p.n), dtype=cupy.float16) for _ in range(len(self.checked) + 1)]
         tight = "tight_bound" not in off
         self.rows = cfg.sample_rows if tight else 0

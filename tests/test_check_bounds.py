@@ -120,3 +120,19 @@ def test_checksum_tolerance_holds_honest_noise_and_not_a_skipped_row(shape):
             c[0, :] = 0.0  # a row never written (zeros): far outside the tolerance
             assert abs(u @ (c - exact) @ v) > tol
     assert worst < tol / 4, (worst, tol)
+
+
+def test_checked_calls_are_random_timed_calls():
+    from evo.fresh import checked_calls
+
+    seen_counts, seen_positions = set(), set()
+    for seed in range(200):
+        calls = checked_calls(np.random.default_rng(seed), CFG, warmup=5, reps=30)
+        assert CFG.full_checks_min <= len(calls) <= CFG.full_checks_max
+        assert all(5 <= c < 35 for c in calls) and calls == sorted(set(calls))
+        seen_counts.add(len(calls))
+        seen_positions.update(calls)
+    assert seen_counts == set(range(CFG.full_checks_min, CFG.full_checks_max + 1))
+    assert seen_positions == set(range(5, 35))  # every timed call can be a checked one
+    assert checked_calls(np.random.default_rng(0), CFG, 5, 2) and len(checked_calls(np.random.default_rng(0), CFG, 5, 2)) <= 2
+    assert all(c < 5 for c in checked_calls(np.random.default_rng(0), CFG, 5, 30, frozenset({"random_checks"})))

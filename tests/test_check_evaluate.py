@@ -62,3 +62,19 @@ def test_eval_overhead_refuses_a_tree_without_evo(tmp_path, capsys):
 
     assert main(["--repo", str(tmp_path)]) == 2
     assert "has no evo package" in capsys.readouterr().err
+
+
+def test_eval_overhead_table_compares_trees(tmp_path, monkeypatch, capsys):
+    import bench.eval_overhead as eo
+
+    for name in ("old", "new"):
+        (tmp_path / name / "evo").mkdir(parents=True)
+        (tmp_path / name / "evo" / "__init__.py").write_text("")
+    monkeypatch.setattr(eo, "prepare", lambda shapes, per_shape, cache: [{"shape": "64x64x64", "name": "naive"}])
+    secs = {"old": 1.0, "new": 1.1}
+    monkeypatch.setattr(eo, "run_tree", lambda repo, spec, rounds, tmp, tag: {
+        "64x64x64 naive": [{"wall": 1.0, "seconds": secs[Path(repo).name], "ok": True, "error": "", "time_us": 5.0}]})
+    out = tmp_path / "o.json"
+    assert eo.main(["--repo", str(tmp_path / "old"), "--repo", str(tmp_path / "new"), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "1.100" in text.splitlines()[-1] and out.is_file()  # total line: new / old
