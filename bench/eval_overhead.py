@@ -82,7 +82,9 @@ def worker_main(spec_path: str, rounds: int, result_path: str) -> int:
 
 def run_tree(repo: str, spec_path: str, rounds: int, tmp: str, tag: int) -> dict:
     result = os.path.join(tmp, f"result{tag}.json")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(repo).resolve()), str(ROOT)]))
+    # the tree's evo first, then this tree (for bench), then what was there (installed wheels)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        x for x in [str(Path(repo).resolve()), str(ROOT), os.environ.get("PYTHONPATH", "")] if x))
     proc = subprocess.run([sys.executable, "-m", "bench.eval_overhead", "--worker", spec_path, "--rounds", str(rounds),
                            "--result", result], env=env, cwd=tmp, capture_output=True, text=True)
     if proc.returncode != 0:
