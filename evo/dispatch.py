@@ -523,6 +523,10 @@ class Dispatcher:
             plan = self._plans[key] = self._plan(m, n, k)
         return plan
 
+    def cached(self, m: int, n: int, k: int) -> Plan | None:
+        """The plan already made for a shape in this process, or None (nothing is chosen, compiled or timed)."""
+        return self._plans.get((m, n, k))
+
     def explain(self, m: int, n: int, k: int) -> str:
         pl = self.plan(m, n, k)
         who = pl.kind + (f" {pl.hash[:10]}" if pl.hash else "") + (f" [{pl.library}]" if pl.library else "")

@@ -87,7 +87,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     m, k = a.shape
     n = b.shape[0]
     c = torch.empty((m, n), dtype=torch.float16, device=a.device)
-    plan = d._plans.get((m, n, k))
+    plan = d.cached(m, n, k)
     if plan is None:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"evo::matmul: shape {m}x{n}x{k} is first seen inside a CUDA graph capture; call the op "
