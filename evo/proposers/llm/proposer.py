@@ -51,11 +51,13 @@ class _BudgetSkip(Exception):
 class LlmProposer:
     """The ``llm`` proposer.
 
-    The search calls ``check_endpoints()`` once, then ``propose(ctx, n)`` each generation and
-    ``observe(individuals)`` after evaluation; ``summary_lines()`` at the end. ``propose``
-    never raises for a bad reply or a failed request: it records them (``stats()``,
-    ``rejected``) and returns the usable children only. When the token or dollar budget is
-    spent, ``exhausted`` turns True and ``propose`` returns [].
+    The search builds it with ``from_config(cfg, store=..., profiler=...)``, calls ``check_endpoints()`` (the
+    preflight) once, then ``propose(ctx, n)`` each generation and ``observe(individuals)`` after evaluation;
+    ``summary_lines()`` at the end. ``propose`` never raises for a bad reply or a failed request: it records them
+    (``stats()``, ``rejected``, the archive's conversations) and returns the usable children only. A request goes
+    out only while the request limit allows it and its estimate fits the token and dollar caps; when a cap would
+    be passed, or the endpoint keeps failing, ``exhausted`` turns True (``stop_reason`` says why) and ``propose``
+    returns [].
     """
 
     name = "llm"
