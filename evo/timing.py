@@ -48,7 +48,7 @@ extern "C" __global__ void evo_flush_read(const int4* __restrict__ p, long long 
 @dataclass
 class Contender:
     """A timed call with work around it that stays outside the event window:
-    ``before`` (e.g. rotate the inputs, poison C) runs before the L2 flush, ``after``
+    ``before`` (e.g. generate new inputs, poison C) runs before the L2 flush, ``after``
     (e.g. a checksum of C) is queued after the stop event."""
 
     run: Callable[[], None]
