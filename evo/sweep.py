@@ -626,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ray", action="store_true", help="run the searches on a Ray cluster (pip install -e .[ray])")
     ap.add_argument("--ray-address", help="Ray cluster address (default: auto, i.e. the cluster `ray start --head` started)")
     ap.add_argument("--ray-actors", type=int, help="searches at once (default: the cluster's GPU count)")
+    from .search import add_llm_flags, apply_llm_flags, llm_preflight
+
+    add_llm_flags(ap)
     args = ap.parse_args(argv)
     for v, flag in ((args.budget_minutes_per_shape, "--budget-minutes-per-shape"),
                     (args.max_candidates_per_shape, "--max-candidates-per-shape"), (args.seed_winners, "--seed-winners")):
@@ -652,7 +655,9 @@ def main(argv: list[str] | None = None) -> int:
                                   "max_candidates": args.max_candidates_per_shape,
                                   "proposers": args.proposer.split(",") if args.proposer else None,
                                   "seed_winners": args.seed_winners})
+    apply_llm_flags(cfg, args)
     shapes = select_shapes(load_shapes(args.shapes), args.limit_shapes, args.sample, cfg.search.seed)
+    llm_preflight(cfg)  # a wrong LLM endpoint ends the sweep before any GPU work
     outcome = run_sweep(shapes, cfg, shapes_file=args.shapes, device_ids=device_ids, ray=args.ray,
                         ray_address=args.ray_address, ray_actors=args.ray_actors or 0,
                         budget_gpu_hours=args.budget_gpu_hours or 0.0)

@@ -134,3 +134,17 @@ def test_a_failing_endpoint_mid_run_stops_the_proposer_with_a_reason(monkeypatch
             p.propose(samples.context([parent]), 3)
     assert p.exhausted and p.stop_reason.startswith("LLM endpoint failing: 6 requests in a row failed")
     assert "HTTP 404" in p.stop_reason
+
+
+def test_sweep_checks_the_endpoint_first(tmp_path, capsys, monkeypatch):
+    from evo import sweep
+
+    monkeypatch.setenv(DEFAULT_KEY_ENV, "EMPTY")
+    shapes = tmp_path / "shapes.yaml"
+    shapes.write_text("shapes: [256x256x256]\n")
+    with FakeLlmServer([]) as srv:
+        code = sweep.main(["--shapes", str(shapes), "--proposer", "llm", "--db", str(tmp_path / "evo.db"),
+                           "--llm-url", srv.root_url, "--llm-model", "fake"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert_one_line(err, "HTTP 404", "/v1")
