@@ -125,7 +125,7 @@ def render(rows: list[TableRow], doc: dict, gpu: str, table_dir: Path, store: St
         if chosen:
             plot_lineage(plt, tree, chosen.shape, rep / "lineage.png")
     else:
-        for stale in ("gpu_minutes.png", "lineage.png"):
+        for stale in ("gpu_minutes.png", "lineage.png", "best_so_far.png"):
             (rep / stale).unlink(missing_ok=True)
     verdicts = {v: sum(r.verdict == v for r in rows) for v in ("win", "tie", "loss")}
     n_evo = sum(r.winner == "evo" for r in rows)
@@ -225,7 +225,7 @@ def plot_best_so_far(plt, store: Store, gpu: str, rows: list[TableRow], path: Pa
     if not reach:
         return "no evaluations in the archive"
     reach.sort()
-    return (f"{n} shapes; GPU-seconds of evaluation until the best was within 2% of the final best: "
+    return (f"{n} of {len(rows)} shapes (the others have no evaluations in the archive); GPU-seconds of evaluation until the best was within 2% of the final best: "
             f"median {reach[len(reach) // 2]:.0f} s, max {reach[-1]:.0f} s")
 
 
