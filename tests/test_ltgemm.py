@@ -1,0 +1,107 @@
+"""evo.ltgemm without a GPU: algorithm configs as plain JSON, matching a stored config among the planned ones, the
+detail text that carries it, and what bind() hands to cublasLtMatmul (fake nvmath and cupy modules whose
+attributes mirror nvmath-python 1.0's Matmul)."""
+from __future__ import annotations
+
+import enum
+import sys
+import types
+
+import numpy as np
+import pytest
+
+from evo.ltgemm import ALGO_MARK, algorithm_config, algorithm_from_detail, algorithm_note, same_config
+
+
+class Tile(enum.Enum):
+    T64x128 = 7
+
+
+class FakeAlg:
+    def __init__(self, i, tile=(64, 128)):
+        self.algorithm_id, self.tile, self.stages, self.split_k = i, tile, "64x4", 1
+        self.reduction_scheme, self.cta_swizzling, self.custom_option, self.inner_shape = 0, True, 0, Tile.T64x128
+
+    @property
+    def cluster_shape(self):
+        raise RuntimeError("not reported by this cuBLASLt")
+
+
+def test_config_is_plain_json_and_matches():
+    cfg = algorithm_config(FakeAlg(21))
+    assert cfg == {"algorithm_id": 21, "tile": [64, 128], "stages": "64x4", "split_k": 1, "reduction_scheme": 0,
+                   "cta_swizzling": True, "custom_option": 0, "inner_shape": 7}
+    assert same_config(cfg, algorithm_config(FakeAlg(21))) and not same_config(cfg, algorithm_config(FakeAlg(22)))
+    assert not same_config({"tile": [64, 128]}, {"tile": [64, 128]})  # no id: never a match
+    note = algorithm_note(FakeAlg(21))
+    assert note.startswith(ALGO_MARK) and algorithm_from_detail("best of 8 by nvmath autotune" + note) == cfg
+    assert algorithm_from_detail("top-1 of 8 planned") == {} and algorithm_from_detail("x; algorithm={bad") == {}
+
+
+@pytest.fixture
+def fakes(monkeypatch):
+    calls = []
+
+    class Arr:
+        def __init__(self, shape, dtype=None):
+            self.shape, self.dtype = shape, dtype
+            self.data = types.SimpleNamespace(ptr=id(self))
+            self.T = self
+
+        def __setitem__(self, k, v):
+            pass
+
+    cupy = types.ModuleType("cupy")
+    cupy.float16, cupy.uint8 = "float16", "uint8"
+    cupy.empty = lambda shape, dtype=None: Arr(shape, dtype)
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(ptr=777))
+
+    algos = [FakeAlg(3), FakeAlg(21)]
+
+    class Matmul:
+        def __init__(self, a, b, options=None):
+            self.handle, self.mm_desc = 11, 12
+            self.alpha, self.beta = np.ones(1, np.float32), np.zeros(1, np.float32)
+            self.a_layout_ptr, self.b_layout_ptr, self.c_layout_ptr, self.d_layout_ptr = 21, 22, 23, 24
+
+        def plan(self, preferences=None):
+            self.algorithms = list(algos)
+            buf = np.zeros(2, dtype=[("algo", np.uint64, (8,)), ("workspace_size", np.uint64)])
+            buf["workspace_size"] = [1024, 4096]
+            self.algorithms_buffer = buf
+            self.algorithm_object_to_buffer = dict(zip(self.algorithms, buf))
+            return self.algorithms
+
+        def autotune(self, iterations=5):
+            self.algorithms = self.algorithms[::-1]
+
+    adv = types.SimpleNamespace(Matmul=Matmul, MatmulComputeType=types.SimpleNamespace(COMPUTE_32F=68),
+                                MatmulPlanPreferences=lambda limit: limit)
+    lt = types.SimpleNamespace(matmul=lambda *args: calls.append(args))
+    nvmath = types.ModuleType("nvmath")
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setitem(sys.modules, "nvmath", nvmath)
+    monkeypatch.setitem(sys.modules, "nvmath.linalg", types.SimpleNamespace(advanced=adv))
+    monkeypatch.setitem(sys.modules, "nvmath.linalg.advanced", adv)
+    monkeypatch.setitem(sys.modules, "nvmath.bindings", types.SimpleNamespace(cublasLt=lt))
+    monkeypatch.setitem(sys.modules, "nvmath.bindings.cublasLt", lt)
+    return calls, Arr
+
+
+def test_bind_calls_cublaslt_with_the_callers_pointers_and_stream(fakes):
+    """bind takes the algo field of the algorithm's buffer record (as nvmath's execute does) and the plan's largest workspace."""
+    from evo.ltgemm import LtGemm
+
+    calls, Arr = fakes
+    g = LtGemm(128, 256, 64)
+    assert algorithm_config(g.heuristic)["algorithm_id"] == 3
+    alg = g.find({"algorithm_id": 21, "tile": [64, 128]})
+    assert alg is not None and g.find({"algorithm_id": 99}) is None
+    assert algorithm_config(g.autotune())["algorithm_id"] == 21
+    fn = g.bind(alg)
+    a, b, c = Arr((128, 64)), Arr((256, 64)), Arr((128, 256))
+    fn(a, b, c)
+    (args,) = calls
+    handle, desc, alpha, pa, la, pb, lb, beta, pc, lc, pd, ld, algo, ws, ws_size, stream = args
+    assert (handle, desc, la, lb, lc, ld) == (11, 12, 21, 22, 23, 24)
+    assert (pa, pb, pc, pd) == (a.data.ptr, b.data.ptr, 0, c.data.ptr) and stream == 777 and ws_size == 4096
