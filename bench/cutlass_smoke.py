@@ -44,11 +44,13 @@ INSTANCES: dict[str, dict] = {
     "coop128x128sk": dict(SCHEDULE=COOP, SCHEDULER=1, CLUSTER_M=1),
     "coop128x64swap": dict(SCHEDULE=COOP, TILE_N=64, SWAP_AB=1, SCHEDULER=1, CLUSTER_M=1),
     "coop128x64swapns": dict(SCHEDULE=COOP, TILE_N=64, SWAP_AB=1, SCHEDULER=1, CLUSTER_M=1, EPI=0),
+    "coop128x32swap": dict(SCHEDULE=COOP, TILE_N=32, SWAP_AB=1, SCHEDULER=1, CLUSTER_M=1),
+    "coop128x64swapk128": dict(SCHEDULE=COOP, TILE_N=64, TILE_K=128, SWAP_AB=1, SCHEDULER=1, CLUSTER_M=1),
     "ws128x128": dict(SCHEDULE=WS, CLUSTER_M=1),
 }
 # runtime variants (host_args) tried for a stream-K instance; persistent ones run with their defaults
-STREAMK_VARIANTS = {"dp": dict(DECOMP=1), "sk": dict(DECOMP=2), "heur": dict(DECOMP=0), "split2": dict(SPLITS=2),
-                    "split4": dict(SPLITS=4)}
+STREAMK_VARIANTS = {"dp": dict(DECOMP=1), "sk": dict(DECOMP=2), "split2": dict(SPLITS=2), "split4": dict(SPLITS=4),
+                    "split8": dict(SPLITS=8)}
 RASTER_VARIANTS = {"rN": dict(RASTER=2), "sw4": dict(SWIZZLE=4)}
 
 
