@@ -279,6 +279,9 @@ _COMPILE = [
     (dict(_S, BM=64, BN=128, BK=32, WARPS_M=4, WARPS_N=1, WARPS_K=1, STAGES=3), "64x128x16384", "sm_90a"),
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, SPLIT_K=2, EPI=1), "40x72x256", "sm_90a"),
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=6, SPLIT_K=32, RED=1), "128x128x16384", "sm_90a"),
+    # off-tile N with 16 K tiles: fully unrolled, ptxas kept every tile's row predicates live and spilled (H200 run)
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=6), "100x200x1000", "sm_90a"),
+    (dict(_S, BM=64, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, EPI=1), "100x200x1000", "sm_90a"),
 ]
 
 

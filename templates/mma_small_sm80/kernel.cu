@@ -15,7 +15,7 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 // What makes it cheap where a library call is mostly launch, prologue and epilogue:
 //   * M, N, K are compile-time constants (the family renders one kernel per shape; `requires`
 //     pins it): no runtime divisions, edge predicates vanish where the tiles divide the shape,
-//     and the K loop (KT_PER tiles of BK) is fully unrolled up to 64 tiles.
+//     and there the K loop (KT_PER tiles of BK) is fully unrolled up to 64 tiles.
 //   * Tiny CTAs: 1-4 warps, tiles from 16 rows (BM 16..64, BN 16..128), so small outputs still
 //     give many CTAs; the tile is taken straight from blockIdx (no rasterizer).
 //   * The first cp.async is issued right after the tile origin is known: the prologue's
@@ -77,7 +77,10 @@ constexpr bool FULL_N = kN % BN == 0;       // no row predicates on B, column pr
 constexpr bool FULL_K = kK % BK == 0;       // no K predicates
 constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x BN tile
 constexpr int STAGES = STAGES_MAX < KT_PER + 1 ? STAGES_MAX : (KT_PER + 1 < 2 ? 2 : KT_PER + 1);  // no idle smem
-constexpr int UNROLL = KT_PER <= 64 ? KT_PER : STAGES;
+// The K loop is fully unrolled (stage indices become constants) when the tiles divide the shape and a split has
+// at most 64 K tiles; otherwise it is unrolled by STAGES (off-tile shapes with the full unroll spilled: ptxas
+// kept every tile's row predicates live at once).
+constexpr int UNROLL = (FULL_M && FULL_N && FULL_K && KT_PER <= 64) ? KT_PER : STAGES;
 constexpr bool EPI_STAGED = EPI == 1 && kN % 8 == 0;   // 16-byte rows of C need N % 8 == 0
 constexpr int SC_LD = BN + 8;                          // staged C tile row stride (halves)
 constexpr int TILES = TILES_M * TILES_N;
