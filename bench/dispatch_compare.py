@@ -12,7 +12,6 @@ and writes it to DIR/dispatch-<GPU>.md; exit code 1 if a shape is below --min-ra
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -49,6 +48,32 @@ def summarize(results: list[dict], min_ratio: float, gpu: str) -> tuple[str, lis
     return "\n".join(lines) + "\n", below
 
 
+def measure_one(s: str, d, be, timer, reps: int) -> dict:
+    import cupy
+
+    from evo.ltgemm import LtGemm
+
+    p = parse_shape(s)
+    rs = cupy.random.RandomState(11)
+    a = rs.standard_normal((p.m, p.k), dtype=cupy.float32).astype(cupy.float16)
+    b = rs.standard_normal((p.n, p.k), dtype=cupy.float32).astype(cupy.float16)
+    cs = {name: cupy.empty((p.m, p.n), dtype=cupy.float16) for name in ("dispatch", *LIBS)}
+    d.matmul(a, b, out=cs["dispatch"])  # the choice (and any measurement behind it) happens here, untimed
+    explain = d.explain(p.m, p.n, p.k).split(": ", 1)[1]
+    lt = LtGemm(p.m, p.n, p.k)
+    heuristic = lt.heuristic
+    tuned = lt.autotune()
+    calls = {"cublas": be.cublas(), "cublaslt_heuristic": lt.bind(heuristic), "cublaslt_autotune": lt.bind(tuned)}
+    contenders = {"dispatch": lambda: d.matmul(a, b, out=cs["dispatch"])}
+    contenders.update({name: (lambda fn=fn, c=cs[name]: fn(a, b, c)) for name, fn in calls.items()})
+    t = timer.measure(contenders, reps, warmup=3)
+    want = a.astype(cupy.float32) @ b.astype(cupy.float32).T
+    err = float(cupy.linalg.norm(cs["dispatch"].astype(cupy.float32) - want) / cupy.linalg.norm(want))
+    if not err < 1e-2:
+        raise EvoError(f"{s}: dispatch result is wrong (relative error {err:.2e}); {explain}")
+    return {"shape": s, "explain": explain, **{name: t[name].median_us for name in contenders}}
+
+
 def measure(shapes: list[str], reps: int, decisions: str | None) -> tuple[str, list[dict]]:
     import os
 
@@ -57,7 +82,6 @@ def measure(shapes: list[str], reps: int, decisions: str | None) -> tuple[str, l
     import cupy
 
     from evo.dispatch import CupyBackend, Dispatcher
-    from evo.ltgemm import LtGemm
     from evo.timing import Timer
 
     be = CupyBackend()
@@ -65,29 +89,10 @@ def measure(shapes: list[str], reps: int, decisions: str | None) -> tuple[str, l
     timer = Timer(be.l2_bytes, flush=True, flush_mode="read", sms=be.num_sms)
     out = []
     for s in shapes:
-        p = parse_shape(s)
-        rs = cupy.random.RandomState(11)
-        a = rs.standard_normal((p.m, p.k), dtype=cupy.float32).astype(cupy.float16)
-        b = rs.standard_normal((p.n, p.k), dtype=cupy.float32).astype(cupy.float16)
-        cs = {name: cupy.empty((p.m, p.n), dtype=cupy.float16) for name in ("dispatch", *LIBS)}
-        d.matmul(a, b, out=cs["dispatch"])  # the choice (and any measurement behind it) happens here, untimed
-        explain = d.explain(p.m, p.n, p.k).split(": ", 1)[1]
-        lt = LtGemm(p.m, p.n, p.k)
-        heuristic = lt.heuristic
-        tuned = lt.autotune()
-        calls = {"cublas": be.cublas(), "cublaslt_heuristic": lt.bind(heuristic), "cublaslt_autotune": lt.bind(tuned)}
-        contenders = {"dispatch": lambda: d.matmul(a, b, out=cs["dispatch"])}
-        contenders.update({name: (lambda fn=fn, c=cs[name]: fn(a, b, c)) for name, fn in calls.items()})
-        t = timer.measure(contenders, reps, warmup=3)
-        want = a.astype(cupy.float32) @ b.astype(cupy.float32).T
-        err = float(cupy.linalg.norm(cs["dispatch"].astype(cupy.float32) - want) / cupy.linalg.norm(want))
-        if not err < 1e-2:
-            raise EvoError(f"{s}: dispatch result is wrong (relative error {err:.2e}); {explain}")
-        row = {"shape": s, "explain": explain, **{name: t[name].median_us for name in contenders}}
+        row = measure_one(s, d, be, timer, reps)
         out.append(row)
         print(f"{s:>18}  dispatch {row['dispatch']:9.2f} us  best lib {min(row[x] for x in LIBS):9.2f} us  "
-              f"({explain})", flush=True)
-        del a, b, cs, want, lt, calls, contenders
+              f"({row['explain']})", flush=True)
         cupy.get_default_memory_pool().free_all_blocks()
     return be.gpu_key, out
 
