@@ -30,7 +30,8 @@ from .problem import Problem, parse_shape
 
 # parameters that name the same thing across families; the rest of a family's parameters go by name
 PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "GROUP_M", "KI", "MC",
-                  "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN")
+                  "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
+                  "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP", "SPLITS")
 MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
 MIN_SHAPES = 2
 
@@ -106,7 +107,8 @@ class CostModel:
             return self
         m = HistGradientBoostingRegressor(max_iter=300, learning_rate=0.08, max_leaf_nodes=31, min_samples_leaf=8,
                                           l2_regularization=1e-3, categorical_features=[0], random_state=self.seed)
-        m.fit(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64))
+        with _threads(len(X)):
+            m.fit(np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64))
         self.model = m
         return self
 
@@ -124,10 +126,19 @@ class CostModel:
             feats.append(f)
             idx.append(i)
         if feats:
-            pred = self.model.predict(np.asarray(feats, dtype=np.float64))
+            with _threads(len(feats)):
+                pred = self.model.predict(np.asarray(feats, dtype=np.float64))
             for i, v in zip(idx, pred):
                 out[i] = float(2.0 ** v)
         return out
+
+
+def _threads(rows: int):
+    """One OpenMP thread for small data: the trees' threads cost more than they save below ~20k rows (measured:
+    a 480-row leave-shapes-out run took 13 s on 2 busy cores with the default threads, 1.7 s with one)."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1 if rows < 20000 else None)
 
 
 def history(store: Any, gpu: str, layout: str = "TN") -> list[Sample]:

@@ -7,9 +7,9 @@ resident clusters, bytes moved (DRAM once, L2 per tile, split-K partial sums), t
 and fixed costs (launch, pipeline fill per wave, split-K fix-up). It ranks instances before anything is compiled;
 the cost model (evo.cost_model) learns what it gets wrong from the archive's measurements.
 
-Parameter names it understands (where a family has them): BM, BN (tile, kernel view), TILE (square tile),
-SWAP_AB (the kernel computes C^T), SPLIT_K, G and CLK (K splits over CTAs), MC and CLK (cluster size), PERSISTENT,
-BK; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
+Parameter names it understands (where a family has them): BM, BN or TILE_M, TILE_N (tile, kernel view), TILE
+(square tile), SWAP_AB (the kernel computes C^T), SPLIT_K, G, CLK, SPLITS (K splits over CTAs), MC, CLK, CLUSTER_M,
+CLUSTER_N (cluster size), BK or TILE_K; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
 """
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ from .problem import GpuInfo, Problem, cdiv
 from .space import FamilySpace, Geometry, params_key
 
 # share of the tensor-core peak a family's main loop reaches on large tiles (the cost model corrects the rest)
-FAMILY_EFFICIENCY = {"wgmma_sm90": 1.0, "wgmma_skinny_sm90": 0.9, "mma_sm80": 0.62, "cute_sm80": 0.6,
-                     "gemv_sm80": 0.5, "simt": 0.06}
+FAMILY_EFFICIENCY = {"wgmma_sm90": 1.0, "cutlass_sm90": 1.0, "wgmma_skinny_sm90": 0.9, "mma_sm80": 0.62,
+                     "mma_small_sm80": 0.62, "cute_sm80": 0.6, "gemv_sm80": 0.5, "simt": 0.06}
+SPLIT_PARAMS = ("SPLIT_K", "G", "CLK", "SPLITS")  # K splits over CTAs (KS of gemv splits inside one CTA)
+CLUSTER_PARAMS = ("CLK", "MC", "CLUSTER_M", "CLUSTER_N")  # thread-block cluster size
 DEFAULT_EFFICIENCY = 0.5
 
 
@@ -86,6 +88,8 @@ def tile_of(params: dict[str, Any], problem: Problem) -> tuple[int, int, int, in
     m, n = (problem.n, problem.m) if swap else (problem.m, problem.n)
     if "BM" in params and "BN" in params:
         return int(params["BM"]), int(params["BN"]), m, n, swap
+    if "TILE_M" in params and "TILE_N" in params:
+        return int(params["TILE_M"]), int(params["TILE_N"]), m, n, swap
     if "TILE" in params:
         return int(params["TILE"]), int(params["TILE"]), m, n, swap
     if "WN" in params and "WARPS" in params:  # gemv: the small dimension in one m16 slice, WN n8 groups per warp
@@ -96,11 +100,15 @@ def tile_of(params: dict[str, Any], problem: Problem) -> tuple[int, int, int, in
 
 def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Problem, gpu: GpuSpec) -> Estimate:
     tm, tn, m, n, _ = tile_of(params, problem)
-    split = max(1, int(params.get("SPLIT_K", 1))) * max(1, int(params.get("G", 1))) * max(1, int(params.get("CLK", 1)))
-    cluster = max(1, int(params.get("CLK", 1))) * max(1, int(params.get("MC", 1)))
+    split = 1
+    for k in SPLIT_PARAMS:
+        split *= max(1, int(params.get(k, 1)))
+    cluster = 1
+    for k in CLUSTER_PARAMS:
+        cluster *= max(1, int(params.get(k, 1)))
     tiles = cdiv(m, tm) * cdiv(n, tn)
     units = tiles * split
-    bk = int(params.get("BK", 64 if family.startswith("wgmma") else 32))
+    bk = int(params.get("BK", params.get("TILE_K", 64 if family.startswith(("wgmma", "cutlass")) else 32)))
     k_per = cdiv(cdiv(problem.k, split), bk) * bk
     pad_eff = (m * n * problem.k) / float(tiles * tm * tn * k_per * split)
     # residency: shared memory (1 KB reserved per CTA), threads, and registers guessed from the accumulators
@@ -159,11 +167,12 @@ class Ranked:
 class Prior:
     """Ranks the instances of the families for a problem by the estimate (a sample of each large space)."""
 
-    def __init__(self, families: list[Family], gpu: GpuSpec, sample: int = 3000, seed: int = 0):
+    def __init__(self, families: list[Family], gpu: GpuSpec, sample: int = 1000, seed: int = 0):
         self.spaces = {f.name: FamilySpace(f) for f in families}
         self.gpu = gpu
         self.sample = sample
         self.seed = seed
+        self._ranked: dict[str, list[Ranked]] = {}
 
     def space(self, family: str) -> FamilySpace | None:
         return self.spaces.get(family)
@@ -176,7 +185,12 @@ class Prior:
         return None if geo is None else estimate(family, params, geo, problem, self.gpu)
 
     def rank(self, problem: Problem) -> list[Ranked]:
-        """Every sampled instance that accepts the problem, best estimate first."""
+        """Every sampled instance that accepts the problem, best estimate first (computed once per problem)."""
+        if problem.key not in self._ranked:
+            self._ranked = {problem.key: self._rank(problem)}  # one problem at a time: the search's
+        return self._ranked[problem.key]
+
+    def _rank(self, problem: Problem) -> list[Ranked]:
         rng = random.Random(self.seed * 1000003 + problem.m * 31 + problem.n * 17 + problem.k)
         out = []
         for name, sp in self.spaces.items():

@@ -7,6 +7,7 @@ set, giving the same geometry ``KernelSource.launch`` gives the rendered candida
 """
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,9 @@ from .errors import EvoError
 from .families import SHAPE_KEYS, Family
 from .kernel import KernelMeta, parse_meta
 from .problem import Problem
+
+
+ENUMERATE_LIMIT = 200_000  # larger spaces are sampled, never enumerated (cutlass_sm90: 3.6 M points, ~1 min)
 
 
 @dataclass(frozen=True)
@@ -45,15 +49,30 @@ class FamilySpace:
     def instances(self) -> list[dict[str, Any]]:
         """Every constraint-valid instance (the family's space order); computed on first use."""
         if self._all is None:
-            self._all = list(self.family.valid_instances())
+            self._all = valid_instances(self.family)
         return self._all
 
+    @property
+    def size(self) -> int:
+        """Points of the parameter space before constraints."""
+        return math.prod(len(v) for v in self.family.space.values())
+
     def sample(self, rng: random.Random, limit: int) -> list[dict[str, Any]]:
-        """The starts, then up to ``limit`` instances drawn without replacement (all of them when the space is smaller)."""
+        """The starts, then up to ``limit`` instances drawn without replacement (all of them when the space is smaller).
+        Spaces over ENUMERATE_LIMIT points are not enumerated: valid instances are drawn at random (rejection)."""
         out = [dict(p) for p in self.family.start_instances()]
         keys = {_key(p) for p in out}
-        pool = self.instances()
-        picks = pool if len(pool) <= limit else rng.sample(pool, limit)
+        if self.size > ENUMERATE_LIMIT:
+            picks = []
+            for _ in range(limit * 20):
+                if len(picks) >= limit:
+                    break
+                p = self.family.random_params(rng, tries=50)
+                if p is not None:
+                    picks.append(p)
+        else:
+            pool = self.instances()
+            picks = pool if len(pool) <= limit else rng.sample(pool, limit)
         for p in picks:
             if _key(p) not in keys:
                 keys.add(_key(p))
@@ -107,6 +126,18 @@ class FamilySpace:
         if min(grid) < 1 or min(block) < 1:
             return None
         return Geometry(grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2], smem, ws)
+
+
+_ENUMERATED: dict[tuple, list[dict[str, Any]]] = {}  # memo of a pure function: a sweep enumerates each family once
+
+
+def valid_instances(family: Family) -> list[dict[str, Any]]:
+    """Family.valid_instances(), remembered per (name, space, constraints) for the life of the process (a large
+    space takes seconds to enumerate; a sweep's searches share the result)."""
+    key = (family.name, tuple((k, tuple(v)) for k, v in family.space.items()), tuple(family.constraints))
+    if key not in _ENUMERATED:
+        _ENUMERATED[key] = list(family.valid_instances())
+    return _ENUMERATED[key]
 
 
 def _key(params: dict[str, Any]) -> tuple:

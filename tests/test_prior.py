@@ -74,7 +74,7 @@ def test_waves_padding_residency():
 
 def test_prior_ranks_shape_appropriate_instances(prior):
     big = prior.rank(parse_shape("4096x4096x1024"))
-    assert big[0].family == "wgmma_sm90" and big[0].est.tile_m * big[0].est.tile_n >= 128 * 128
+    assert big[0].family in ("wgmma_sm90", "cutlass_sm90") and big[0].est.tile_m * big[0].est.tile_n >= 128 * 128
     long_k = prior.rank(parse_shape("128x128x16384"))
     assert long_k[0].est.split > 1  # a 128x128 output cannot fill 132 SMs without splitting K
     default = prior.estimate("wgmma_sm90", next(f for f in prior.spaces.values() if f.name == "wgmma_sm90").family.default_params(),

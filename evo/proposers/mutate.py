@@ -24,8 +24,8 @@ from ..families import Family
 from ..select import Selector
 from .base import Proposal, ProposalContext, known_hashes
 
-TILE_PAIRS = (("BM", "BN"),)
-SPLITS = ("SPLIT_K", "G", "KS", "CLK")
+TILE_PAIRS = (("BM", "BN"), ("TILE_M", "TILE_N"))
+SPLITS = ("SPLIT_K", "G", "KS", "CLK", "SPLITS")
 
 
 class MutateProposer:
@@ -272,8 +272,10 @@ def _problem_view(params: dict[str, Any], problem) -> tuple[float, float, float]
 
     tm, tn, _, _, swap = tile_of(params, problem)
     rows, cols = (tn, tm) if swap else (tm, tn)
+    from ..prior import SPLIT_PARAMS
+
     split = 1
-    for k in SPLITS[:2] + ("CLK",):
+    for k in SPLIT_PARAMS:
         split *= max(1, int(params.get(k, 1)))
     return math.log2(max(1, rows)), math.log2(max(1, cols)), math.log2(split)
 
