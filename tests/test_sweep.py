@@ -371,3 +371,21 @@ def test_gpu_hour_budget_goes_to_shapes_still_improving(tmp_path, monkeypatch):
 def test_sweep_cli_refuses_a_bad_budget(capsys):
     assert main(["--shapes", "shapes/sample24.yaml", "--budget-gpu-hours", "-1"]) == 2
     assert "--budget-gpu-hours" in capsys.readouterr().err
+
+
+def test_sweep_compare_cheap_against_expensive(tmp_path, capsys):
+    from bench.sweep_compare import main as compare_main
+
+    dbs = []
+    for name, times in (("cheap", (10.0, 20.0, 31.0)), ("expensive", (10.0, 19.9, 30.0))):
+        store = Store(tmp_path / f"{name}.db")
+        for shape, t in zip(("64x64x64", "128x128x128", "256x256x256"), times):
+            store.add_evaluation(shape, "TN", "G", EvalResult(f"h{shape}", True, "done", time_us=t, seconds=1.0))
+            store.db.execute("INSERT INTO candidates (hash, family, params) VALUES (?,?,?)", (f"h{shape}", "toy", "{}"))
+        store.close()
+        dbs.append(str(tmp_path / f"{name}.db"))
+    assert compare_main(dbs + ["--md", str(tmp_path / "c.md")]) == 0
+    out = capsys.readouterr().out
+    assert "| 256x256x256 | 31.00 | 30.00 | 1.033 | NO |" in out and "| 128x128x128 | 20.00 | 19.90 | 1.005 | yes |" in out
+    assert "on 67% of 3 shapes" in out and (tmp_path / "c.md").is_file()
+    assert compare_main([dbs[0], str(tmp_path / "none.db")]) == 2
