@@ -362,6 +362,9 @@ class Search:
                 if "evo" in timings and not timings["evo"].detail.startswith("WRONG"):
                     libs = {k: v.time_us for k, v in timings.items() if k != "evo"}
                     store.set_confirm(p.key, p.layout, gpu, best["hash"], timings["evo"].time_us, timings["evo"].spread, libs, run_id)
+                    for lib, res in timings.items():  # the libraries as re-timed beside the champion: their spreads
+                        if lib != "evo" and res.time_us > 0:  # make its noise band, their algorithms are what won
+                            store.add_baseline(p.key, p.layout, gpu, res)
                 elif "evo" in timings:
                     print(f"  the best kernel failed its re-check: {timings['evo'].detail}", file=self.out)
             except (WorkerFault, EvoError) as e:
