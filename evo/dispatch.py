@@ -412,6 +412,8 @@ class Dispatcher:
             lib = row.get("winner") or best_lib
             r = float(row.get("speedup_best_library") or 0.0)
             evo_note = f"evo's best {r:.3f}x" if r else "no evo kernel"
+            if row.get("verdict") == "tie":
+                evo_note += f", inside the ±{100 * row_band(row, floor):.1f}% noise band: a tie"
             return self._library(lib, p, row, f"{lib_label(lib)} wins in the table ({evo_note})", "library")
         band = row_band(row, floor)
         r = float(row.get("speedup_best_library") or 0.0)
@@ -472,7 +474,9 @@ class Dispatcher:
             if noise.wins(lib_us, evo_us, band):
                 dec.serve = "evo"
         self.decisions.put(k, dec)
-        plan = self._apply(dec, p, reasons, fresh=fns)
+        fresh: dict[str, Fn] = {name: fn for name, (_, fn) in fns.items()}
+        fresh.update({f"lib:{name}": fn for name, fn in calls.items() if not name.startswith("evo:")})
+        plan = self._apply(dec, p, reasons, fresh=fresh)
         assert plan is not None  # a library always applies
         return plan
 
@@ -483,7 +487,7 @@ class Dispatcher:
             row = next((r for r in self.rows.values() if r.get("hash") == d.hash and r.get("kernel_path")), None)
             fn = None
             if fresh is not None:
-                fn = fresh.get(f"evo:{d.source_shape}", (None, None))[1]
+                fn = fresh.get(f"evo:{d.source_shape}")
             elif row is not None:
                 ks = self._source(row)
                 if ks is not None and self._accepts(ks, p):
@@ -501,6 +505,9 @@ class Dispatcher:
         if d.note:
             why += f" [{d.note}]"
         if d.serve == "cublaslt":
+            if fresh is not None and "lib:cublaslt" in fresh:  # the very call that was timed
+                return Plan("cublaslt", p.key, library="cublaslt", ratio=1.0, fn=fresh["lib:cublaslt"],
+                            reason=f"{why}; cuBLASLt algorithm {d.algorithm.get('algorithm_id', '?')} (autotuned here)")
             try:
                 fn, cfg, how = self.backend.cublaslt(p, d.algorithm or None, False)
                 return Plan("cublaslt", p.key, library="cublaslt", ratio=1.0, fn=fn,

@@ -258,6 +258,10 @@ def test_unknown_shape_served_by_the_faster_library(table):
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(8000, 8000, 16)
     assert plan.kind == "cublaslt" and "cuBLASLt measured fastest" in plan.reason
+    assert be.lt == [("8000x8000x16", None, True)]  # the timed call serves: planned and tuned once
+    be2 = NumpyBackend({"cublaslt": 9.0})
+    Dispatcher.load(table, backend=be2).plan(8000, 8000, 16)
+    assert be2.timed == [] and be2.lt == [("8000x8000x16", {"algorithm_id": 7, "tile": "128x256"}, False)]
 
 
 def test_wrong_borrowed_kernel_is_never_used(tmp_path):
