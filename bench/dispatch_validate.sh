@@ -8,10 +8,10 @@ set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp}
 export EVO_DISPATCH_DECISIONS="$OUT/dispatch-decisions.json"
-timeout "${COMPARE_TIMEOUT:-300}" python3 -m bench.dispatch_compare --shapes shapes/llm.yaml \
+timeout "${COMPARE_TIMEOUT:-200}" python3 -m bench.dispatch_compare --shapes shapes/llm.yaml \
   --shape 257x14336x4096 --shape 100x18944x3584 --shape 24x4096x4096 --shape 8x11008x4096 --shape 3000x5000x2048 \
   --out-dir "$OUT" 2>&1 | tee "$OUT/dispatch_compare.log"
 echo "dispatch_compare rc=${PIPESTATUS[0]}"
-timeout "${TESTS_TIMEOUT:-150}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_torch_op_gpu.py \
+timeout "${TESTS_TIMEOUT:-220}" python3 -m pytest -m gpu -q -s -p no:cacheprovider tests/test_torch_op_gpu.py \
   tests/test_dispatch_gpu.py 2>&1 | tee "$OUT/dispatch_gpu_tests.log"
 echo "gpu tests rc=${PIPESTATUS[0]}"
