@@ -493,6 +493,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
 
     if not shapes:
         raise EvoError("the shape selection is empty")
+    if ray and budget_gpu_hours:
+        raise EvoError("--budget-gpu-hours is not supported with --ray yet; give --budget-minutes-per-shape")
     log_dir = Path(cfg.paths.db).parent / "sweep_logs"
     t0 = time.monotonic()
     if ray:

@@ -389,3 +389,27 @@ def test_sweep_compare_cheap_against_expensive(tmp_path, capsys):
     assert "| 256x256x256 | 31.00 | 30.00 | 1.033 | NO |" in out and "| 128x128x128 | 20.00 | 19.90 | 1.005 | yes |" in out
     assert "on 67% of 3 shapes" in out and (tmp_path / "c.md").is_file()
     assert compare_main([dbs[0], str(tmp_path / "none.db")]) == 2
+
+
+def test_table_origins_flags_unsearched_defaults(tmp_path, capsys):
+    import json as _json
+
+    from bench.table_origins import main as origins_main
+    from evo.families import load_families
+
+    (fam,) = load_families(names=["wgmma_sm90"])
+    src = ROOT / "kernels_out" / "NVIDIA_H200" / "table.json"
+    doc = _json.loads(src.read_text())
+    row = next(r for r in doc["rows"] if r.get("family") == "wgmma_sm90")
+    far = dict(fam.default_params(), BM=64, BN=64, CONSUMERS=1, STAGES=8, SPLIT_K=4, GROUP=1)
+    rows = []
+    (tmp_path / "G" / "TN").mkdir(parents=True)
+    for name, params, lineage in (("64x64x64", fam.default_params(), "a(mutate)"), ("128x128x128", far, "a <- b <- c <- d <- e")):
+        rows.append(dict(row, shape=name, kernel_path=f"G/TN/{name}.cu", lineage=lineage))
+        (tmp_path / "G" / "TN" / f"{name}.json").write_text(_json.dumps({"params": params}))
+    (tmp_path / "G" / "table.json").write_text(_json.dumps(dict(doc, rows=rows)))
+    assert origins_main([str(tmp_path / "G")]) == 0
+    out = capsys.readouterr().out
+    assert "| 64x64x64 |" in out and out.split("| 64x64x64 |")[1].split("\n")[0].rstrip().endswith("YES |")
+    assert out.split("| 128x128x128 |")[1].split("\n")[0].rstrip().endswith("no |")
+    assert "1 of 2 rows with an evo kernel hold an unsearched default" in out
