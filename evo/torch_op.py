@@ -13,7 +13,8 @@ CUDA graphs: call the op once per shape before capturing (as torch asks of every
 chooses its kernel, compiles, checks and may time it, which cannot happen inside a capture; a shape first seen inside
 a capture raises a RuntimeError that says so. The output is allocated by torch (its caching allocator, graph pools).
 
-torch is not a dependency of evo: ``pip install 'evo[torch]'``. Forward only (no autograd formula).
+Autograd: the backward pass uses torch's own matmuls (dA = dC·B, dB = dCᵀ·A); evo serves the forward product.
+torch is not a dependency of evo: ``pip install 'evo[torch]'``.
 """
 from __future__ import annotations
 
@@ -106,3 +107,18 @@ def _matmul_fake(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     torch._check(a.shape[1] == b.shape[1], lambda: f"evo::matmul: K differs: {list(a.shape)} vs {list(b.shape)}")
     torch._check(a.dtype == torch.float16 and b.dtype == torch.float16, lambda: "evo::matmul: float16 only")
     return a.new_empty((a.shape[0], b.shape[0]))
+
+
+def _setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+    a, b = inputs
+    ctx.save_for_backward(a, b)
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    a, b = ctx.saved_tensors
+    da = grad @ b if ctx.needs_input_grad[0] else None  # [M, N] x [N, K]
+    db = grad.t() @ a if ctx.needs_input_grad[1] else None  # [N, M] x [M, K]
+    return da, db
+
+
+torch.library.register_autograd("evo::matmul", _backward, setup_context=_setup_context)

@@ -48,3 +48,10 @@ def test_bad_inputs_are_one_line(a, b, err, match):
     with pytest.raises(err, match=match) as e:
         top.check_inputs(a, b)
     assert "\n" not in str(e.value)
+
+
+def test_backward_shapes():
+    a = meta(16, 32).requires_grad_()
+    b = meta(8, 32).requires_grad_()
+    torch.ops.evo.matmul(a, b).sum().backward()
+    assert a.grad.shape == (16, 32) and b.grad.shape == (8, 32)

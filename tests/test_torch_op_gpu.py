@@ -1,6 +1,6 @@
 """evo::matmul on a GPU with torch, against the committed kernel table of this GPU (kernels_out/<GPU>, or
 $EVO_KERNELS/<GPU>): right results on table shapes (an evo row and library rows) and shapes not in it, on a side
-stream, inside CUDA graph capture (replayed on new data) and under torch.compile(fullgraph=True).
+stream, inside CUDA graph capture (replayed on new data), under torch.compile(fullgraph=True), and its backward.
 
     python -m pytest -m gpu -q tests/test_torch_op_gpu.py
 """
@@ -106,3 +106,15 @@ def test_torch_compile_fullgraph(op):
         out = cf(a, b)
         want = (a.float() @ b.float().T).relu()
         assert float((out - want).norm() / want.norm()) < 1e-2, shape
+
+
+def test_backward_matches_torch(op):
+    a, b = inputs(shapes(op)[0], 4)
+    a.requires_grad_()
+    b.requires_grad_()
+    g = torch.randn(a.shape[0], b.shape[0], device="cuda", dtype=torch.float16)
+    torch.ops.evo.matmul(a, b).backward(g)
+    a2, b2 = a.detach().float().requires_grad_(), b.detach().float().requires_grad_()
+    (a2 @ b2.T).backward(g.float())
+    for x, y in ((a.grad, a2.grad), (b.grad, b2.grad)):
+        assert float((x.float() - y).norm() / y.norm()) < 1e-2
