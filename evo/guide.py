@@ -1,7 +1,8 @@
 """What a search compiles and times, and when it stops: the prior, the cost model, the bandit and the convergence rule
 behind one small interface for evo.search.
 
-* ``choose``: the proposers over-propose (``search.propose_factor`` x the children of a generation); the cost
+* ``choose``: the proposers over-propose (``search.propose_factor`` x their share of a generation's children, the
+  LLM excepted); the cost
   model (or, while it has too little data, the prior) predicts each proposal's time; the bandit gives the
   generation's compile slots to (family, proposer) arms, each arm's proposals taken fastest-predicted first; a few
   slots (``search.explore``) go to proposals picked at random, so the model's blind spots still get measured.
@@ -74,8 +75,10 @@ class Guide:
         """Families whose best prior estimate is within ``factor`` x the best: where Optuna spends its trials."""
         return competitive_families(self.ranked(), factor)
 
-    def propose_count(self, children: int) -> int:
-        return children * self.factor
+    def propose_counts(self, proposers: list, counts: list[int]) -> list[int]:
+        """Over-proposal: each cheap proposer makes ``propose_factor`` x its share; an LLM's proposals cost tokens and
+        are all compiled, so it makes its share only."""
+        return [n if getattr(p, "name", "") == "llm" else n * self.factor for p, n in zip(proposers, counts)]
 
     # --- what is compiled ----------------------------------------------------------------------------------
     def choose(self, proposals: list[Proposal], n: int) -> list[Proposal]:

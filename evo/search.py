@@ -223,7 +223,8 @@ class Search:
             ctx = ProposalContext(p, info.arch, info, fams, pool, baselines, rng, prog.generation, failures,
                                   known={i.hash for i in individuals}, island=island)
             proposals: list[Proposal] = []
-            for proposer, n in zip(proposers, split_children(cfg, proposers, guide.propose_count(cfg.search.children))):
+            counts = guide.propose_counts(proposers, split_children(cfg, proposers, cfg.search.children))
+            for proposer, n in zip(proposers, counts):
                 proposals += proposer.propose(ctx, n)
             proposals = guide.choose(proposals, cfg.search.children)  # what is compiled: cost model + bandit
             limit = cfg.search.max_candidates - new_candidates if cfg.search.max_candidates else len(proposals)

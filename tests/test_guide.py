@@ -118,3 +118,15 @@ def test_staged_timing_is_asked_for_with_the_best_so_far(tmp_path):
     Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=Recording, compiler=FakeCompiler()).run()
     assert seen and all(r == 4 for r, _ in seen)
     assert seen[0][1] == 0.0 and any(b > 0 for _, b in seen[1:])  # no best yet: full timing; later: the best so far
+
+
+def test_llm_is_not_asked_for_more(tmp_path):
+    cfg = _cfg(tmp_path, propose_factor=3)
+    (fam,) = load_families(Path(TOY))
+    g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), parse_shape("256x256x256"))
+
+    class P:
+        def __init__(self, name):
+            self.name = name
+
+    assert g.propose_counts([P("mutate"), P("llm"), P("optuna")], [4, 2, 3]) == [12, 2, 9]
