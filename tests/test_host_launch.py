@@ -130,3 +130,19 @@ def test_naive_host_wrong_params_are_caught(gpu):
     assert r.ok, r.error
     ev = w.call("evaluate", timeout_s=120, problem=parse_shape("128x128x64"), source=text, cubin=r.cubin_path, h=ks.hash)
     assert not ev.ok and ev.stage == "check"
+
+
+def test_launch_config_carries_cluster_and_pdl():
+    from evo.gpu.host_launch import (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                                     CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, launch_config)
+
+    g = HostGeometry(64, (4, 66, 1), (384, 1, 1), (2, 1, 1), 205824, True, 0, ())
+    cfg, attrs = launch_config(g, 0)
+    assert (cfg.gridDimX, cfg.gridDimY, cfg.blockDimX, cfg.sharedMemBytes, cfg.numAttrs) == (4, 66, 384, 205824, 2)
+    assert attrs[0].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+    assert (attrs[0].value.clusterDim.x, attrs[0].value.clusterDim.y, attrs[0].value.clusterDim.z) == (2, 1, 1)
+    assert attrs[1].id == CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+    assert attrs[1].value.programmaticStreamSerializationAllowed == 1
+    plain, _ = launch_config(HostGeometry(64, (1, 1, 1), (32, 1, 1), (1, 1, 1), 0, False, 0, ()), 0)
+    assert plain.numAttrs == 0
+    assert ctypes.sizeof(attrs[0]) == 72  # CUlaunchAttribute: 4-byte id, 4 bytes pad, 64-byte value
