@@ -106,7 +106,7 @@ class Guide:
                 arms.setdefault((fam, p.proposer), []).append((us, p))
         picked = [item for _, item in self.bandit.allocate(arms, slots - n_explore)]
         taken = {id(p) for _, p in picked}
-        others = [(us, p) for us, _, p in rest if id(p) not in taken]
+        others = [(us, p) for us, _, p in rest if id(p) not in taken and us < INFEASIBLE]  # never what cannot launch
         picked += self.rng.sample(others, min(n_explore, len(others)))
         # defaults and known-good starts first (a candidate limit or the budget may cut the list), then fastest predicted
         chosen = sorted(keep + picked, key=lambda x: (not any(s in x[1].idea for s in SEED_IDEAS), x[0]))
