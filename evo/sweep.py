@@ -358,6 +358,13 @@ def longest_first(shapes: list[Problem]) -> list[Problem]:
     return sorted(shapes, key=lambda p: (-max(p.flops / 700e12, p.min_bytes / 4000e9), p.key))
 
 
+def share_cpus(cfg: Config, n_gpus: int) -> Config:
+    """compile.jobs 0 (every CPU) split among the GPUs' processes: their nvcc runs at once and each may take GBs."""
+    if cfg.compile.jobs or n_gpus <= 1:
+        return cfg
+    return replace(cfg, compile=replace(cfg.compile, jobs=max(1, (os.cpu_count() or 1) // n_gpus)))
+
+
 def with_budget(cfg: Config, minutes: float | None) -> Config:
     """The config with one shape's budget (a round of --budget-gpu-hours); unchanged when minutes is None."""
     if minutes is None:
@@ -509,7 +516,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         if len(device_ids) == 1:
             backend = InlineBackend(cfg, device_ids[0], worker_factory, compiler, log_dir)
         else:
-            backend = ProcessBackend(cfg, device_ids, worker_factory, compiler, log_dir)
+            backend = ProcessBackend(share_cpus(cfg, len(device_ids)), device_ids, worker_factory, compiler, log_dir)
     store = Store(cfg.paths.db)
     sweep_log = SweepLog(store)
     results: list[ShapeResult] = []

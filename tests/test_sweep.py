@@ -413,3 +413,14 @@ def test_table_origins_flags_unsearched_defaults(tmp_path, capsys):
     assert "| 64x64x64 |" in out and out.split("| 64x64x64 |")[1].split("\n")[0].rstrip().endswith("YES |")
     assert out.split("| 128x128x128 |")[1].split("\n")[0].rstrip().endswith("no |")
     assert "1 of 2 rows with an evo kernel hold an unsearched default" in out
+
+
+def test_gpu_processes_share_the_cpus(tmp_path):
+    from evo.sweep import share_cpus
+
+    cfg = make_cfg(tmp_path)
+    assert cfg.compile.jobs == 0
+    two = share_cpus(cfg, 2)
+    assert two.compile.jobs == max(1, (os.cpu_count() or 1) // 2) and share_cpus(cfg, 1) is cfg
+    fixed = share_cpus(load_config(overrides={"compile": {"jobs": 3}}), 4)
+    assert fixed.compile.jobs == 3
