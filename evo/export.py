@@ -141,6 +141,9 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
             "time_us": time_us, "baselines_us": libs, "timing_source": source,
             "lineage": lineage(store, h), "cuda": best["cuda"], "driver": best["driver"],
         }
+        if ks.meta.launch == "host":  # "launch" above is the front matter's estimate; the kernel's host code decides
+            meta["launch_abi"] = "host"
+            meta["host_args"] = list(ks.host_arg_values(problem, 132))
         atomic_write(out_dir / rel_dir / f"{problem.key}.json", json.dumps(meta, indent=2, default=str))
     roof = problem.roofline_us(*ceilings) if ceilings else 0.0
     ds = datasheet(gpu)

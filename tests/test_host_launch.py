@@ -146,3 +146,21 @@ def test_launch_config_carries_cluster_and_pdl():
     plain, _ = launch_config(HostGeometry(64, (1, 1, 1), (32, 1, 1), (1, 1, 1), 0, False, 0, ()), 0)
     assert plain.numAttrs == 0
     assert ctypes.sizeof(attrs[0]) == 72  # CUlaunchAttribute: 4-byte id, 4 bytes pad, 64-byte value
+
+
+def test_export_marks_host_launched_champions(tmp_path):
+    """The exported .json of a host-launched champion says so (its front-matter geometry is an estimate)."""
+    import json as _json
+
+    from evo.export import export_table
+    from test_export import GPU, set_lead, swept
+
+    cfg, store = swept(tmp_path, ["512x512x2048"])
+    set_lead(store, "512x512x2048", 1.10, 0.01)
+    h = store.confirm("512x512x2048", "TN", GPU)["hash"]
+    store.db.execute("UPDATE candidates SET source=? WHERE hash=?", (NAIVE_HOST, h))
+    store.db.commit()
+    out, rows = export_table(store, GPU, cfg.paths.out)
+    meta = _json.loads((Path(cfg.paths.out) / GPU / "TN" / "512x512x2048.json").read_text())
+    assert meta["launch_abi"] == "host" and meta["host_args"] == [16]
+    assert (Path(cfg.paths.out) / GPU / "TN" / "512x512x2048.cu").read_text() == NAIVE_HOST
