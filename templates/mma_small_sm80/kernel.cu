@@ -16,8 +16,9 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //   * M, N, K are compile-time constants (the family renders one kernel per shape; `requires`
 //     pins it): no runtime divisions, edge predicates vanish where the tiles divide the shape,
 //     and there the K loop (KT_PER tiles of BK) is fully unrolled up to 64 tiles.
-//   * Tiny CTAs: 1-4 warps, tiles from 16 rows (BM 16..64, BN 16..128), so small outputs still
-//     give many CTAs; the tile is taken straight from blockIdx (no rasterizer).
+//   * Tiny CTAs: 1-4 warps, tiles from 16 rows (BM 16..128, BN 16..128; 8 warps for tiles of
+//     64x128 and up), so small outputs still give many CTAs; the tile is taken straight from
+//     blockIdx (no rasterizer).
 //   * The first cp.async is issued right after the tile origin is known: the prologue's
 //     STAGES-1 tiles go out before the accumulators are even cleared.
 //   * mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix.x4 from XOR-swizzled shared memory
