@@ -30,6 +30,11 @@ Expressions may use M, N, K, NUM_SMS, every name in ``params`` and the functions
 cdiv, min, max, round_up.  A tensor map describes operand A (M x K), B (N x K) or C
 (M x N) as a 2-D fp16 row-major tensor; ``box`` is [rows, cols] of one TMA box and
 out-of-bounds loads read zeros.
+
+``launch: host`` (with optional ``host_args: [exprs]``) marks a candidate that builds its own launch: it defines
+``extern "C"`` host functions ``evo_host_query`` and ``evo_host_params`` (HOST_ENTRIES) and an ``evo_gemm`` taking
+one by-value parameter block; it is compiled into a shared object beside its cubin and launched by
+evo.gpu.host_launch. Its block/grid/smem rules are then estimates (for the prior), not the launch.
 """
 from __future__ import annotations
 
