@@ -434,8 +434,9 @@ def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float
         what = "no result"
     seeds = f", seeds {r.seeds_correct}/{r.seeds_offered} ok" if r.seeds_offered else ""
     reuse = f", cubins reused {r.compiles_reused}" if r.compiles_reused else ""
+    conv = ", converged" if (r.stop or "").startswith("converged") else ""
     return (f"[{bar}] {i:>{len(str(total))}}/{total} {r.shape:<17} {r.worker:<6} {what}; "
-            f"{r.seconds / 60:.1f} min{seeds}{reuse} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}")
+            f"{r.seconds / 60:.1f} min{conv}{seeds}{reuse} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}")
 
 
 def geomean(xs: list[float]) -> float:
