@@ -119,7 +119,6 @@ EXTRA = [
     ("mma_small_sm80", {"BM": 64, "BN": 64, "BK": 32, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 4, "EPI": 1}, "2048x12288x128"),
     ("wgmma_sm90", {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4}, "16384x16384x128"),
     ("wgmma_sm90", {"BM": 64, "BN": 256, "PINGPONG": 1, "STAGES": 5}, "16384x16384x128"),
-    ("mma_small_sm80", {"BM": 64, "BN": 128, "BK": 64, "WARPS_M": 1, "WARPS_N": 4, "STAGES": 2, "EPI": 1}, "16384x16384x128"),
 ]
 _TICKET = re.compile(r'asm volatile\("atom\.add\.acq_rel\.gpu\.global\.[us]32 %0, \[%1\], 1;(?:\\n)?" : "=r"\(old\) : '
                      r'"l"\(p\) : "memory"\);')

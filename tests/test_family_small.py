@@ -53,6 +53,8 @@ def test_shape_is_pinned_and_split_k_divides_the_k_tiles():
     assert not fam.render(p, parse_shape("128x64x96")).accepts(parse_shape("128x64x96"))
     assert not fam.render(dict(p, SPLIT_K=1), parse_shape("128x64x100")).accepts(parse_shape("128x64x100"))
     assert fam.render(dict(p, SPLIT_K=1), parse_shape("77x33x104")).accepts(parse_shape("77x33x104"))
+    big = parse_shape("4096x4096x1024")  # 2^34 multiply-adds: past the family's size cap
+    assert not fam.render(dict(p, SPLIT_K=1), big).accepts(big)
     # the ring never outgrows a split's K tiles + 1 (K = 64 in BK 32: 2 tiles -> 3 stages, not 6)
     short = parse_shape("1024x2048x64")
     q = dict(p, BM=64, BN=64, WARPS_N=4, STAGES=6, SPLIT_K=1)

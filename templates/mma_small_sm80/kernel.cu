@@ -6,9 +6,11 @@ block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K"]
 smem: "max(min(STAGES, max(2, cdiv(K, BK) // SPLIT_K + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2)"
 workspace: "0 if SPLIT_K == 1 else (SPLIT_K + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K // 4 + 2) * 4"
-requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % SPLIT_K == 0"
+requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % SPLIT_K == 0 and M * N * K <= 8589934592"
 ---*/
-// Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a).
+// Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a). It takes shapes of
+// up to 2^33 multiply-adds (~17 GFLOP, ~25 us on an H200): beyond that the libraries' and the wgmma families'
+// large tiles win, and searches of large shapes need not compile and time this family's starts.
 //
 //   C[M,N] = A[M,K] * B[N,K]^T      (A, B, C row-major fp16: both operands K-major, "TN")
 //
