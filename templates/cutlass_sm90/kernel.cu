@@ -7,7 +7,7 @@ host_args: [RASTER, SWIZZLE, DECOMP, SPLITS]
 # estimates for the prior only: evo_host_params (CUTLASS's own scheduler) decides the launch
 block: ["256 if SCHEDULE == 0 else 384", 1, 1]
 grid: ["cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) if SCHEDULE == 0 else min(cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) * SPLITS, NUM_SMS // (CLUSTER_M * CLUSTER_N) * CLUSTER_M * CLUSTER_N)", 1, 1]
-smem: "(TILE_M + TILE_N) * TILE_K * 2 * (STAGES if STAGES else 4) + 16384"
+smem: "(TILE_M + TILE_N) * TILE_K * 2 * STAGES + 16384 * EPI + 1024 if STAGES else 221184"   # auto stages fill it
 requires: "K % 8 == 0 and N % 8 == 0"   # 16-byte TMA strides of A, B (K) and C (N)
 ---*/
 // CUTLASS 3.x SM90 GEMM (nvidia-cutlass headers): C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation,
