@@ -33,6 +33,7 @@ PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMER
                   "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
                   "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP", "SPLITS")
 MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
+MAX_ROWS = 50000  # a larger archive is subsampled (seeded) for training: featurizing costs ~60 us a row
 MIN_SHAPES = 2
 
 
@@ -91,6 +92,10 @@ class CostModel:
 
         X, y, shapes = [], [], set()
         problems: dict[str, Problem] = {}
+        if len(samples) > MAX_ROWS:
+            import random
+
+            samples = random.Random(self.seed).sample(samples, MAX_ROWS)
         for s in samples:
             if s.time_us <= 0:
                 continue
