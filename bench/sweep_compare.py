@@ -6,10 +6,10 @@ and the share of shapes where the cheap sweep's best is within a tolerance of th
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from evo.cli import _Parser
 from evo.errors import EvoError, cli_entry
 from evo.store import Store
 
@@ -55,7 +55,7 @@ def compare(cheap: dict, expensive: dict, tol: float) -> tuple[list[str], float,
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.sweep_compare", description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog="python -m bench.sweep_compare", description=__doc__.split("\n\n")[0])
     ap.add_argument("cheap")
     ap.add_argument("expensive")
     ap.add_argument("--tol", type=float, default=0.02, help="within this relative margin counts (default 0.02)")

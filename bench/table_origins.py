@@ -9,11 +9,11 @@ candidates were measured on its shape.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from evo.cli import _Parser
 from evo.errors import EvoError, cli_entry
 from evo.families import load_families
 
@@ -26,7 +26,7 @@ def distance_to_starts(fam, params: dict) -> int:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.table_origins", description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog="python -m bench.table_origins", description=__doc__.split("\n\n")[0])
     ap.add_argument("table_dir", help="e.g. kernels_out/NVIDIA_H200")
     ap.add_argument("--db", help="the archive: candidates measured per shape")
     ap.add_argument("--searched", type=int, default=30, help="candidates on a shape that make it searched (default 30)")

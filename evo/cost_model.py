@@ -241,12 +241,11 @@ def report(results: list[HeldOut], per_shape: bool) -> str:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
+    from .cli import _Parser
     from .families import load_families
     from .store import Store
 
-    ap = argparse.ArgumentParser(prog="python -m evo.cost_model",
+    ap = _Parser(prog="python -m evo.cost_model",
                                  description="Accuracy of the learned cost model on shapes it was not trained on.")
     ap.add_argument("--db", default=".evo/evo.db", help="the archive")
     ap.add_argument("--gpu", help="GPU key as stored (default: the GPU with the most measurements)")
