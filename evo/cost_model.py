@@ -33,6 +33,7 @@ PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMER
                   "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
                   "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP", "SPLITS")
 MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
+MIN_FAILS = 20  # failures needed before a classifier of "will it compile and be correct" is fitted
 MAX_ROWS = 50000  # a larger archive is subsampled (seeded) for training: featurizing costs ~60 us a row
 MIN_SHAPES = 2
 
@@ -46,6 +47,7 @@ class Sample:
     family: str
     params: dict[str, Any]
     time_us: float
+    ok: bool = True  # False: failed to compile, check or time on that shape
 
 
 def features(family_index: int, params: dict[str, Any], problem: Problem, est: Estimate) -> list[float]:
@@ -70,6 +72,8 @@ class CostModel:
         self.families = sorted(f.name for f in families)
         self.seed = seed
         self.model: Any = None
+        self.failure_model: Any = None  # P(compiles, checks and times) when the archive has enough failures
+        self.failures = 0
         self.rows = 0
         self.shapes = 0
 
@@ -87,29 +91,42 @@ class CostModel:
         return features(self._fi(family), params, problem, est)
 
     def fit(self, samples: list[Sample]) -> "CostModel":
-        """Fit on the samples whose instance the prior can size; stays unfitted with too few."""
-        from sklearn.ensemble import HistGradientBoostingRegressor
+        """Fit on the samples whose instance the prior can size; stays unfitted with too few. Correct samples train
+        the time regressor; with MIN_FAILS failures among them, all samples train a classifier of success."""
+        from sklearn.ensemble import HistGradientBoostingClassifier, HistGradientBoostingRegressor
 
         X, y, shapes = [], [], set()
+        XF, yf = [], []
         problems: dict[str, Problem] = {}
         if len(samples) > MAX_ROWS:
             import random
 
             samples = random.Random(self.seed).sample(samples, MAX_ROWS)
         for s in samples:
-            if s.time_us <= 0:
+            if s.ok and s.time_us <= 0:
                 continue
             p = problems.setdefault(s.shape, parse_shape(s.shape))
             f = self.featurize(s.family, s.params, p)
             if f is None:
                 continue
+            XF.append(f)
+            yf.append(int(s.ok))
+            if not s.ok:
+                continue
             X.append(f)
             y.append(math.log2(s.time_us))
             shapes.add(s.shape)
         self.rows, self.shapes = len(X), len(shapes)
-        self.model = None
+        self.failures = len(yf) - sum(yf)
+        self.model = self.failure_model = None
         if len(X) < MIN_ROWS or len(shapes) < MIN_SHAPES:
             return self
+        if self.failures >= MIN_FAILS:
+            c = HistGradientBoostingClassifier(max_iter=150, learning_rate=0.1, max_leaf_nodes=15, min_samples_leaf=8,
+                                               categorical_features=[0], random_state=self.seed)
+            with _threads(len(XF)):
+                c.fit(np.asarray(XF, dtype=np.float64), np.asarray(yf))
+            self.failure_model = c
         m = HistGradientBoostingRegressor(max_iter=300, learning_rate=0.08, max_leaf_nodes=31, min_samples_leaf=8,
                                           l2_regularization=1e-3, categorical_features=[0], random_state=self.seed)
         with _threads(len(X)):
@@ -131,10 +148,13 @@ class CostModel:
             feats.append(f)
             idx.append(i)
         if feats:
+            arr = np.asarray(feats, dtype=np.float64)
             with _threads(len(feats)):
-                pred = self.model.predict(np.asarray(feats, dtype=np.float64))
-            for i, v in zip(idx, pred):
-                out[i] = float(2.0 ** v)
+                pred = self.model.predict(arr)
+                # expected time per success: a likely failure costs its compile and check for nothing
+                p_ok = self.failure_model.predict_proba(arr)[:, 1] if self.failure_model is not None else np.ones(len(feats))
+            for i, v, q in zip(idx, pred, p_ok):
+                out[i] = float(2.0 ** v) / max(float(q), 0.1)
         return out
 
 
@@ -146,17 +166,18 @@ def _threads(rows: int):
     return threadpool_limits(limits=1 if rows < 20000 else None)
 
 
-def history(store: Any, gpu: str, layout: str = "TN") -> list[Sample]:
-    """Every correct measurement of one GPU in the archive (all shapes)."""
-    q = """SELECT e.shape, e.hash, c.family, c.params, e.time_us FROM evaluations e JOIN candidates c ON c.hash=e.hash
-           WHERE e.gpu=? AND e.layout=? AND e.ok=1 AND e.time_us > 0"""
-    return [Sample(r[0], r[1], r[2], json.loads(r[3] or "{}"), float(r[4])) for r in store.rows(q, (gpu, layout))]
+def history(store: Any, gpu: str, layout: str = "TN", failures: bool = False) -> list[Sample]:
+    """Every correct measurement of one GPU in the archive (all shapes); with failures, the failed candidates too."""
+    q = """SELECT e.shape, e.hash, c.family, c.params, e.time_us, e.ok FROM evaluations e JOIN candidates c ON c.hash=e.hash
+           WHERE e.gpu=? AND e.layout=? AND (e.ok=1 AND e.time_us > 0 OR ?)"""
+    return [Sample(r[0], r[1], r[2], json.loads(r[3] or "{}"), float(r[4] or 0.0), bool(r[5]))
+            for r in store.rows(q, (gpu, layout, int(failures)))]
 
 
 def train_from_store(store: Any, gpu: str, families: list[Family], spec: GpuSpec, seed: int = 0,
                      exclude_shape: str = "") -> CostModel:
     """A model of this GPU from the archive; ``exclude_shape`` leaves one shape's measurements out."""
-    samples = [s for s in history(store, gpu) if s.shape != exclude_shape]
+    samples = [s for s in history(store, gpu, failures=True) if s.shape != exclude_shape]
     return CostModel(families, spec, seed).fit(samples)
 
 
@@ -195,7 +216,7 @@ class HeldOut:
 def evaluate_held_out(samples: list[Sample], families: list[Family], spec: GpuSpec, folds: int = 5,
                       per_shape: bool = False, seed: int = 0) -> list[HeldOut]:
     """Leave-shapes-out: shapes split into folds (or one shape at a time), a model fitted on the others ranks them."""
-    shapes = sorted({s.shape for s in samples})
+    shapes = sorted({s.shape for s in samples if s.ok})
     if len(shapes) < 2:
         raise EvoError(f"the archive has measurements of {len(shapes)} shape(s) on this GPU; held-out accuracy needs 2 or more")
     groups = [[s] for s in shapes] if per_shape else [shapes[i::folds] for i in range(min(folds, len(shapes)))]
@@ -204,7 +225,7 @@ def evaluate_held_out(samples: list[Sample], families: list[Family], spec: GpuSp
         hs = set(held)
         model = CostModel(families, spec, seed).fit([s for s in samples if s.shape not in hs])
         for shape in held:
-            rows = [s for s in samples if s.shape == shape]
+            rows = [s for s in samples if s.shape == shape and s.ok]
             p = parse_shape(shape)
             pred = model.predict_us([(s.family, s.params) for s in rows], p)
             prior = [model.prior.estimate(s.family, s.params, p) for s in rows]
@@ -268,12 +289,14 @@ def main(argv: list[str] | None = None) -> int:
             raise EvoError(f"no measurement of GPU {gpu!r} in {args.db}; it holds {', '.join(g[0] for g in gpus)}")
         ceil = store.ceilings(gpu)
         spec = GpuSpec(peak_tflops=ceil[0], bw_gbs=ceil[1]) if ceil else GpuSpec()
-        samples = history(store, gpu)
+        samples = history(store, gpu, failures=True)
     finally:
         store.close()
     fams = load_families()
     results = evaluate_held_out(samples, fams, spec, args.folds, args.per_shape)
-    print(f"cost model on {gpu}: {len(samples)} correct measurements of {len({s.shape for s in samples})} shapes in {args.db}")
+    ok = [s for s in samples if s.ok]
+    print(f"cost model on {gpu}: {len(ok)} correct measurements and {len(samples) - len(ok)} failures of "
+          f"{len({s.shape for s in ok})} shapes in {args.db} (failures train the success classifier)")
     print(report(results, args.per_shape))
     return 0
 

@@ -57,6 +57,8 @@ class Guide:
     def intro(self) -> str:
         if self.model.ready:
             what = f"cost model trained on {self.model.rows} measurements of {self.model.shapes} shapes on this GPU"
+            if self.model.failure_model is not None:
+                what += f", success classifier on {self.model.failures} failures"
         elif self.use_model:
             from . import cost_model
 

@@ -78,3 +78,20 @@ def test_cli_reports_on_an_archive(tmp_path, synthetic, capsys):
     assert "Spearman" in out and "compiles saved" in out and "Fake_GPU" in out
     assert main(["--db", str(tmp_path / "none.db")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_likely_failures_rank_last(synthetic):
+    """Candidates of a kind that always failed in the archive (here: 2-stage rings) are ranked behind the others."""
+    fams, spec, samples = synthetic
+    mixed = [Sample(s.shape, s.hash, s.family, s.params, 0.0 if s.params.get("STAGES") == 3 else s.time_us,
+                    s.params.get("STAGES") != 3) for s in samples]
+    assert sum(not s.ok for s in mixed) >= 20
+    m = CostModel(fams, spec).fit(mixed)
+    assert m.ready and m.failure_model is not None and m.failures >= 20
+    p = parse_shape(SHAPES[2])
+    rows = [s for s in samples if s.shape == SHAPES[2]]
+    pred = m.predict_us([(s.family, s.params) for s in rows], p)
+    bad = [x for x, s in zip(pred, rows) if s.params.get("STAGES") == 3]
+    good = [x for x, s in zip(pred, rows) if s.params.get("STAGES") != 3]
+    assert bad and good and sorted(pred)[: len(good) // 2] == sorted(good)[: len(good) // 2]
+    assert min(bad) > sorted(good)[len(good) // 2]
