@@ -87,6 +87,30 @@ def test_default_instance_builds_and_reports_its_geometry_without_gpu(fam, tmp_p
     assert lib.query(parse_shape("4096x4096x1024"), 66, (0, 1, 0, 1)).grid[1] <= 33
 
 
+@pytest.mark.nvcc
+def test_stream_k_instance_reports_its_workspace_fills_without_gpu(fam, tmp_path):
+    """The CI stream-K instance: CUTLASS's initialize_workspace asks to zero its lock range; the host code records
+    that fill (FillRecorder) instead of running it, and the launcher replays it before every call."""
+    from evo.compile import Compiler, host_library
+    from evo.config import load_config
+    from evo.gpu.host_launch import HostLibrary
+
+    params = fam.complete(fam.ci_instances[0])
+    assert params["SCHEDULER"] == 1 and params["SWAP_AB"] == 1
+    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path / "cache")}}).compile)
+    ks = fam.render(params)
+    r = comp.compile(ks, "sm_90a")
+    assert r.ok, f"{r.error}\n{r.log[-3000:]}"
+    lib = HostLibrary(host_library(r.cubin_path))
+    p = parse_shape("512x2048x4096")
+    g = lib.query(p, 132, ks.host_arg_values(p, 132))
+    assert g.workspace > 0 and len(g.fills) >= 1
+    assert all(f.value == 0 and f.offset + f.elem * f.count <= g.workspace for f in g.fills)
+    assert g.grid[0] * g.grid[1] * g.grid[2] == 132 and g.cluster == (1, 1, 1)
+    split = lib.query(p, 132, (0, 1, 0, 4))  # split-K 4: another decomposition, same compile, same persistent grid
+    assert split.grid == g.grid and split.fills
+
+
 def test_smoke_bench_instances_are_valid(fam):
     """bench/cutlass_smoke.py's instances and their runtime variants are valid points of the family."""
     from bench import cutlass_smoke
