@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     require_gpu()
     import cupy
 
-    from evo.compile import Compiler
+    from evo.compile import Compiler, host_library
     from evo.config import load_config
     from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp())
     second = tmp / "copy.cubin"
     shutil.copy(res.cubin_path, second)  # a second file: a second, separately loaded module
+    if ks.meta.launch == "host":  # its host library travels beside it
+        shutil.copy(host_library(res.cubin_path), host_library(str(second)))
     k1 = load_kernel(ks, res.cubin_path, p, info.sm_count, info.smem_per_block_optin)
     k2 = load_kernel(ks, str(second), p, info.sm_count, info.smem_per_block_optin)
     rs = cupy.random.RandomState(7)
