@@ -191,18 +191,15 @@ class CupyBackend:
         return self.cupy.empty((m, n), dtype=self.cupy.float16)
 
     def cublas(self) -> Fn:
+        """cublasGemmEx on the current stream through evo.ltgemm.CublasGemm (nvmath's bindings, a handle and
+        workspace of our own): capture-safe, unlike CuPy's cuBLAS wrappers, which refuse a capturing stream."""
         if self._cublas is None:
-            from .baselines import cublas_gemm
+            from .ltgemm import CublasGemm
 
-            from cupy.cuda import cublas, device
-
-            gemm, handle, cupy = cublas_gemm(), device.get_cublas_handle(), self.cupy
-
-            def call(a: Any, b: Any, c: Any) -> None:
-                cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)  # run where our kernels run
-                gemm(a, b, c)
-
-            self._cublas = call
+            try:
+                self._cublas = CublasGemm(self.device_id)
+            except ImportError:
+                raise NoGpuError("evo.dispatch needs nvmath-python for cuBLAS and cuBLASLt: pip install 'evo[gpu]'") from None
         return self._cublas
 
     def cublaslt(self, problem: Problem, config: dict | None, tune: bool) -> tuple[Fn, dict, str]:

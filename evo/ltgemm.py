@@ -1,4 +1,12 @@
-"""cuBLASLt with a chosen algorithm, for the dispatcher: C[M,N] = A[M,K]·B[N,K]ᵀ on the caller's stream.
+"""cuBLAS and cuBLASLt for the dispatcher, called directly: C[M,N] = A[M,K]·B[N,K]ᵀ on the caller's stream.
+
+Both go through nvmath-python's thin bindings (``nvmath.bindings.cublas`` / ``cublasLt``), never through CuPy's
+cuBLAS wrappers: CuPy refuses ``cublasSetStream`` while the stream is capturing ("calling cuBLAS API during stream
+capture is currently unsupported"), so a library-served shape could not be recorded into a CUDA graph. cuBLAS
+supports capture when it allocates nothing during it: ``CublasGemm`` owns its handle and a workspace of its own,
+set again after every stream change (``cublasSetStream`` resets the workspace to cuBLAS's pool), and cuBLASLt calls
+always pass their own workspace. Nothing here allocates, synchronises or reads back per call, so every call is
+capture-safe and runs on ``cupy.cuda.get_current_stream()`` (torch's current stream under evo.torch_op).
 
 The problem is planned once per shape through nvmath-python exactly as the baselines plan it
 (``Matmul(a, b.T)``, fp32 compute, the same preference limit), so the algorithm list is the one the table's
@@ -64,6 +72,7 @@ class LtGemm:
         self.mm = adv.Matmul(a, b.T, options={"compute_type": adv.MatmulComputeType.COMPUTE_32F})
         self.mm.plan(preferences=adv.MatmulPlanPreferences(limit=limit))
         self.heuristic = self.mm.algorithms[0]
+        self._ws: Any = None
 
     @property
     def algorithms(self) -> list:
@@ -91,7 +100,9 @@ class LtGemm:
         cupy, mm = self.cupy, self.mm
         algo = mm.algorithm_object_to_buffer[alg]["algo"]
         ws_size = int(np.max(mm.algorithms_buffer["workspace_size"]))
-        ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
+        if self._ws is None:  # one workspace for every algorithm of this plan (calls on one stream run in turn)
+            self._ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
+        ws = self._ws
         handle, desc = mm.handle, mm.mm_desc
         alpha, beta = mm.alpha.ctypes.data, mm.beta.ctypes.data
         la, lb, lc, ld = mm.a_layout_ptr, mm.b_layout_ptr, mm.c_layout_ptr, mm.d_layout_ptr
@@ -104,6 +115,49 @@ class LtGemm:
 
         call.keep = keep  # type: ignore[attr-defined]
         return call
+
+
+CUDA_R_16F, CUBLAS_COMPUTE_32F, CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_GEMM_DEFAULT = 2, 68, 0, 1, -1
+CUBLAS_WORKSPACE = 32 << 20  # cuBLAS's recommended user workspace on Hopper (its default pool size there)
+
+
+class CublasGemm:
+    """``cublasGemmEx`` (fp16 in and out, fp32 compute, default algorithm: what the cuBLAS baseline runs) on a
+    handle and workspace of our own, on the caller's current CuPy stream; capture-safe (see the module doc)."""
+
+    def __init__(self, device_id: int | None = None, workspace: int = CUBLAS_WORKSPACE):
+        import cupy
+        import numpy as np
+        from nvmath.bindings import cublas as cb
+
+        self.cupy, self.cb = cupy, cb
+        with cupy.cuda.Device(device_id if device_id is not None else cupy.cuda.runtime.getDevice()):
+            self.handle = cb.create()
+            self.ws = cupy.empty(workspace, dtype=cupy.uint8)
+        self._stream: int | None = None
+        self._one, self._zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+        self._scalars = (self._one.ctypes.data, self._zero.ctypes.data)
+
+    def __call__(self, a: Any, b: Any, c: Any) -> None:
+        s = self.cupy.cuda.get_current_stream().ptr
+        if s != self._stream:
+            self.cb.set_stream(self.handle, s)
+            self.cb.set_workspace(self.handle, self.ws.data.ptr, self.ws.nbytes)  # set_stream reset it
+            self._stream = s
+        m, k = a.shape
+        n = b.shape[0]
+        one, zero = self._scalars
+        # row-major C = A·Bᵀ is column-major Cᵀ = B·Aᵀ: op(B) = T on the [K, N] column-major view of B
+        self.cb.gemm_ex(self.handle, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, one, b.data.ptr, CUDA_R_16F, k,
+                        a.data.ptr, CUDA_R_16F, k, zero, c.data.ptr, CUDA_R_16F, n, CUBLAS_COMPUTE_32F,
+                        CUBLAS_GEMM_DEFAULT)
+
+    def close(self) -> None:
+        if self.handle:
+            try:
+                self.cb.destroy(self.handle)
+            finally:
+                self.handle = 0
 
 
 ALGO_MARK = "; algorithm="  # how a baseline's detail text carries its cuBLASLt algorithm (JSON) into the archive

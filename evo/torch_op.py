@@ -12,6 +12,8 @@ implementation gives the output's shape and dtype, so the compiler keeps it in t
 CUDA graphs: call the op once per shape before capturing (as torch asks of every warm-up): the first call of a shape
 chooses its kernel, compiles, checks and may time it, which cannot happen inside a capture; a shape first seen inside
 a capture raises a RuntimeError that says so. The output is allocated by torch (its caching allocator, graph pools).
+Library-served shapes are capture-safe too: cuBLAS and cuBLASLt are called through nvmath's thin bindings on a
+handle and workspace of evo's own (evo.ltgemm), not through CuPy's wrappers, which refuse a capturing stream.
 
 Autograd: the backward pass uses torch's own matmuls (dA = dC·B, dB = dCᵀ·A); evo serves the forward product.
 torch is not a dependency of evo: ``pip install 'evo[torch]'``.
@@ -74,9 +76,15 @@ def _view(cupy: Any, t: torch.Tensor) -> Any:
 
 
 def _stream(cupy: Any, ptr: int, device: int) -> Any:
+    """torch's stream as CuPy's current stream: evo kernels, cuBLAS and cuBLASLt all launch on
+    ``cupy.cuda.get_current_stream()`` (evo.gpu.launch, evo.ltgemm), so everything lands on torch's stream."""
     s = _State.streams.get((ptr, device))
     if s is None:
-        s = _State.streams[(ptr, device)] = cupy.cuda.ExternalStream(ptr, device)
+        import warnings
+
+        with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for Stream.from_external (not in 13)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            s = _State.streams[(ptr, device)] = cupy.cuda.ExternalStream(ptr, device)
     return s
 
 

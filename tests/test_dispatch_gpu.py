@@ -79,8 +79,10 @@ def test_torch_tensors_through_dlpack(dispatcher):
     assert isinstance(c, torch.Tensor) and c.shape == (s["m"], s["n"])
     want = a.float() @ b.float().T
     assert float((c.float() - want).norm() / want.norm()) < 1e-2
+    a_strided = a.t().contiguous().t()  # the same [M, K] values, column-major: shape right, layout not
+    assert a_strided.shape == a.shape and not a_strided.is_contiguous()
     with pytest.raises(ValueError, match="C-contiguous"):
-        dispatcher.matmul(a.t(), b)
+        dispatcher.matmul(a_strided, b)
 
 
 def test_validation_on_gpu(dispatcher):

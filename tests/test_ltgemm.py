@@ -105,3 +105,54 @@ def test_bind_calls_cublaslt_with_the_callers_pointers_and_stream(fakes):
     handle, desc, alpha, pa, la, pb, lb, beta, pc, lc, pd, ld, algo, ws, ws_size, stream = args
     assert (handle, desc, la, lb, lc, ld) == (11, 12, 21, 22, 23, 24)
     assert (pa, pb, pc, pd) == (a.data.ptr, b.data.ptr, 0, c.data.ptr) and stream == 777 and ws_size == 4096
+
+
+def test_cublas_gemm_is_capture_safe_on_the_current_stream(fakes, monkeypatch):
+    """CublasGemm never touches CuPy's cuBLAS wrappers (they refuse a capturing stream): its own handle, its own
+    workspace set again after every stream change (cublasSetStream resets it), gemm_ex on the current stream."""
+    from evo import ltgemm
+
+    _, Arr = fakes
+    log = []
+    cb = types.SimpleNamespace(create=lambda: 55, destroy=lambda h: log.append(("destroy", h)),
+                               set_stream=lambda h, s: log.append(("stream", h, s)),
+                               set_workspace=lambda h, p, n: log.append(("ws", h, p, n)),
+                               gemm_ex=lambda *args: log.append(("gemm",) + args))
+    monkeypatch.setitem(sys.modules, "nvmath.bindings", types.SimpleNamespace(cublas=cb))
+    monkeypatch.setitem(sys.modules, "nvmath.bindings.cublas", cb)
+    cupy = sys.modules["cupy"]
+    stream = types.SimpleNamespace(ptr=777)
+
+    class Dev:
+        def __init__(self, i):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    class WsArr(Arr):
+        nbytes = 1 << 20
+
+    cupy.empty = lambda shape, dtype=None: WsArr(shape, dtype)
+    cupy.cuda = types.SimpleNamespace(get_current_stream=lambda: stream, Device=Dev,
+                                      runtime=types.SimpleNamespace(getDevice=lambda: 0))
+    g = ltgemm.CublasGemm(0, workspace=1 << 20)
+    a, b, c = Arr((128, 64)), Arr((256, 64)), Arr((128, 256))
+    g(a, b, c)
+    g(a, b, c)
+    stream.ptr = 888  # another stream (e.g. torch's side stream or a capturing one)
+    g(a, b, c)
+    kinds = [e[0] for e in log]
+    assert kinds == ["stream", "ws", "gemm", "gemm", "stream", "ws", "gemm"]
+    assert log[0] == ("stream", 55, 777) and log[4] == ("stream", 55, 888)
+    assert log[1] == ("ws", 55, g.ws.data.ptr, 1 << 20)
+    gemm = log[2]
+    # (handle, transa, transb, m, n, k, alpha, B, type, ldb, A, type, lda, beta, C, type, ldc, compute, algo)
+    assert gemm[1:7] == (55, ltgemm.CUBLAS_OP_T, ltgemm.CUBLAS_OP_N, 256, 128, 64)
+    assert (gemm[8], gemm[11], gemm[15]) == (b.data.ptr, a.data.ptr, c.data.ptr)
+    assert (gemm[10], gemm[13], gemm[17]) == (64, 64, 256) and gemm[18:] == (ltgemm.CUBLAS_COMPUTE_32F, -1)
+    g.close()
+    assert log[-1] == ("destroy", 55) and g.handle == 0

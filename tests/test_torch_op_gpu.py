@@ -68,8 +68,11 @@ def test_results_on_a_side_stream(op):
         print(op.dispatcher().explain(m, n, k))
 
 
+@pytest.mark.filterwarnings("error:The CUDA Graph is empty")  # work launched off torch's stream is not captured
 def test_cuda_graph_capture_and_replay(op):
-    for shape in shapes(op)[:4]:
+    """Every kind of plan (evo row, cuBLAS and cuBLASLt rows, shapes not in the table) is recorded into the graph:
+    a replay on new data gives the new product (a launch on another stream would have run once, at capture)."""
+    for shape in shapes(op):
         a, b = inputs(shape, 1)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -88,6 +91,7 @@ def test_cuda_graph_capture_and_replay(op):
         assert rel_err(c, a2, b2) < 1e-2, shape
 
 
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")  # the op refuses before launching anything
 def test_first_use_inside_a_capture_is_a_clear_error(op):
     a, b = inputs("96x80x64")
     g = torch.cuda.CUDAGraph()
