@@ -138,6 +138,7 @@ class DispatchConfig:
     lt_algorithms: int
     autotune: bool
     measure_libraries: bool
+    library_tie: float
 
 
 @dataclass

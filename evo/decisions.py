@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_PATH = "~/.cache/evo/dispatch.json"
+# How decisions are measured now: cuBLAS and every planned cuBLASLt algorithm (and borrowed kernels) interleaved,
+# flushed, medians. A decision recorded another way (or by an older evo) is measured again, not trusted.
+METHOD = "interleaved-all-algorithms"
 
 
 @dataclass
@@ -31,6 +34,7 @@ class Decision:
     algorithm: dict[str, Any] = field(default_factory=dict)  # cuBLASLt algorithm config (serve == "cublaslt")
     note: str = ""
     date: str = ""
+    method: str = ""  # METHOD when measured the current way
 
 
 def key(gpu: str, driver: str, shape: str, kind: str = "shape") -> str:

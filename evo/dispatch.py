@@ -14,9 +14,17 @@ Per shape, chosen once per process and cached:
   noise band is a tie and goes to the library.
 * not in the table: evo kernels of the nearest table shapes whose ``requires`` accept it are checked on it
   (random inputs against an fp32 reference and an exact {0,1} test); those that pass are timed on it side by side
-  with cuBLAS and cuBLASLt (CUDA events, L2 flushed, ``dispatch.measure_reps`` repetitions). A borrowed kernel
-  serves only when it beats the fastest library beyond the noise band; else that library serves. The decision is
-  persisted per (GPU, driver, shape) (evo.decisions, ``~/.cache/evo/dispatch.json``), so it is measured once.
+  with cuBLAS and every planned cuBLASLt algorithm (CUDA events, L2 flushed, all calls interleaved in shuffled
+  order, ``dispatch.measure_reps`` repetitions, medians). A borrowed kernel serves only when it beats the fastest
+  library beyond the noise band; else the fastest library serves, where cuBLASLt's best algorithm within
+  ``dispatch.library_tie`` of cuBLAS counts as a tie and serves (over the tables, cuBLASLt's tuned algorithm is
+  the best library more often than cuBLAS; a tie inside the measurement's noise is better broken that way than
+  by the noise). The decision is persisted per (GPU, driver, shape) (evo.decisions, ``~/.cache/evo/dispatch.json``),
+  so it is measured once.
+
+"Autotuned" means one thing everywhere here: every planned cuBLASLt algorithm timed interleaved with the others
+(flushed, medians of ``measure_reps``), the fastest kept; nvmath's own autotune (5 unflushed iterations) chose
+different algorithms from run to run on the same shape, and a shape served by a noisy pick lost up to 2.8 %.
 A kernel that fails to compile, load or check is never used, so the result is never wrong.
 """
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import noise
-from .decisions import Decision, Decisions, key as decision_key
+from .decisions import METHOD, Decision, Decisions, key as decision_key
 from .errors import EvoError, NoGpuError
 from .kernel import KernelSource
 from .problem import Problem
@@ -62,11 +70,12 @@ class DispatchSettings:
 
     decisions: str = ""  # path of the decisions file ("" = $EVO_DISPATCH_DECISIONS or ~/.cache/evo/dispatch.json)
     noise_floor: float = noise.DEFAULT_FLOOR
-    measure_reps: int = 20
+    measure_reps: int = 60
     general_tries: int = 3
     lt_algorithms: int = 8
     autotune: bool = True
     measure_libraries: bool = True
+    library_tie: float = 0.005
 
     @classmethod
     def from_config(cls) -> "DispatchSettings":
@@ -134,6 +143,19 @@ def row_algorithm(row: dict, library: str) -> dict:
     return a if isinstance(a, dict) else {}
 
 
+def pick_library(t: dict[str, tuple[float, float]], tie: float) -> tuple[str, str]:
+    """From one interleaved measurement ({"cublas": (median µs, spread), "cublaslt:<i>": ..., ...}): the library
+    that serves ("cublas" or "cublaslt") and cuBLASLt's fastest algorithm ("" where none was timed). cuBLASLt's
+    fastest within `tie` of cuBLAS is a tie and serves (the library that is the best more often)."""
+    lts = [n for n in t if n.startswith("cublaslt")]
+    lt_name = min(lts, key=lambda n: t[n][0]) if lts else ""
+    if not lt_name:
+        return "cublas", ""
+    if "cublas" not in t or t[lt_name][0] <= t["cublas"][0] * (1.0 + tie):
+        return "cublaslt", lt_name
+    return "cublas", lt_name
+
+
 def lib_label(lib: str) -> str:
     return {"cublas": "cuBLAS", "cublaslt_heuristic": "cuBLASLt (heuristic)", "cublaslt_autotune": "cuBLASLt (autotuned)",
             "cublaslt": "cuBLASLt"}.get(lib, lib)
@@ -142,7 +164,8 @@ def lib_label(lib: str) -> str:
 class CupyBackend:
     """The GPU side of the dispatcher: CuPy arrays, cubins compiled with nvcc and loaded once, cuBLAS, cuBLASLt."""
 
-    def __init__(self, device_id: int | None = None, cache_dir: str | Path | None = None, lt_algorithms: int = 8):
+    def __init__(self, device_id: int | None = None, cache_dir: str | Path | None = None, lt_algorithms: int = 8,
+                 tune_reps: int = 60):
         try:
             import cupy
 
@@ -168,6 +191,7 @@ class CupyBackend:
         self.driver = f"{v // 1000}.{v % 1000 // 10}"
         self.cache_dir = cache_dir
         self.lt_algorithms = lt_algorithms
+        self.tune_reps = tune_reps
         self._compiler = None
         self._cublas: Fn | None = None
         self.native = cupy.ndarray
@@ -211,7 +235,10 @@ class CupyBackend:
             lt = LtGemm(problem.m, problem.n, problem.k, limit=self.lt_algorithms)
             alg, how = (lt.find(config), "the stored algorithm") if config else (None, "")
             if alg is None and tune:
-                alg, how = lt.autotune(), "autotuned on this GPU" + (" (the stored one is not planned here)" if config else "")
+                algs = lt.algorithms
+                t = self.time(problem, {str(i): lt.bind(a) for i, a in enumerate(algs)}, self.tune_reps)
+                alg = algs[int(min(t, key=lambda i: t[i][0]))]
+                how = "autotuned on this GPU" + (" (the stored one is not planned here)" if config else "")
             if alg is None:
                 alg, how = lt.heuristic, "the heuristic's top-1" + (" (the stored one is not planned here)" if config else "")
             return lt.bind(alg), algorithm_config(alg), how
@@ -220,6 +247,18 @@ class CupyBackend:
         except EvoError:
             raise
         except Exception as e:  # noqa: BLE001 - a cuBLASLt / nvmath error: the caller falls back to cuBLAS
+            raise EvoError(f"cuBLASLt failed for {problem.key}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
+
+    def cublaslt_algorithms(self, problem: Problem) -> list[tuple[Fn, dict]]:
+        """Every planned cuBLASLt algorithm of this shape as (call, config), the heuristic's top-1 first."""
+        from .ltgemm import LtGemm, algorithm_config
+
+        try:
+            lt = LtGemm(problem.m, problem.n, problem.k, limit=self.lt_algorithms)
+            return [(lt.bind(a), algorithm_config(a)) for a in lt.algorithms]
+        except ImportError as e:
+            raise EvoError(f"cuBLASLt through nvmath-python is not available ({e})") from None
+        except Exception as e:  # noqa: BLE001 - a cuBLASLt / nvmath error: the caller measures cuBLAS alone
             raise EvoError(f"cuBLASLt failed for {problem.key}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
 
     def load(self, ks: KernelSource, problem: Problem, cache_dir: Path) -> Fn:
@@ -289,7 +328,7 @@ class Dispatcher:
     def load(cls, table_dir: str | Path | None = None, backend: Any = None, **kw: Any) -> "Dispatcher":
         """The table of the current GPU: <table_dir or $EVO_KERNELS or kernels_out>/<GPU name>/table.json."""
         settings = kw.pop("settings", None) or DispatchSettings.from_config()
-        backend = backend or CupyBackend(lt_algorithms=settings.lt_algorithms)
+        backend = backend or CupyBackend(lt_algorithms=settings.lt_algorithms, tune_reps=settings.measure_reps)
         if table_dir is None:
             table_dir = Path(os.environ.get("EVO_KERNELS", "kernels_out")) / backend.gpu_key
         path = Path(table_dir) / "table.json"
@@ -367,12 +406,13 @@ class Dispatcher:
             lt_key = decision_key(self._gpu_key(), self._driver(), p.key, "cublaslt_autotune")
             if tune and not stored:
                 d = self.decisions.get(lt_key)
-                if d is not None and d.algorithm:
+                if d is not None and d.algorithm and d.method == METHOD:
                     stored = d.algorithm
             try:
                 fn, cfg, how = self.backend.cublaslt(p, stored or None, tune)
                 if tune and how.startswith("autotuned"):
-                    self.decisions.put(lt_key, Decision(serve="cublaslt", library=lib, algorithm=cfg, note="autotuned"))
+                    self.decisions.put(lt_key, Decision(serve="cublaslt", library=lib, algorithm=cfg, note="autotuned",
+                                                        method=METHOD))
                     how += ", kept in " + str(self.decisions.path)
                 elif tune and stored and not row_algorithm(row or {}, lib):
                     how = "the algorithm autotuned here earlier (" + str(self.decisions.path) + ")"
@@ -429,7 +469,7 @@ class Dispatcher:
         k = decision_key(self._gpu_key(), self._driver(), p.key)
         d = self.decisions.get(k)
         reasons: list[str] = []
-        if d is not None:
+        if d is not None and d.method == METHOD:  # a decision measured another way is measured again
             plan = self._apply(d, p, reasons)
             if plan is not None:
                 return plan
@@ -442,12 +482,13 @@ class Dispatcher:
         if not fns and not self.settings.measure_libraries:
             why = "; ".join(reasons) or "not in the table, no nearby evo kernel accepts it"
             return Plan("cublas", p.key, library="cublas", reason=why + "; served by cuBLAS", fn=self.backend.cublas())
+        # one interleaved measurement: borrowed kernels, cuBLAS and every planned cuBLASLt algorithm
         calls: dict[str, Fn] = {name: fn for name, (_, fn) in fns.items()}
         calls["cublas"] = self.backend.cublas()
-        lt_cfg: dict = {}
+        lt_cfgs: dict[str, dict] = {}
         try:
-            lt_fn, lt_cfg, _ = self.backend.cublaslt(p, None, self.settings.autotune)
-            calls["cublaslt"] = lt_fn
+            for i, (lt_fn, cfg) in enumerate(self.backend.cublaslt_algorithms(p)):
+                calls[f"cublaslt:{i}"], lt_cfgs[f"cublaslt:{i}"] = lt_fn, cfg
         except EvoError as e:
             reasons.append(f"cuBLASLt not measured: {e}")
         try:
@@ -455,12 +496,15 @@ class Dispatcher:
         except EvoError as e:
             return Plan("cublas", p.key, library="cublas", reason=f"not in the table; timing failed ({e}); served by cuBLAS",
                         fn=self.backend.cublas())
-        libs = {name: v for name, v in t.items() if not name.startswith("evo:")}
-        lib = min(libs, key=lambda name: libs[name][0])
-        lib_us, lib_spread = libs[lib]
+        lib, lt_name = pick_library(t, self.settings.library_tie)
+        lib_us, lib_spread = t[lt_name] if lib == "cublaslt" else t["cublas"]
+        best_us = min(t[n][0] for n in t if not n.startswith("evo:"))  # a borrowed kernel must beat the fastest
         evos = {name: v for name, v in t.items() if name.startswith("evo:")}
-        dec = Decision(serve=lib, lib_us=round(lib_us, 3), library=lib, algorithm=lt_cfg if lib == "cublaslt" else {},
-                       note="; ".join(reasons))
+        if lib == "cublaslt" and t["cublas"][0] < lib_us:
+            reasons.append(f"cuBLAS {t['cublas'][0]:.2f} us, within the ±{100 * self.settings.library_tie:.1f}% library "
+                           "tie: cuBLASLt serves")
+        dec = Decision(serve=lib, lib_us=round(lib_us, 3), library=lib, algorithm=lt_cfgs[lt_name] if lib == "cublaslt" else {},
+                       note="; ".join(reasons), method=METHOD)
         if evos:
             best = min(evos, key=lambda name: evos[name][0])
             evo_us, evo_spread = evos[best]
@@ -468,11 +512,13 @@ class Dispatcher:
             row = fns[best][0]
             dec.evo_us, dec.band, dec.ratio = round(evo_us, 3), round(band, 4), round(noise.ratio(lib_us, evo_us), 4)
             dec.hash, dec.source_shape = row.get("hash", ""), row["shape"]
-            if noise.wins(lib_us, evo_us, band):
+            if noise.wins(best_us, evo_us, band):
                 dec.serve = "evo"
         self.decisions.put(k, dec)
         fresh: dict[str, Fn] = {name: fn for name, (_, fn) in fns.items()}
-        fresh.update({f"lib:{name}": fn for name, fn in calls.items() if not name.startswith("evo:")})
+        fresh["lib:cublas"] = calls["cublas"]
+        if lt_name:
+            fresh["lib:cublaslt"] = calls[lt_name]  # the very algorithm that was timed serves
         plan = self._apply(dec, p, reasons, fresh=fresh)
         assert plan is not None  # a library always applies
         return plan

@@ -28,7 +28,8 @@ def ref(a, b):
 
 class NumpyBackend:
     """Stands in for CupyBackend: NumPy arrays, 'kernels' that compute the reference (or garbage if WRONG),
-    cuBLASLt 'algorithms' by config, and times set per call name (evo:<source shape>, cublas, cublaslt)."""
+    cuBLASLt 'algorithms' by config, and times set per call name (evo:<source shape>, cublas, cublaslt:<i>, where
+    cublaslt stands for every algorithm not named)."""
 
     gpu_key = "Fake_GPU"
     arch = "sm_90a"
@@ -41,6 +42,7 @@ class NumpyBackend:
         self.checked: list[tuple[str, str]] = []
         self.cublas_calls = 0
         self.lt: list[tuple[str, dict | None, bool]] = []  # (shape, config asked for, tune)
+        self.lt_all: list[str] = []  # shapes whose every planned algorithm was handed out for timing
         self.timed: list[tuple[str, tuple]] = []
         self.times = {"cublas": 10.0, "cublaslt": 10.5, **(times or {})}
 
@@ -54,9 +56,17 @@ class NumpyBackend:
 
         return call, cfg, how
 
+    def cublaslt_algorithms(self, problem):
+        self.lt_all.append(problem.key)
+
+        def call(a, b, c):
+            c[...] = ref(a, b)
+
+        return [(call, {"algorithm_id": 7, "tile": "128x256"}), (call, {"algorithm_id": 3})]
+
     def time(self, problem, calls, reps):
         self.timed.append((problem.key, tuple(sorted(calls))))
-        return {name: (self.times.get(name, 10.0), 0.01) for name in calls}
+        return {name: (self.times.get(name, self.times.get(name.split(":")[0], 10.0)), 0.01) for name in calls}
 
     def adopt(self, x):
         return x
@@ -222,7 +232,8 @@ def test_unknown_shape_borrows_a_kernel_only_after_it_won_on_that_shape(table, d
     # nearest evo rows: 256^3 (accepts anything) before 512^3 (wrong) and 1024^3 (requires M % 128 == 0: skipped)
     assert plan.kind == "general" and plan.source_shape == "256x256x256"
     assert (plan.hash, "300x200x250") in be.checked
-    assert be.timed == [("300x200x250", ("cublas", "cublaslt", "evo:256x256x256"))]  # the wrong 512^3 kernel never timed
+    # the wrong 512^3 kernel is never timed; cuBLAS and every planned cuBLASLt algorithm are, in one measurement
+    assert be.timed == [("300x200x250", ("cublas", "cublaslt:0", "cublaslt:1", "evo:256x256x256"))]
     assert plan.ratio == pytest.approx(1.25) and "1.250x" in d.explain(300, 200, 250)
     assert d.matmul(a, b) is not None and len(be.timed) == 1  # decided once per shape
     saved = json.loads(decisions_file.read_text())
@@ -258,7 +269,7 @@ def test_unknown_shape_served_by_the_faster_library(table):
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(8000, 8000, 16)
     assert plan.kind == "cublaslt" and "cuBLASLt measured fastest" in plan.reason
-    assert be.lt == [("8000x8000x16", None, True)]  # the timed call serves: planned and tuned once
+    assert be.lt == [] and be.lt_all == ["8000x8000x16"]  # the timed call serves: planned once, no second tuning
     be2 = NumpyBackend({"cublaslt": 9.0})
     Dispatcher.load(table, backend=be2).plan(8000, 8000, 16)
     assert be2.timed == [] and be2.lt == [("8000x8000x16", {"algorithm_id": 7, "tile": "128x256"}, False)]
@@ -273,14 +284,14 @@ def test_wrong_borrowed_kernel_is_never_used(tmp_path):
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(500, 500, 500)
     assert plan.kind == "cublas" and "fails on 500x500x500" in plan.reason and be.cublas_calls == 1
-    assert be.timed == [("500x500x500", ("cublas", "cublaslt"))]
+    assert be.timed == [("500x500x500", ("cublas", "cublaslt:0", "cublaslt:1"))]
 
 
 def test_unknown_shape_near_library_region_borrows_nothing(table):
     be = NumpyBackend()
     d = Dispatcher.load(table, backend=be)
     plan = d.plan(8000, 8000, 8000)
-    assert plan.kind == "cublas" and be.loaded == [] and be.timed == [("8000x8000x8000", ("cublas", "cublaslt"))]
+    assert plan.kind == "cublas" and be.loaded == [] and be.timed == [("8000x8000x8000", ("cublas", "cublaslt:0", "cublaslt:1"))]
 
 
 def test_compile_failure_falls_back(tmp_path):
@@ -403,3 +414,35 @@ def test_dispatch_host_overhead_without_gpu(table, capsys):
         print(f"\ndispatch host overhead (CPU, NumPy stand-in): {per_call:.2f} us per call vs {bare:.2f} us bare "
               f"-> {per_call - bare:.2f} us of dispatch logic")
     assert per_call - bare < 50
+
+
+@pytest.mark.parametrize("times, lib, alg", [
+    ({"cublas": 10.0, "cublaslt:0": 10.3, "cublaslt:1": 10.04}, "cublaslt", 3),  # within the 0.5 % tie: cuBLASLt
+    ({"cublas": 10.0, "cublaslt:0": 10.3, "cublaslt:1": 10.2}, "cublas", 0),  # cuBLAS beyond the tie
+    ({"cublas": 10.0, "cublaslt:0": 9.7, "cublaslt:1": 9.9}, "cublaslt", 7),  # the fastest algorithm, not the first
+])
+def test_off_table_library_choice_over_every_algorithm(table, decisions_file, times, lib, alg):
+    be = NumpyBackend(times)
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(8000, 8000, 16)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(8000, 8000, 16)
+    assert plan.kind == lib, plan.reason
+    (v,) = json.loads(decisions_file.read_text()).values()
+    assert v["serve"] == lib and v["method"] == "interleaved-all-algorithms"
+    if lib == "cublaslt":
+        assert v["algorithm"]["algorithm_id"] == alg and v["lib_us"] == pytest.approx(min(times["cublaslt:0"], times["cublaslt:1"]))
+        if times["cublas"] < v["lib_us"]:
+            assert "library tie" in plan.reason
+    else:
+        assert v["algorithm"] == {} and be.cublas_calls == 1
+
+
+def test_decision_measured_the_old_way_is_measured_again(table, decisions_file):
+    """A decision without the current method (e.g. an nvmath-autotune pick from an older evo) is not trusted."""
+    decisions_file.write_text(json.dumps({"Fake_GPU|580.1|8000x8000x16|shape": {
+        "serve": "cublaslt", "lib_us": 9.0, "library": "cublaslt", "algorithm": {"algorithm_id": 3}}}))
+    be = NumpyBackend({"cublas": 9.0, "cublaslt": 11.0})
+    plan = Dispatcher.load(table, backend=be).plan(8000, 8000, 16)
+    assert plan.kind == "cublas" and len(be.timed) == 1
+    assert json.loads(decisions_file.read_text())["Fake_GPU|580.1|8000x8000x16|shape"]["method"]
