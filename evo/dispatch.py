@@ -215,8 +215,8 @@ class CupyBackend:
         return self.cupy.empty((m, n), dtype=self.cupy.float16)
 
     def cublas(self) -> Fn:
-        """cublasGemmEx on the current stream through evo.ltgemm.CublasGemm (nvmath's bindings, a handle and
-        workspace of our own): capture-safe, unlike CuPy's cuBLAS wrappers, which refuse a capturing stream."""
+        """cublasGemmEx on the current stream through evo.ltgemm.CublasGemm (nvmath's bindings, a handle of our
+        own): capture-safe, unlike CuPy's cuBLAS wrappers, which refuse a capturing stream."""
         if self._cublas is None:
             from .ltgemm import CublasGemm
 

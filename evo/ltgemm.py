@@ -3,10 +3,12 @@
 Both go through nvmath-python's thin bindings (``nvmath.bindings.cublas`` / ``cublasLt``), never through CuPy's
 cuBLAS wrappers: CuPy refuses ``cublasSetStream`` while the stream is capturing ("calling cuBLAS API during stream
 capture is currently unsupported"), so a library-served shape could not be recorded into a CUDA graph. cuBLAS
-supports capture when it allocates nothing during it: ``CublasGemm`` owns its handle and a workspace of its own,
-set again after every stream change (``cublasSetStream`` resets the workspace to cuBLAS's pool), and cuBLASLt calls
-always pass their own workspace. Nothing here allocates, synchronises or reads back per call, so every call is
-capture-safe and runs on ``cupy.cuda.get_current_stream()`` (torch's current stream under evo.torch_op).
+itself supports capture (its docs: every routine that writes no host buffer): ``CublasGemm`` owns its handle and
+uses cuBLAS's default workspace pool, which since CUDA 12.2 is stream-ordered (cudaMallocAsync, recorded into a
+graph like any allocation on the capturing stream; PyTorch dropped its own cuBLAS workspaces for that reason) and
+is kept per stream, so two streams never share one. cuBLASLt calls pass a workspace of the plan's own, allocated
+when the plan is bound (never during a capture). Nothing here synchronises or reads back per call, and every call
+runs on ``cupy.cuda.get_current_stream()`` (torch's current stream under evo.torch_op).
 
 The problem is planned once per shape through nvmath-python exactly as the baselines plan it
 (``Matmul(a, b.T)``, fp32 compute, the same preference limit), so the algorithm list is the one the table's
@@ -118,14 +120,15 @@ class LtGemm:
 
 
 CUDA_R_16F, CUBLAS_COMPUTE_32F, CUBLAS_OP_N, CUBLAS_OP_T, CUBLAS_GEMM_DEFAULT = 2, 68, 0, 1, -1
-CUBLAS_WORKSPACE = 32 << 20  # cuBLAS's recommended user workspace on Hopper (its default pool size there)
 
 
 class CublasGemm:
     """``cublasGemmEx`` (fp16 in and out, fp32 compute, default algorithm: what the cuBLAS baseline runs) on a
-    handle and workspace of our own, on the caller's current CuPy stream; capture-safe (see the module doc)."""
+    handle of our own, on the caller's current CuPy stream; capture-safe (see the module doc). ``workspace`` > 0
+    binds a user workspace of that many bytes instead of cuBLAS's pool (set again after every stream change, as
+    ``cublasSetStream`` resets it; then calls on two streams at once share it: keep them in one stream's order)."""
 
-    def __init__(self, device_id: int | None = None, workspace: int = CUBLAS_WORKSPACE):
+    def __init__(self, device_id: int | None = None, workspace: int = 0):
         import cupy
         import numpy as np
         from nvmath.bindings import cublas as cb
@@ -133,7 +136,7 @@ class CublasGemm:
         self.cupy, self.cb = cupy, cb
         with cupy.cuda.Device(device_id if device_id is not None else cupy.cuda.runtime.getDevice()):
             self.handle = cb.create()
-            self.ws = cupy.empty(workspace, dtype=cupy.uint8)
+            self.ws = cupy.empty(workspace, dtype=cupy.uint8) if workspace > 0 else None
         self._stream: int | None = None
         self._one, self._zero = np.ones(1, np.float32), np.zeros(1, np.float32)
         self._scalars = (self._one.ctypes.data, self._zero.ctypes.data)
@@ -142,7 +145,8 @@ class CublasGemm:
         s = self.cupy.cuda.get_current_stream().ptr
         if s != self._stream:
             self.cb.set_stream(self.handle, s)
-            self.cb.set_workspace(self.handle, self.ws.data.ptr, self.ws.nbytes)  # set_stream reset it
+            if self.ws is not None:
+                self.cb.set_workspace(self.handle, self.ws.data.ptr, self.ws.nbytes)  # set_stream reset it
             self._stream = s
         m, k = a.shape
         n = b.shape[0]

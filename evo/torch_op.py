@@ -12,8 +12,8 @@ implementation gives the output's shape and dtype, so the compiler keeps it in t
 CUDA graphs: call the op once per shape before capturing (as torch asks of every warm-up): the first call of a shape
 chooses its kernel, compiles, checks and may time it, which cannot happen inside a capture; a shape first seen inside
 a capture raises a RuntimeError that says so. The output is allocated by torch (its caching allocator, graph pools).
-Library-served shapes are capture-safe too: cuBLAS and cuBLASLt are called through nvmath's thin bindings on a
-handle and workspace of evo's own (evo.ltgemm), not through CuPy's wrappers, which refuse a capturing stream.
+Library-served shapes are capture-safe too: cuBLAS and cuBLASLt are called through nvmath's thin bindings on
+handles of evo's own (evo.ltgemm), not through CuPy's wrappers, which refuse a capturing stream.
 
 Autograd: the backward pass uses torch's own matmuls (dA = dC·B, dB = dCᵀ·A); evo serves the forward product.
 torch is not a dependency of evo: ``pip install 'evo[torch]'``.

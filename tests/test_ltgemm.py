@@ -108,8 +108,9 @@ def test_bind_calls_cublaslt_with_the_callers_pointers_and_stream(fakes):
 
 
 def test_cublas_gemm_is_capture_safe_on_the_current_stream(fakes, monkeypatch):
-    """CublasGemm never touches CuPy's cuBLAS wrappers (they refuse a capturing stream): its own handle, its own
-    workspace set again after every stream change (cublasSetStream resets it), gemm_ex on the current stream."""
+    """CublasGemm never touches CuPy's cuBLAS wrappers (they refuse a capturing stream): its own handle, the stream
+    set only when it changes, gemm_ex on the current stream; a user workspace, where asked for, is set again after
+    every stream change (cublasSetStream resets it), else cuBLAS's stream-ordered pool is used."""
     from evo import ltgemm
 
     _, Arr = fakes
@@ -156,3 +157,7 @@ def test_cublas_gemm_is_capture_safe_on_the_current_stream(fakes, monkeypatch):
     assert (gemm[10], gemm[13], gemm[17]) == (64, 64, 256) and gemm[18:] == (ltgemm.CUBLAS_COMPUTE_32F, -1)
     g.close()
     assert log[-1] == ("destroy", 55) and g.handle == 0
+    log.clear()
+    g = ltgemm.CublasGemm(0)  # default: cuBLAS's own workspace pool, never set
+    g(a, b, c)
+    assert [e[0] for e in log] == ["stream", "gemm"] and g.ws is None
