@@ -139,6 +139,10 @@ class DispatchConfig:
     autotune: bool
     measure_libraries: bool
     library_tie: float
+    settle_floor: float
+    settle_reps: int
+    settle_max: int
+    settle_budget_s: float
 
 
 @dataclass

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_PATH = "~/.cache/evo/dispatch.json"
-# How decisions are measured now: cuBLAS and every planned cuBLASLt algorithm (and borrowed kernels) interleaved,
-# flushed, medians. A decision recorded another way (or by an older evo) is measured again, not trusted.
-METHOD = "interleaved-all-algorithms"
+# How decisions are measured now: cuBLAS and every planned cuBLASLt algorithm, nvmath's autotune pick among them (and
+# borrowed kernels) interleaved, flushed, medians; library near-ties (within the paired ratio's noise) timed again,
+# alone, for more rounds, the fastest median kept (evo.dispatch.near_ties). A decision recorded another way (or by an
+# older evo) is measured again, not trusted.
+METHOD = "interleaved-all-algorithms+settled-near-ties"
 
 
 @dataclass

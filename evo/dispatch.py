@@ -15,12 +15,16 @@ Per shape, chosen once per process and cached:
 * not in the table: evo kernels of the nearest table shapes whose ``requires`` accept it are checked on it
   (random inputs against an fp32 reference and an exact {0,1} test); those that pass are timed on it side by side
   with cuBLAS and every planned cuBLASLt algorithm (CUDA events, L2 flushed, all calls interleaved in shuffled
-  order, ``dispatch.measure_reps`` repetitions, medians). A borrowed kernel serves only when it beats the fastest
-  library beyond the noise band; else the fastest library serves, where cuBLASLt's best algorithm within
-  ``dispatch.library_tie`` of cuBLAS counts as a tie and serves (over the tables, cuBLASLt's tuned algorithm is
-  the best library more often than cuBLAS; a tie inside the measurement's noise is better broken that way than
-  by the noise). The decision is persisted per (GPU, driver, shape) (evo.decisions, ``~/.cache/evo/dispatch.json``),
-  so it is measured once.
+  order, ``dispatch.measure_reps`` repetitions, medians); nvmath's own autotune pick is one of those algorithms.
+  A borrowed kernel serves only when it beats the fastest library beyond the noise band; else the libraries
+  settle it: every library call whose paired ratio to the fastest (median over rounds) is within the noise
+  (``dispatch.settle_floor``, or the ratio's bootstrap 95 % half-width where wider) is a near-tie, and the near-ties
+  (at most ``dispatch.settle_max``, nvmath's pick kept) are timed again, alone, for ``dispatch.settle_reps`` rounds
+  (bounded by ``dispatch.settle_budget_s`` of device time); the fastest median of that second round serves (a
+  60-round decision and a 100-round comparison of the same algorithms had picked different ones, 1.5 % apart:
+  docs/perf-dispatch.md). A clear winner is not timed again. Without a second round (``settle_reps: 0``) cuBLASLt's best algorithm within
+  ``dispatch.library_tie`` of cuBLAS counts as a tie and serves. The decision is persisted per (GPU, driver,
+  shape) (evo.decisions, ``~/.cache/evo/dispatch.json``), so it is measured once.
 
 "Autotuned" means one thing everywhere here: every planned cuBLASLt algorithm timed interleaved with the others
 (flushed, medians of ``measure_reps``), the fastest kept; nvmath's own autotune (5 unflushed iterations) chose
@@ -76,6 +80,10 @@ class DispatchSettings:
     autotune: bool = True
     measure_libraries: bool = True
     library_tie: float = 0.005
+    settle_floor: float = 0.02
+    settle_reps: int = 200
+    settle_max: int = 4
+    settle_budget_s: float = 2.0
 
     @classmethod
     def from_config(cls) -> "DispatchSettings":
@@ -154,6 +162,52 @@ def pick_library(t: dict[str, tuple[float, float]], tie: float) -> tuple[str, st
     if "cublas" not in t or t[lt_name][0] <= t["cublas"][0] * (1.0 + tie):
         return "cublaslt", lt_name
     return "cublas", lt_name
+
+
+def medians(samples: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """{name: (median µs, spread)} of per-round samples (spread = (p90 - min) / median, as evo.records.Timing)."""
+    out = {}
+    for name, xs in samples.items():
+        a = np.asarray(xs, dtype=np.float64)
+        med = float(np.median(a))
+        out[name] = (med, float((np.percentile(a, 90) - a.min()) / med) if med > 0 else 0.0)
+    return out
+
+
+@dataclass(frozen=True)
+class NearTie:
+    """A library call whose paired ratio to the fastest (median over rounds of its µs / the fastest's) is inside
+    the noise: max(settle_floor, the bootstrap 95 % half-width of that median)."""
+
+    name: str
+    ratio: float
+    noise: float
+
+
+def near_ties(samples: dict[str, list[float]], floor: float, cap: int, keep: str = "") -> list[NearTie]:
+    """The contenders of a second round, from one interleaved measurement of library calls (per-round µs): the
+    fastest median first, then every other call within the noise of it, nearest first, at most `cap` (at least 2);
+    `keep` (nvmath's autotune pick) stays when it is within the noise, in place of the farthest. One entry means a
+    clear winner: no second round."""
+    if not samples:
+        return []
+    med = {n: float(np.median(v)) for n, v in samples.items()}
+    best = min(med, key=lambda n: med[n])
+    ties = [NearTie(best, 1.0, 0.0)]
+    for name in sorted(samples, key=lambda n: med[n]):
+        if name == best:
+            continue
+        r, ci = noise.paired_ratio(samples[name], samples[best])
+        band = max(floor, ci)
+        if r <= 1.0 + band:
+            ties.append(NearTie(name, r, band))
+    cap = max(2, cap)
+    if len(ties) > cap:
+        kept = next((t for t in ties if t.name == keep), None)
+        ties = ties[:cap]
+        if kept is not None and kept not in ties:
+            ties[-1] = kept
+    return ties
 
 
 def lib_label(lib: str) -> str:
@@ -236,7 +290,7 @@ class CupyBackend:
             alg, how = (lt.find(config), "the stored algorithm") if config else (None, "")
             if alg is None and tune:
                 algs = lt.algorithms
-                t = self.time(problem, {str(i): lt.bind(a) for i, a in enumerate(algs)}, self.tune_reps)
+                t = medians(self.time(problem, {str(i): lt.bind(a) for i, a in enumerate(algs)}, self.tune_reps))
                 alg = algs[int(min(t, key=lambda i: t[i][0]))]
                 how = "autotuned on this GPU" + (" (the stored one is not planned here)" if config else "")
             if alg is None:
@@ -249,13 +303,21 @@ class CupyBackend:
         except Exception as e:  # noqa: BLE001 - a cuBLASLt / nvmath error: the caller falls back to cuBLAS
             raise EvoError(f"cuBLASLt failed for {problem.key}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
 
-    def cublaslt_algorithms(self, problem: Problem) -> list[tuple[Fn, dict]]:
-        """Every planned cuBLASLt algorithm of this shape as (call, config), the heuristic's top-1 first."""
+    def cublaslt_algorithms(self, problem: Problem) -> tuple[list[tuple[Fn, dict]], int]:
+        """Every planned cuBLASLt algorithm of this shape as (call, config), the heuristic's top-1 first, and the
+        index among them of nvmath's own autotune pick (``LtGemm.autotune``, what bench.dispatch_compare's
+        "cuBLASLt autotuned" column runs); a pick outside the plan is appended, so it is always a contender."""
         from .ltgemm import LtGemm, algorithm_config
 
         try:
             lt = LtGemm(problem.m, problem.n, problem.k, limit=self.lt_algorithms)
-            return [(lt.bind(a), algorithm_config(a)) for a in lt.algorithms]
+            planned = lt.algorithms  # the heuristic's order (autotune reorders lt.algorithms)
+            pick = lt.autotune()
+            idx = next((i for i, a in enumerate(planned) if a is pick), -1)
+            if idx < 0:
+                planned.append(pick)
+                idx = len(planned) - 1
+            return [(lt.bind(a), algorithm_config(a)) for a in planned], idx
         except ImportError as e:
             raise EvoError(f"cuBLASLt through nvmath-python is not available ({e})") from None
         except Exception as e:  # noqa: BLE001 - a cuBLASLt / nvmath error: the caller measures cuBLAS alone
@@ -283,9 +345,10 @@ class CupyBackend:
         r = check_kernel(fn, problem, load_config().check, seed=12345)
         return "" if r.correct else r.error
 
-    def time(self, problem: Problem, calls: dict[str, Fn], reps: int) -> dict[str, tuple[float, float]]:
-        """{name: (median µs, spread)} of each call on this shape: CUDA events, L2 flushed (read) before every
-        repetition, calls interleaved in shuffled order (evo.timing.Timer, as the search times candidates)."""
+    def time(self, problem: Problem, calls: dict[str, Fn], reps: int) -> dict[str, list[float]]:
+        """{name: µs per round} of each call on this shape (index i = round i, every call once per round): CUDA
+        events, L2 flushed (read) before every call, calls interleaved in shuffled order (evo.timing.Timer, as the
+        search times candidates)."""
         from .timing import Timer
 
         cupy = self.cupy
@@ -299,7 +362,7 @@ class CupyBackend:
                                 reps=max(3, reps), warmup=3)
         finally:
             del timer
-        return {name: (t.median_us, t.spread) for name, t in res.items()}
+        return {name: list(t.samples) for name, t in res.items()}
 
 
 class Dispatcher:
@@ -482,29 +545,31 @@ class Dispatcher:
         if not fns and not self.settings.measure_libraries:
             why = "; ".join(reasons) or "not in the table, no nearby evo kernel accepts it"
             return Plan("cublas", p.key, library="cublas", reason=why + "; served by cuBLAS", fn=self.backend.cublas())
-        # one interleaved measurement: borrowed kernels, cuBLAS and every planned cuBLASLt algorithm
+        # one interleaved measurement: borrowed kernels, cuBLAS and every planned cuBLASLt algorithm (nvmath's own
+        # autotune pick among them)
         calls: dict[str, Fn] = {name: fn for name, (_, fn) in fns.items()}
         calls["cublas"] = self.backend.cublas()
         lt_cfgs: dict[str, dict] = {}
+        nvmath_name = ""
         try:
-            for i, (lt_fn, cfg) in enumerate(self.backend.cublaslt_algorithms(p)):
+            algs, pick = self.backend.cublaslt_algorithms(p)
+            for i, (lt_fn, cfg) in enumerate(algs):
                 calls[f"cublaslt:{i}"], lt_cfgs[f"cublaslt:{i}"] = lt_fn, cfg
+            nvmath_name = f"cublaslt:{pick}" if 0 <= pick < len(algs) else ""
         except EvoError as e:
             reasons.append(f"cuBLASLt not measured: {e}")
         try:
-            t = self.backend.time(p, calls, self.settings.measure_reps)
+            samples = self.backend.time(p, calls, self.settings.measure_reps)
         except EvoError as e:
             return Plan("cublas", p.key, library="cublas", reason=f"not in the table; timing failed ({e}); served by cuBLAS",
                         fn=self.backend.cublas())
+        t = medians(samples)
         lib, lt_name = pick_library(t, self.settings.library_tie)
         lib_us, lib_spread = t[lt_name] if lib == "cublaslt" else t["cublas"]
         best_us = min(t[n][0] for n in t if not n.startswith("evo:"))  # a borrowed kernel must beat the fastest
         evos = {name: v for name, v in t.items() if name.startswith("evo:")}
-        if lib == "cublaslt" and t["cublas"][0] < lib_us:
-            reasons.append(f"cuBLAS {t['cublas'][0]:.2f} us, within the ±{100 * self.settings.library_tie:.1f}% library "
-                           "tie: cuBLASLt serves")
         dec = Decision(serve=lib, lib_us=round(lib_us, 3), library=lib, algorithm=lt_cfgs[lt_name] if lib == "cublaslt" else {},
-                       note="; ".join(reasons), method=METHOD)
+                       note="", method=METHOD)
         if evos:
             best = min(evos, key=lambda name: evos[name][0])
             evo_us, evo_spread = evos[best]
@@ -514,6 +579,20 @@ class Dispatcher:
             dec.hash, dec.source_shape = row.get("hash", ""), row["shape"]
             if noise.wins(best_us, evo_us, band):
                 dec.serve = "evo"
+        if dec.serve != "evo":  # the libraries decide: near-ties are settled by a second, longer measurement
+            settled, settled_us = self._settle(p, {n: v for n, v in samples.items() if not n.startswith("evo:")},
+                                               calls, nvmath_name, reasons)
+            if settled:
+                lt_name = settled if settled.startswith("cublaslt") else lt_name
+                dec.serve = dec.library = "cublaslt" if settled.startswith("cublaslt") else "cublas"
+                dec.algorithm = lt_cfgs[settled] if dec.serve == "cublaslt" else {}
+                dec.lib_us = round(settled_us, 3)
+                if evos:
+                    dec.ratio = round(noise.ratio(dec.lib_us, dec.evo_us), 4)
+            elif lib == "cublaslt" and t["cublas"][0] < lib_us:
+                reasons.append(f"cuBLAS {t['cublas'][0]:.2f} us, within the ±{100 * self.settings.library_tie:.1f}% "
+                               "library tie: cuBLASLt serves")
+        dec.note = "; ".join(reasons)
         self.decisions.put(k, dec)
         fresh: dict[str, Fn] = {name: fn for name, (_, fn) in fns.items()}
         fresh["lib:cublas"] = calls["cublas"]
@@ -522,6 +601,34 @@ class Dispatcher:
         plan = self._apply(dec, p, reasons, fresh=fresh)
         assert plan is not None  # a library always applies
         return plan
+
+    def _settle(self, p: Problem, samples: dict[str, list[float]], calls: dict[str, Fn], nvmath_name: str,
+                reasons: list[str]) -> tuple[str, float]:
+        """Near-ties among the library calls of the first measurement (near_ties) timed again, alone, for more
+        rounds (dispatch.settle_reps, fewer where they would take over dispatch.settle_budget_s of device time,
+        never fewer than measure_reps): (the fastest of that second round, its median µs), or ("", 0) without a
+        second round (a clear winner, settle_reps 0, or timing failed). Says what it did in `reasons`."""
+        st = self.settings
+        if st.settle_reps <= 0:
+            return "", 0.0
+        ties = near_ties(samples, st.settle_floor, st.settle_max, keep=nvmath_name)
+        if len(ties) < 2:
+            return "", 0.0
+        names = [x.name for x in ties]
+        per_round = sum(float(np.median(samples[n])) for n in names)  # µs of device time per round
+        rounds = min(st.settle_reps, max(st.measure_reps, int(st.settle_budget_s * 1e6 / max(per_round, 1e-3))))
+        try:
+            second = medians(self.backend.time(p, {n: calls[n] for n in names}, rounds))
+        except EvoError as e:
+            reasons.append(f"second round failed ({e}): the first measurement decides")
+            return "", 0.0
+        win = min(names, key=lambda n: second[n][0])
+        label = lambda n: n + (" (nvmath's autotune pick)" if n == nvmath_name else "")  # noqa: E731
+        first = ", ".join(f"{label(x.name)} {x.ratio:.4f}x (±{100 * x.noise:.1f}%)" for x in ties[1:])
+        reasons.append(f"near-tie in the first measurement ({st.measure_reps} rounds): {first} of {label(ties[0].name)}; "
+                       f"second round of {rounds}: " + ", ".join(f"{n} {second[n][0]:.2f} us" for n in names)
+                       + f"; {win} serves")
+        return win, second[win][0]
 
     def _apply(self, d: Decision, p: Problem, reasons: list[str], fresh: dict | None = None) -> Plan | None:
         """The plan a decision names (None where its evo kernel is gone or no longer passes: measure again)."""

@@ -42,3 +42,17 @@ def verdict(lib_us: float, evo_us: float, band_: float) -> str:
     if r < 1.0 / (1.0 + band_):
         return "loss"
     return "tie"
+
+
+def paired_ratio(num: "list[float]", den: "list[float]", seed: int = 0, resamples: int = 500) -> tuple[float, float]:
+    """Two contenders timed once per round (index i = round i): the median over rounds of num / den, and the
+    half-width of a bootstrap 95 % interval of that median (pairing cancels clock drift between rounds)."""
+    import numpy as np
+
+    r = np.asarray(num, dtype=np.float64) / np.asarray(den, dtype=np.float64)
+    if not len(r):
+        return 0.0, 0.0
+    rng = np.random.default_rng(seed)
+    meds = np.median(r[rng.integers(0, len(r), size=(resamples, len(r)))], axis=1)
+    lo, hi = np.percentile(meds, [2.5, 97.5])
+    return float(np.median(r)), float(hi - lo) / 2

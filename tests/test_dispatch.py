@@ -28,8 +28,10 @@ def ref(a, b):
 
 class NumpyBackend:
     """Stands in for CupyBackend: NumPy arrays, 'kernels' that compute the reference (or garbage if WRONG),
-    cuBLASLt 'algorithms' by config, and times set per call name (evo:<source shape>, cublas, cublaslt:<i>, where
-    cublaslt stands for every algorithm not named)."""
+    cuBLASLt 'algorithms' by config (`algos`, nvmath's autotune pick at index `nvmath`), and µs injected per call
+    name (evo:<source shape>, cublas, cublaslt:<i>, where cublaslt stands for every algorithm not named): a number
+    (every round) or a list (per round, repeated to the rounds asked for); `second` overrides them from the second
+    measurement of a shape on."""
 
     gpu_key = "Fake_GPU"
     arch = "sm_90a"
@@ -37,14 +39,18 @@ class NumpyBackend:
     native = np.ndarray
     driver = "580.1"
 
-    def __init__(self, times: dict | None = None):
+    def __init__(self, times: dict | None = None, second: dict | None = None):
         self.loaded: list[tuple[str, str]] = []
         self.checked: list[tuple[str, str]] = []
         self.cublas_calls = 0
         self.lt: list[tuple[str, dict | None, bool]] = []  # (shape, config asked for, tune)
         self.lt_all: list[str] = []  # shapes whose every planned algorithm was handed out for timing
         self.timed: list[tuple[str, tuple]] = []
+        self.reps: list[int] = []
         self.times = {"cublas": 10.0, "cublaslt": 10.5, **(times or {})}
+        self.second = second or {}
+        self.algos = [{"algorithm_id": 7, "tile": "128x256"}, {"algorithm_id": 3}]
+        self.nvmath = 1
 
     def cublaslt(self, problem, config, tune):
         self.lt.append((problem.key, config, tune))
@@ -62,11 +68,14 @@ class NumpyBackend:
         def call(a, b, c):
             c[...] = ref(a, b)
 
-        return [(call, {"algorithm_id": 7, "tile": "128x256"}), (call, {"algorithm_id": 3})]
+        return [(call, cfg) for cfg in self.algos], self.nvmath
 
     def time(self, problem, calls, reps):
+        times = {**self.times, **(self.second if any(k == problem.key for k, _ in self.timed) else {})}
         self.timed.append((problem.key, tuple(sorted(calls))))
-        return {name: (self.times.get(name, self.times.get(name.split(":")[0], 10.0)), 0.01) for name in calls}
+        self.reps.append(reps)
+        return {name: list(np.resize(np.asarray(times.get(name, times.get(name.split(":")[0], 10.0)), float), reps))
+                for name in calls}
 
     def adopt(self, x):
         return x
@@ -416,26 +425,119 @@ def test_dispatch_host_overhead_without_gpu(table, capsys):
     assert per_call - bare < 50
 
 
-@pytest.mark.parametrize("times, lib, alg", [
-    ({"cublas": 10.0, "cublaslt:0": 10.3, "cublaslt:1": 10.04}, "cublaslt", 3),  # within the 0.5 % tie: cuBLASLt
-    ({"cublas": 10.0, "cublaslt:0": 10.3, "cublaslt:1": 10.2}, "cublas", 0),  # cuBLAS beyond the tie
-    ({"cublas": 10.0, "cublaslt:0": 9.7, "cublaslt:1": 9.9}, "cublaslt", 7),  # the fastest algorithm, not the first
+@pytest.mark.parametrize("times, settle, lib, alg, rounds", [
+    # near-tie (0.4 %, inside the 2 % floor): a second round of 200 settles it, the fastest median serves
+    ({"cublas": 10.0, "cublaslt:0": 10.3, "cublaslt:1": 10.04}, 200, "cublas", 0, 2),
+    # the same without a second round: cuBLASLt within the 0.5 % library tie serves
+    ({"cublas": 10.0, "cublaslt:0": 10.3, "cublaslt:1": 10.04}, 0, "cublaslt", 3, 1),
+    ({"cublas": 10.0, "cublaslt:0": 10.3, "cublaslt:1": 10.2}, 0, "cublas", 0, 1),  # cuBLAS beyond the tie
+    ({"cublas": 10.0, "cublaslt:0": 9.7, "cublaslt:1": 9.9}, 0, "cublaslt", 7, 1),  # the fastest algorithm, not the first
+    ({"cublas": 10.0, "cublaslt:0": 9.7, "cublaslt:1": 9.8}, 200, "cublaslt", 7, 2),
+    ({"cublas": 10.0, "cublaslt:0": 9.0, "cublaslt:1": 9.9}, 200, "cublaslt", 7, 1),  # a clear winner: one round
 ])
-def test_off_table_library_choice_over_every_algorithm(table, decisions_file, times, lib, alg):
+def test_off_table_library_choice_over_every_algorithm(table, decisions_file, times, settle, lib, alg, rounds):
+    from evo.decisions import METHOD
+    from evo.dispatch import DispatchSettings
+
     be = NumpyBackend(times)
-    d = Dispatcher.load(table, backend=be)
+    d = Dispatcher.load(table, backend=be, settings=DispatchSettings(settle_reps=settle))
     a, b = inputs(8000, 8000, 16)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(8000, 8000, 16)
-    assert plan.kind == lib, plan.reason
+    assert plan.kind == lib and len(be.timed) == rounds, plan.reason
     (v,) = json.loads(decisions_file.read_text()).values()
-    assert v["serve"] == lib and v["method"] == "interleaved-all-algorithms"
+    assert v["serve"] == lib and v["method"] == METHOD
     if lib == "cublaslt":
         assert v["algorithm"]["algorithm_id"] == alg and v["lib_us"] == pytest.approx(min(times["cublaslt:0"], times["cublaslt:1"]))
         if times["cublas"] < v["lib_us"]:
             assert "library tie" in plan.reason
     else:
         assert v["algorithm"] == {} and be.cublas_calls == 1
+
+
+def test_near_tie_goes_to_a_second_round_that_decides(tmp_path, decisions_file):
+    """The H200 case: the first measurement has algorithm 0 ahead by 0.3 %, inside the noise; nvmath's pick
+    (algorithm 1) is a near-tie; 200 more rounds of the near-ties alone find algorithm 1 faster, and it serves."""
+    from evo.dispatch import DispatchSettings
+
+    root = make_table(tmp_path, [("8192x8192x8192", "cublas", "")])
+    be = NumpyBackend({"cublas": 39.0, "cublaslt:0": 38.03, "cublaslt:1": 38.15},
+                      second={"cublas": 39.0, "cublaslt:0": 38.21, "cublaslt:1": 37.65})
+    d = Dispatcher.load(root, backend=be, settings=DispatchSettings(measure_reps=60, settle_reps=200))
+    a, b = inputs(128, 1894, 358)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(128, 1894, 358)
+    assert be.timed == [("128x1894x358", ("cublas", "cublaslt:0", "cublaslt:1")),
+                        ("128x1894x358", ("cublaslt:0", "cublaslt:1"))]  # cuBLAS (2.6 % slower) is not a near-tie
+    assert be.reps == [60, 200]
+    assert plan.kind == "cublaslt" and "second round of 200" in plan.reason and "cublaslt:1 serves" in plan.reason
+    assert "nvmath's autotune pick" in plan.reason
+    (v,) = json.loads(decisions_file.read_text()).values()
+    assert v["algorithm"] == {"algorithm_id": 3} and v["lib_us"] == pytest.approx(37.65)
+    # the very call timed in the second round serves; a new process reads the decision and measures nothing
+    be2 = NumpyBackend()
+    assert Dispatcher.load(root, backend=be2).plan(128, 1894, 358).kind == "cublaslt" and be2.timed == []
+    assert be2.lt == [("128x1894x358", {"algorithm_id": 3}, False)]
+
+
+def test_clear_winner_is_not_measured_again(tmp_path, decisions_file):
+    root = make_table(tmp_path, [("8192x8192x8192", "cublas", "")])
+    be = NumpyBackend({"cublas": 39.0, "cublaslt:0": 37.0, "cublaslt:1": 38.2})  # 3.2 % and 5.4 % behind
+    plan = Dispatcher.load(root, backend=be).plan(128, 1894, 358)
+    assert len(be.timed) == 1 and plan.kind == "cublaslt" and "near-tie" not in plan.reason
+    assert json.loads(decisions_file.read_text())["Fake_GPU|580.1|128x1894x358|shape"]["algorithm"]["algorithm_id"] == 7
+
+
+def test_near_tie_band_is_the_measured_noise_where_wider_than_the_floor(tmp_path):
+    """3 % behind is a clear loss for a quiet measurement, a near-tie for a noisy one (bootstrap of paired ratios)."""
+    root = make_table(tmp_path, [("8192x8192x8192", "cublas", "")])
+    rs = np.random.default_rng(3)
+    quiet = {"cublas": 50.0, "cublaslt:0": 10.0, "cublaslt:1": 10.3}
+    noisy = {"cublas": 50.0, "cublaslt:0": list(10.0 * (1 + 0.15 * rs.standard_normal(60))),
+             "cublaslt:1": list(10.3 * (1 + 0.15 * rs.standard_normal(60)))}
+    for times, rounds in ((quiet, 1), (noisy, 2)):
+        be = NumpyBackend(times)
+        Dispatcher.load(root, backend=be).plan(100, 1000, 100 + rounds)
+        assert len(be.timed) == rounds, times
+
+
+def test_nvmath_pick_is_always_a_contender(tmp_path, decisions_file):
+    """Five algorithms inside the noise, settle_max 3: the two fastest and nvmath's pick (the slowest of the five,
+    still within the noise) are timed again; the others are left out."""
+    from evo.dispatch import DispatchSettings
+
+    root = make_table(tmp_path, [("8192x8192x8192", "cublas", "")])
+    times = {"cublas": 20.0, **{f"cublaslt:{i}": 10.0 + 0.02 * i for i in range(5)}}
+    be = NumpyBackend(times, second={"cublaslt:4": 9.5})
+    be.algos = [{"algorithm_id": 10 + i} for i in range(5)]
+    be.nvmath = 4
+    plan = Dispatcher.load(root, backend=be, settings=DispatchSettings(settle_max=3)).plan(64, 4096, 512)
+    assert be.timed[1] == ("64x4096x512", ("cublaslt:0", "cublaslt:1", "cublaslt:4"))
+    assert plan.kind == "cublaslt" and "cublaslt:4 serves" in plan.reason
+    assert next(iter(json.loads(decisions_file.read_text()).values()))["algorithm"] == {"algorithm_id": 14}
+
+
+def test_near_ties_function():
+    from evo.dispatch import near_ties
+
+    s = {"a": [10.0] * 50, "b": [10.1] * 50, "c": [10.5] * 50, "d": [10.15] * 50}
+    assert [t.name for t in near_ties(s, 0.02, 4)] == ["a", "b", "d"]
+    assert [t.name for t in near_ties(s, 0.02, 2, keep="d")] == ["a", "d"]
+    assert [t.name for t in near_ties(s, 0.005, 4)] == ["a"]  # a clear winner
+    assert near_ties(s, 0.02, 4)[1].ratio == pytest.approx(1.01) and near_ties({}, 0.02, 4) == []
+
+
+def test_second_round_is_bounded_by_the_device_time_budget(tmp_path):
+    """Near-ties of 2.75 ms each: 200 rounds would be 1.1 s; a 0.5 s budget gives 90 rounds (never under measure_reps)."""
+    from evo.dispatch import DispatchSettings
+
+    root = make_table(tmp_path, [("8192x8192x8192", "cublas", "")])
+    be = NumpyBackend({"cublas": 2750.0, "cublaslt": 2751.0})
+    Dispatcher.load(root, backend=be, settings=DispatchSettings(settle_budget_s=0.5, settle_max=2)).plan(2048, 57344, 8191)
+    assert be.reps == [60, 90]
+    be = NumpyBackend({"cublas": 2750.0, "cublaslt": 2751.0})
+    Dispatcher.load(root, backend=be, settings=DispatchSettings(settle_budget_s=0.01, settle_max=2)).plan(2048, 57344, 8190)
+    assert be.reps == [60, 60]
 
 
 def test_decision_measured_the_old_way_is_measured_again(table, decisions_file):
