@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from evo.errors import EvoError, cli_entry
+from evo.noise import paired_ratio
 from evo.problem import parse_shape
 
 LIBS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
@@ -39,13 +40,8 @@ def paired_stats(samples: dict[str, list[float]], seed: int = 0, resamples: int 
     d = np.asarray(samples["dispatch"], dtype=np.float64)
     libs = [x for x in LIBS if samples.get(x)]
     best = min(libs, key=lambda x: float(np.median(samples[x])))
-    r = np.asarray(samples[best], dtype=np.float64) / d
-    ratio = float(np.median(r))
+    ratio, ci = paired_ratio(samples[best], d, seed=seed, resamples=resamples)
     aa = float(np.median(np.asarray(samples["dispatch_again"], dtype=np.float64) / d)) if samples.get("dispatch_again") else 1.0
-    rng = np.random.default_rng(seed)
-    meds = np.median(r[rng.integers(0, len(r), size=(resamples, len(r)))], axis=1)
-    lo, hi = np.percentile(meds, [2.5, 97.5])
-    ci = float(hi - lo) / 2
     return {"best": best, "ratio": ratio, "aa": aa, "ci": ci, "noise": max(abs(aa - 1.0), ci), "rounds": len(d)}
 
 
