@@ -548,3 +548,43 @@ def test_decision_measured_the_old_way_is_measured_again(table, decisions_file):
     plan = Dispatcher.load(table, backend=be).plan(8000, 8000, 16)
     assert plan.kind == "cublas" and len(be.timed) == 1
     assert json.loads(decisions_file.read_text())["Fake_GPU|580.1|8000x8000x16|shape"]["method"]
+
+
+@pytest.mark.parametrize("mode, n, idx", [("reorder", 3, 2), ("outside", 4, 3), ("fails", 3, -1)])
+def test_cupy_backend_marks_nvmath_pick_among_planned_algorithms(monkeypatch, mode, n, idx):
+    """CupyBackend.cublaslt_algorithms keeps the heuristic's order (nvmath's autotune reorders its list), finds
+    nvmath's pick among the planned algorithms by identity, appends a pick outside the plan, and still hands out
+    the planned algorithms when nvmath's autotune fails."""
+    import evo.ltgemm
+    from evo.dispatch import CupyBackend
+    from evo.problem import Problem
+
+    class Alg:
+        def __init__(self, i):
+            self.algorithm_id = i
+
+    class FakeLt:
+        def __init__(self, m, n, k, limit=8):
+            self.algs = [Alg(i) for i in range(3)]
+
+        @property
+        def algorithms(self):
+            return list(self.algs)
+
+        def autotune(self):
+            if mode == "fails":
+                raise RuntimeError("boom")
+            self.algs = self.algs[::-1]  # as nvmath: the winner first
+            return self.algs[0] if mode == "reorder" else Alg(99)
+
+        def bind(self, alg):
+            return lambda a, b, c: alg
+
+    monkeypatch.setattr(evo.ltgemm, "LtGemm", FakeLt)
+    be = object.__new__(CupyBackend)
+    be.lt_algorithms = 8
+    algs, pick = be.cublaslt_algorithms(Problem(64, 64, 64))
+    assert len(algs) == n and pick == idx
+    assert [cfg["algorithm_id"] for _, cfg in algs[:3]] == [0, 1, 2]
+    if mode == "outside":
+        assert algs[3][1]["algorithm_id"] == 99
