@@ -31,6 +31,7 @@ from .config import Config, load_config
 from .errors import EvoError, NoGpuError, cli_entry
 from .export import LIBRARIES, export_table
 from .kernel import KernelSource
+from .prior import GpuSpec
 from .problem import GpuInfo, Problem
 from .shapes import load_shapes
 from .store import Store
@@ -355,7 +356,8 @@ class ProcessBackend:
 def longest_first(shapes: list[Problem]) -> list[Problem]:
     """Shapes whose kernels take longest first (roofline time at H100-class rates): on several GPUs the last
     shapes to start are the short ones, so the GPUs finish together."""
-    return sorted(shapes, key=lambda p: (-max(p.flops / 700e12, p.min_bytes / 4000e9), p.key))
+    spec = GpuSpec()
+    return sorted(shapes, key=lambda p: (-p.roofline_us(spec.peak_tflops, spec.bw_gbs), p.key))
 
 
 def share_cpus(cfg: Config, n_gpus: int) -> Config:
