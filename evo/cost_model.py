@@ -67,8 +67,10 @@ def features(family_index: int, params: dict[str, Any], problem: Problem, est: E
 class CostModel:
     """Predicts log2 device time of (family instance, shape); ``ready`` once fitted on enough measurements."""
 
-    def __init__(self, families: list[Family], gpu: GpuSpec, seed: int = 0):
-        self.prior = Prior(families, gpu, seed=seed)
+    def __init__(self, families: list[Family], gpu: GpuSpec, seed: int = 0, prior: Prior | None = None,
+                 cache: dict | None = None):
+        self.prior = prior if prior is not None else Prior(families, gpu, seed=seed)  # a search's guide shares its own
+        self.cache = cache  # features by (family, params, shape), shared by the fits of evaluate_held_out's folds
         self.families = sorted(f.name for f in families)
         self.seed = seed
         self.model: Any = None
@@ -85,6 +87,14 @@ class CostModel:
         return self.families.index(family) if family in self.families else len(self.families)
 
     def featurize(self, family: str, params: dict[str, Any], problem: Problem) -> list[float] | None:
+        if self.cache is None:
+            return self._featurize(family, params, problem)
+        key = (family, json.dumps(params, sort_keys=True, default=str), problem.key)
+        if key not in self.cache:
+            self.cache[key] = self._featurize(family, params, problem)
+        return self.cache[key]
+
+    def _featurize(self, family: str, params: dict[str, Any], problem: Problem) -> list[float] | None:
         est = self.prior.estimate(family, params, problem)
         if est is None or est.us >= INFEASIBLE:
             return None
@@ -175,10 +185,10 @@ def history(store: Any, gpu: str, layout: str = "TN", failures: bool = False) ->
 
 
 def train_from_store(store: Any, gpu: str, families: list[Family], spec: GpuSpec, seed: int = 0,
-                     exclude_shape: str = "") -> CostModel:
+                     exclude_shape: str = "", prior: Prior | None = None) -> CostModel:
     """A model of this GPU from the archive; ``exclude_shape`` leaves one shape's measurements out."""
     samples = [s for s in history(store, gpu, failures=True) if s.shape != exclude_shape]
-    return CostModel(families, spec, seed).fit(samples)
+    return CostModel(families, spec, seed, prior=prior).fit(samples)
 
 
 # --- accuracy on held-out shapes ---------------------------------------------------------------------------
@@ -221,9 +231,10 @@ def evaluate_held_out(samples: list[Sample], families: list[Family], spec: GpuSp
         raise EvoError(f"the archive has measurements of {len(shapes)} shape(s) on this GPU; held-out accuracy needs 2 or more")
     groups = [[s] for s in shapes] if per_shape else [shapes[i::folds] for i in range(min(folds, len(shapes)))]
     out = []
+    shared, cache = Prior(families, spec, seed=seed), {}  # every fold's fit featurizes the same rows: once
     for held in groups:
         hs = set(held)
-        model = CostModel(families, spec, seed).fit([s for s in samples if s.shape not in hs])
+        model = CostModel(families, spec, seed, prior=shared, cache=cache).fit([s for s in samples if s.shape not in hs])
         for shape in held:
             rows = [s for s in samples if s.shape == shape and s.ok]
             p = parse_shape(shape)

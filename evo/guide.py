@@ -43,8 +43,8 @@ class Guide:
         self.spec = GpuSpec.from_info(info)
         self.prior = Prior(families, self.spec, sample=s.prior_sample, seed=seed)
         self.use_model = s.cost_model
-        self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed) if s.cost_model
-                                 else CostModel(families, self.spec, seed))
+        self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed, prior=self.prior)
+                                 if s.cost_model else CostModel(families, self.spec, seed, prior=self.prior))
         self.factor = max(1, s.propose_factor)
         self.explore = s.explore
         self.bandit = Bandit(s.bandit_c)

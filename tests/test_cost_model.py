@@ -63,6 +63,17 @@ def test_model_beats_the_prior_on_held_out_shapes(synthetic):
     assert sum(r.saved_model for r in res) / len(res) > 0.3
 
 
+def test_held_out_folds_share_features(synthetic, monkeypatch):
+    """Each fold's fit featurizes rows the other folds featurized already: the prior sizes every row once."""
+    fams, spec, samples = synthetic
+    calls = []
+    real = Prior.estimate
+    monkeypatch.setattr(Prior, "estimate", lambda self, *a: calls.append(a) or real(self, *a))
+    evaluate_held_out(samples, fams, spec, folds=4)
+    fitted = len(calls)
+    assert fitted <= 2 * len(samples), (fitted, len(samples))  # fits once per row + the held-out prior column
+
+
 def test_cli_reports_on_an_archive(tmp_path, synthetic, capsys):
     fams, spec, samples = synthetic
     db = tmp_path / "evo.db"

@@ -30,6 +30,7 @@ def test_choose_keeps_seeds_and_picks_the_fastest_predicted(tmp_path):
     (fam,) = load_families(Path(TOY))
     p = parse_shape("256x256x256")
     g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), p)
+    assert g.model.prior is g.prior  # one prior per shape: the cost model sizes instances with the guide's
     props = []
     for tile in (8, 16, 32):
         for unroll in (1, 2, 4, 8):
