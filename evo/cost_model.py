@@ -279,13 +279,18 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = _Parser(prog="python -m evo.cost_model",
                                  description="Accuracy of the learned cost model on shapes it was not trained on.")
-    ap.add_argument("--db", default=".evo/evo.db", help="the archive")
+    ap.add_argument("--db", default="", help="the archive (default: paths.db of the config, .evo/evo.db)")
+    ap.add_argument("--config", help="YAML file overriding evo/defaults.yaml")
     ap.add_argument("--gpu", help="GPU key as stored (default: the GPU with the most measurements)")
     ap.add_argument("--per-shape", action="store_true", help="leave one shape out at a time and print every shape")
     ap.add_argument("--folds", type=int, default=5, help="shape folds without --per-shape (default 5)")
     args = ap.parse_args(argv)
     from pathlib import Path
 
+    if not args.db:
+        from .config import load_config
+
+        args.db = load_config(args.config).paths.db
     if not Path(args.db).is_file():
         raise EvoError(f"no archive at {args.db}")
     if args.folds < 2:

@@ -89,6 +89,10 @@ def test_cli_reports_on_an_archive(tmp_path, synthetic, capsys):
     assert "Spearman" in out and "compiles saved" in out and "Fake_GPU" in out
     assert main(["--db", str(tmp_path / "none.db")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"paths: {{db: {db}}}\n")
+    assert main(["--config", str(cfg), "--folds", "2"]) == 0  # without --db: the config's paths.db
+    assert "Fake_GPU" in capsys.readouterr().out
 
 
 def test_likely_failures_rank_last(synthetic):
