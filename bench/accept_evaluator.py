@@ -9,15 +9,19 @@ Exit code 1 when any honest kernel is rejected.
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evo.cli import _Parser  # noqa: E402
+from evo.errors import cli_entry  # noqa: E402
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     from evo.compile import Compiler
     from evo.config import load_config
@@ -26,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from evo.kernel import KernelSource
     from evo.problem import parse_shape
 
-    ap = argparse.ArgumentParser(prog="python -m bench.accept_evaluator", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="python -m bench.accept_evaluator", description=__doc__.splitlines()[0])
     ap.add_argument("--champions", default=str(ROOT / "kernels_out" / "*" / "TN" / "*.cu"), help="glob of stored kernels")
     ap.add_argument("--only", default="", help="comma list of champion shapes (file stems) to take from the glob")
     ap.add_argument("--no-families", action="store_true", help="skip the families' CI instances")

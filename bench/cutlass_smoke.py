@@ -13,7 +13,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from evo.cli import _Parser  # noqa: E402
 from evo.compile import Compiler  # noqa: E402
 from evo.config import load_config  # noqa: E402
 from evo.errors import EvoError, cli_entry  # noqa: E402
@@ -64,7 +64,7 @@ def variants(name: str, params: dict) -> dict[str, dict]:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.cutlass_smoke", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="python -m bench.cutlass_smoke", description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--instances", default=",".join(INSTANCES))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

@@ -93,7 +93,9 @@ def run_tree(repo: str, spec_path: str, rounds: int, tmp: str, tag: int) -> dict
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.eval_overhead", description=__doc__.splitlines()[0])
+    from evo.cli import _Parser  # this tree's evo only here: --worker runs inside another tree
+
+    ap = _Parser(prog="python -m bench.eval_overhead", description=__doc__.splitlines()[0])
     ap.add_argument("--repo", action="append", default=[], help="a source tree whose evo package evaluates (repeat)")
     ap.add_argument("--shapes", default="4096x4096x1024,1024x1024x1024,128x128x16384")
     ap.add_argument("--per-shape", type=int, default=3, help="family instances per shape")
@@ -110,8 +112,18 @@ def main(argv: list[str] | None = None) -> int:
         if not (Path(r) / "evo" / "__init__.py").is_file():
             print(f"error: {r} has no evo package", file=sys.stderr)
             return 2
+    from evo.errors import EvoError
+    from evo.problem import parse_shape
+
     with tempfile.TemporaryDirectory() as tmp:
-        spec = prepare([s for s in args.shapes.split(",") if s], args.per_shape, os.path.join(tmp, "cache"))
+        try:
+            shapes = [s for s in args.shapes.split(",") if s]
+            for s in shapes:
+                parse_shape(s)  # a malformed shape ends here, before the GPU is looked at
+            spec = prepare(shapes, args.per_shape, os.path.join(tmp, "cache"))
+        except EvoError as e:  # no GPU, a malformed shape: one line
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         if not spec:
             print("error: no family instance accepts these shapes", file=sys.stderr)
             return 2

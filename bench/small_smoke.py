@@ -18,7 +18,6 @@ took < 10 us on an H200 (docs/grid-h200.csv of the shared notes), the issue's 64
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -31,6 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from evo.cli import _Parser  # noqa: E402
+from evo.errors import cli_entry  # noqa: E402
 from evo.families import Family, load_families  # noqa: E402
 from evo.problem import Problem, parse_shape  # noqa: E402
 
@@ -143,8 +144,9 @@ def floor_us(prob: Problem) -> float:
     return max(flops / (PEAK_TFLOPS * 1e6), nbytes / (BW_GBS * 1e3))
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = _Parser(prog="python -m bench.small_smoke", description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--per-shape", type=int, default=8, help="instances from the estimate's ranking per shape (plus starts)")
     ap.add_argument("--deadline", type=float, default=200.0, help="stop evaluating after this many seconds")
@@ -152,7 +154,7 @@ def main() -> int:
     ap.add_argument("--plan-only", action="store_true", help="print the chosen instances and estimates; no compile, no GPU")
     ap.add_argument("--ordering", action="store_true", help="also time each family's split-K with acq_rel vs SC-fenced ticket")
     ap.add_argument("--extra", action="store_true", help="also check/time the EXTRA instances (other split-K paths, K = 128)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
 
     from evo.compile import Compiler
     from evo.config import load_config

@@ -81,3 +81,12 @@ def test_compile_only_is_suggested_only_where_it_exists(tmp_path):
     assert "--compile-only" not in line
     assert "--compile-only" in one_line(run("evo.search", "--shape", "64x64x64", "--db", str(tmp_path / "s.db")),
                                         "no CUDA GPU")
+
+
+@pytest.mark.parametrize("module", ["bench.small_smoke", "bench.eval_overhead", "bench.cutlass_smoke"])
+def test_bench_scripts_refuse_a_malformed_shape_in_one_line(module):
+    one_line(run(module, "--shapes", "1x2"), "malformed shape '1x2'")
+
+
+def test_accept_evaluator_usage_error_is_one_line():
+    one_line(run("bench.accept_evaluator", "--jobs", "x"), "invalid int value")
