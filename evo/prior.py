@@ -101,11 +101,17 @@ def tile_of(params: dict[str, Any], problem: Problem) -> tuple[int, int, int, in
     return m, n, m, n, swap
 
 
-def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Problem, gpu: GpuSpec) -> Estimate:
-    tm, tn, m, n, _ = tile_of(params, problem)
+def split_of(params: dict[str, Any]) -> int:
+    """K splits over CTAs (the product of the family's split parameters)."""
     split = 1
     for k in SPLIT_PARAMS:
         split *= max(1, int(params.get(k, 1)))
+    return split
+
+
+def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Problem, gpu: GpuSpec) -> Estimate:
+    tm, tn, m, n, _ = tile_of(params, problem)
+    split = split_of(params)
     cluster = 1
     for k in CLUSTER_PARAMS:
         cluster *= max(1, int(params.get(k, 1)))

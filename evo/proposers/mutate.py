@@ -268,15 +268,11 @@ def repair(fam: Family, params: dict[str, Any], rng: random.Random, fixed: tuple
 
 
 def _problem_view(params: dict[str, Any], problem) -> tuple[float, float, float]:
-    from ..prior import tile_of
+    from ..prior import split_of, tile_of
 
     tm, tn, _, _, swap = tile_of(params, problem)
     rows, cols = (tn, tm) if swap else (tm, tn)
-    from ..prior import SPLIT_PARAMS
-
-    split = 1
-    for k in SPLIT_PARAMS:
-        split *= max(1, int(params.get(k, 1)))
+    split = split_of(params)
     return math.log2(max(1, rows)), math.log2(max(1, cols)), math.log2(split)
 
 
