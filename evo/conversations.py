@@ -78,6 +78,11 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("command", nargs="?", choices=["list", "show"], help="list (default) or show ID")
     ap.add_argument("id", nargs="?", help="with show: the conversation id")
     args = ap.parse_args(argv)
+    from .cli import require_positive
+    from .problem import parse_shape
+
+    require_positive(args.last, "--last")
+    shape = parse_shape(args.shape).key if args.shape else ""  # a malformed shape: one line, not an empty list
     db = args.db
     if not db:
         from .config import load_config
@@ -104,7 +109,7 @@ def _main(argv: list[str] | None) -> int:
             raise EvoError(f"no conversation {args.id} in {db}")
         show(r, out, args.sections)
         return 0
-    list_rows(store.conversations(shape=args.shape or "", limit=max(0, args.last)), out)
+    list_rows(store.conversations(shape=shape, limit=args.last), out)
     return 0
 
 

@@ -76,8 +76,10 @@ def test_cli_errors_are_one_line(archive, capsys, tmp_path):
     assert conversations.main(["--db", str(db), "show"]) == 2
     assert conversations.main(["--db", str(db), "--candidate", "ffff"]) == 2
     assert conversations.main(["--db", str(tmp_path / "missing.db")]) == 2
+    assert conversations.main(["--db", str(db), "list", "--shape", "12x"]) == 2  # not an empty list
+    assert conversations.main(["--db", str(db), "list", "--last", "-2"]) == 2
     err = capsys.readouterr().err
-    assert err.count("error: ") == 4 and "Traceback" not in err
+    assert err.count("error: ") == 6 and "Traceback" not in err and "malformed shape '12x'" in err
 
 
 def test_report_lineage_links_the_conversation(archive):
