@@ -117,7 +117,7 @@ def render_markdown(header: str, results: dict[str, list[dict]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", required=True, help="a shape set YAML (shapes/bench.yaml)")
-    ap.add_argument("--db", default=".evo/evo.db")
+    ap.add_argument("--db", help="the archive (default: paths.db of the config, .evo/evo.db)")
     ap.add_argument("--config")
     ap.add_argument("--modes", default="cold,b2b,server")
     ap.add_argument("--reps", type=int, default=50)
