@@ -24,6 +24,8 @@ class SearchConfig:
     elites: int
     tournament: int
     crossover_rate: float
+    coordinated_rate: float
+    cross_family_rate: float
     initial_random: int
     seed: int
     families: list
@@ -256,8 +258,9 @@ def _validate(cfg: Config) -> None:
         raise EvoError("config search.elites cannot exceed search.population")
     if s.tournament < 1:
         raise EvoError("config search.tournament must be at least 1")
-    if not 0 <= s.crossover_rate <= 1:
-        raise EvoError("config search.crossover_rate must be between 0 and 1")
+    for name in ("crossover_rate", "coordinated_rate", "cross_family_rate"):
+        if not 0 <= getattr(s, name) <= 1:
+            raise EvoError(f"config search.{name} must be between 0 and 1")
     if not 0 <= s.explore <= 1:
         raise EvoError("config search.explore must be between 0 and 1")
     if s.propose_factor < 1:

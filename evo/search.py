@@ -55,7 +55,9 @@ def build_proposers(cfg: Config, selector: Selector, store: Store | None = None,
     out = []
     for name in cfg.search.proposers:
         if name == "mutate":
-            out.append(MutateProposer(selector, cfg.search.crossover_rate, cfg.search.initial_random))
+            out.append(MutateProposer(selector, cfg.search.crossover_rate, cfg.search.initial_random,
+                                      coordinated_rate=cfg.search.coordinated_rate,
+                                      cross_family_rate=cfg.search.cross_family_rate))
         elif name == "optuna":
             from .proposers.optuna_tpe import OptunaProposer
 

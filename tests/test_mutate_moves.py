@@ -96,3 +96,12 @@ def test_later_generations_use_every_move_and_stay_valid(fams):
     line = prop.summary_lines()[0]
     assert "repaired" in line and "coordinated" in line
     assert prop.repairs > 0
+
+
+def test_move_rates_come_from_the_config():
+    from evo.config import load_config
+    from evo.search import build_proposers
+
+    cfg = load_config(overrides={"search": {"coordinated_rate": 0.5, "cross_family_rate": 0.05}})
+    (prop,) = build_proposers(cfg, Selector(16, 4, 2))
+    assert (prop.coordinated_rate, prop.cross_family_rate) == (0.5, 0.05)
