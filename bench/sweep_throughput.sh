@@ -2,7 +2,7 @@
 # Sweep throughput on one GPU against several GPUs of the same host: the same shapes, the same per-shape budget,
 # a fresh archive and compile cache for each run (nothing measured or compiled by the first helps the second).
 #   bash bench/sweep_throughput.sh [SHAPES=shapes/sample24.yaml] [N_SHAPES=8] [MINUTES=0.4] [GPUS=0,1]
-# FAMILIES (env, default mma_sm80,wgmma_sm90,wgmma_skinny_sm90) limits the families, as in bench/accept_sweep.sh.
+# FAMILIES (env) limits the families; the default mma_sm80,wgmma_sm90,wgmma_skinny_sm90 is bench/sweep_kill_resume.sh's list.
 # Prints shapes per hour for 1 GPU and for GPUS, and their ratio. Logs and archives go under $OUT when set.
 set -u
 export PYTHONUNBUFFERED=1
