@@ -20,7 +20,7 @@ from typing import Any
 from .bandit import Bandit
 from .config import Config
 from .convergence import Convergence
-from .cost_model import CostModel, train_from_store
+from .cost_model import MIN_ROWS, MIN_SHAPES, CostModel, train_from_store
 from .errors import EvoError
 from .families import Family
 from .kernel import KernelSource
@@ -60,10 +60,8 @@ class Guide:
             if self.model.failure_model is not None:
                 what += f", success classifier on {self.model.failures} failures"
         elif self.use_model:
-            from . import cost_model
-
             what = (f"cost model not trained ({self.model.rows} measurements of {self.model.shapes} shapes on this GPU; "
-                    f"it needs {cost_model.MIN_ROWS} of {cost_model.MIN_SHAPES} or more): the prior ranks proposals")
+                    f"it needs {MIN_ROWS} of {MIN_SHAPES} or more): the prior ranks proposals")
         else:
             what = "cost model off: the prior ranks proposals"
         return f"guide: {what}; {self.factor}x proposals per compile slot, bandit over (family, proposer)"
