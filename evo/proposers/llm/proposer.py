@@ -13,6 +13,7 @@ from ...errors import EvoError
 from ...records import Individual
 from ..base import Proposal, ProposalContext, known_hashes
 from . import parse, prompt
+from .sections import CHARS_PER_TOKEN, tokens_est
 from .accounting import Ledger, ModelStats, fmt_tokens
 from .client import ChatClient, Endpoint, Reply, RequestFailed, resolve_endpoints
 from .evidence import Evidence
@@ -302,7 +303,7 @@ class LlmProposer:
         """llm.prompt_tokens less the system message: the budget of the user message (0 = none)."""
         if not self.cfg.prompt_tokens:
             return 0
-        return max(1, self.cfg.prompt_tokens - len(self.templates.render("system")) // 4)
+        return max(1, self.cfg.prompt_tokens - len(self.templates.render("system")) // CHARS_PER_TOKEN)
 
     def _pick_endpoint(self) -> Endpoint:
         return self.rng.choices(self.endpoints, weights=[e.weight for e in self.endpoints])[0]
@@ -332,7 +333,7 @@ class LlmProposer:
             user = prompt.fix_prompt(self.templates, ind, ctx, mode=mode, log_chars=self.cfg.log_chars)
             msgs = prompt.messages(self.templates, user)
             jobs.append(_Job("fix", ind, mode, self._pick_endpoint(), msgs, depth,
-                             sections={"total": len(user), "tokens_est": len(user) // 4 + 1}))
+                             sections={"total": len(user), "tokens_est": tokens_est(user)}))
         limit = n if not self.max_requests else min(n, max(0, self.max_requests - self.sent))
         evidence: dict[str, Any] = {}
         while ranked and len(jobs) < limit:
