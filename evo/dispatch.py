@@ -70,27 +70,28 @@ class Plan:
 
 @dataclass(frozen=True)
 class DispatchSettings:
-    """dispatch: in evo/defaults.yaml."""
+    """dispatch: in evo/defaults.yaml (the values and their meaning live there only)."""
 
-    decisions: str = ""  # path of the decisions file ("" = $EVO_DISPATCH_DECISIONS or ~/.cache/evo/dispatch.json)
-    noise_floor: float = noise.DEFAULT_FLOOR
-    measure_reps: int = 60
-    general_tries: int = 3
-    lt_algorithms: int = 8
-    autotune: bool = True
-    measure_libraries: bool = True
-    library_tie: float = 0.005
-    settle_floor: float = 0.02
-    settle_reps: int = 200
-    settle_max: int = 4
-    settle_budget_s: float = 2.0
+    decisions: str  # path of the decisions file ("" = $EVO_DISPATCH_DECISIONS or ~/.cache/evo/dispatch.json)
+    noise_floor: float
+    measure_reps: int
+    general_tries: int
+    lt_algorithms: int
+    autotune: bool
+    measure_libraries: bool
+    library_tie: float
+    settle_floor: float
+    settle_reps: int
+    settle_max: int
+    settle_budget_s: float
 
     @classmethod
-    def from_config(cls) -> "DispatchSettings":
+    def from_config(cls, **overrides: Any) -> "DispatchSettings":
+        """The config's dispatch section (evo/defaults.yaml, merged), with these fields replaced."""
         from .config import load_config
 
         d = load_config().dispatch
-        return cls(**{f: getattr(d, f) for f in cls.__dataclass_fields__})
+        return cls(**{f: overrides.pop(f, getattr(d, f)) for f in cls.__dataclass_fields__}, **overrides)
 
 
 _F16 = np.dtype(np.float16)
@@ -376,7 +377,7 @@ class Dispatcher:
         "all" also checks each shape's own winner once, "none" trusts the table (borrowed kernels are still checked)."""
         if verify not in ("general", "all", "none"):
             raise EvoError(f"verify must be general, all or none, not {verify!r}")
-        self.settings = settings or DispatchSettings()
+        self.settings = settings or DispatchSettings.from_config()
         self.table_dir = Path(table_dir)
         self.backend = backend
         self.verify = verify

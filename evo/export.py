@@ -100,7 +100,7 @@ def noise_floor() -> float:
 
 
 def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: tuple[float, float] | None,
-            write: bool = True, floor: float = noise.DEFAULT_FLOOR) -> TableRow | None:
+            write: bool = True, floor: float | None = None) -> TableRow | None:
     # Only a vetted champion is published: one that passed the strong re-check (and the sanitizer where
     # enabled) and was then re-timed side by side with every baseline (the confirms table).
     conf = store.confirm(problem.key, problem.layout, gpu)
@@ -122,7 +122,7 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
     best_lib_us = libs.get(best_lib, 0.0)
     evo_spread = float(conf["spread"] or 0.0) if best is not None else 0.0
     lib_spread = float(spreads.get(best_lib, 0.0) or 0.0)
-    band = noise.band(evo_spread, lib_spread, floor=floor)
+    band = noise.band(evo_spread, lib_spread, floor=noise_floor() if floor is None else floor)
     verdict = noise.verdict(best_lib_us, time_us, band) if best is not None else ""
     evo_wins = best is not None and (not best_lib_us or verdict == "win")
     rel_dir = Path(gpu) / problem.layout

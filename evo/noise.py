@@ -6,16 +6,14 @@ floor is the run-to-run variation that no single run's spread shows (docs/evalua
 0.1 % within a run, speedups under ~2 % do not survive a new process; docs/perf-notes.md: at ~10 µs with a 10 %
 spread, differences under ~5 % are noise).
 
-    band(0.02, 0.10)                 -> 0.03    (half the mean spread, at least the floor)
+    band(0.02, 0.10, floor=0.02)     -> 0.03    (half the mean spread, at least the floor)
     wins(lib_us=10.0, evo_us=9.5, band=0.03)  -> True  (10.0 / 9.5 = 1.053 > 1.03)
 """
 from __future__ import annotations
 
-DEFAULT_FLOOR = 0.02  # evo/defaults.yaml dispatch.noise_floor overrides it where a config is at hand
-
-
-def band(*spreads: float, floor: float = DEFAULT_FLOOR) -> float:
-    """Relative half-width of the noise band of a ratio of medians whose timings had these spreads."""
+def band(*spreads: float, floor: float) -> float:
+    """Relative half-width of the noise band of a ratio of medians whose timings had these spreads; the floor is
+    evo/defaults.yaml dispatch.noise_floor (evo.config) wherever a caller has no other."""
     known = [float(s) for s in spreads if s is not None and s > 0]
     half_mean = (sum(known) / len(known)) / 2 if known else 0.0
     return max(float(floor), half_mean)

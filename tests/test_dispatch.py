@@ -440,7 +440,7 @@ def test_off_table_library_choice_over_every_algorithm(table, decisions_file, ti
     from evo.dispatch import DispatchSettings
 
     be = NumpyBackend(times)
-    d = Dispatcher.load(table, backend=be, settings=DispatchSettings(settle_reps=settle))
+    d = Dispatcher.load(table, backend=be, settings=DispatchSettings.from_config(settle_reps=settle))
     a, b = inputs(8000, 8000, 16)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(8000, 8000, 16)
@@ -463,7 +463,7 @@ def test_near_tie_goes_to_a_second_round_that_decides(tmp_path, decisions_file):
     root = make_table(tmp_path, [("8192x8192x8192", "cublas", "")])
     be = NumpyBackend({"cublas": 39.0, "cublaslt:0": 38.03, "cublaslt:1": 38.15},
                       second={"cublas": 39.0, "cublaslt:0": 38.21, "cublaslt:1": 37.65})
-    d = Dispatcher.load(root, backend=be, settings=DispatchSettings(measure_reps=60, settle_reps=200))
+    d = Dispatcher.load(root, backend=be, settings=DispatchSettings.from_config(measure_reps=60, settle_reps=200))
     a, b = inputs(128, 1894, 358)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(128, 1894, 358)
@@ -511,7 +511,7 @@ def test_nvmath_pick_is_always_a_contender(tmp_path, decisions_file):
     be = NumpyBackend(times, second={"cublaslt:4": 9.5})
     be.algos = [{"algorithm_id": 10 + i} for i in range(5)]
     be.nvmath = 4
-    plan = Dispatcher.load(root, backend=be, settings=DispatchSettings(settle_max=3)).plan(64, 4096, 512)
+    plan = Dispatcher.load(root, backend=be, settings=DispatchSettings.from_config(settle_max=3)).plan(64, 4096, 512)
     assert be.timed[1] == ("64x4096x512", ("cublaslt:0", "cublaslt:1", "cublaslt:4"))
     assert plan.kind == "cublaslt" and "cublaslt:4 serves" in plan.reason
     assert next(iter(json.loads(decisions_file.read_text()).values()))["algorithm"] == {"algorithm_id": 14}
@@ -533,10 +533,10 @@ def test_second_round_is_bounded_by_the_device_time_budget(tmp_path):
 
     root = make_table(tmp_path, [("8192x8192x8192", "cublas", "")])
     be = NumpyBackend({"cublas": 2750.0, "cublaslt": 2751.0})
-    Dispatcher.load(root, backend=be, settings=DispatchSettings(settle_budget_s=0.5, settle_max=2)).plan(2048, 57344, 8191)
+    Dispatcher.load(root, backend=be, settings=DispatchSettings.from_config(settle_budget_s=0.5, settle_max=2)).plan(2048, 57344, 8191)
     assert be.reps == [60, 90]
     be = NumpyBackend({"cublas": 2750.0, "cublaslt": 2751.0})
-    Dispatcher.load(root, backend=be, settings=DispatchSettings(settle_budget_s=0.01, settle_max=2)).plan(2048, 57344, 8190)
+    Dispatcher.load(root, backend=be, settings=DispatchSettings.from_config(settle_budget_s=0.01, settle_max=2)).plan(2048, 57344, 8190)
     assert be.reps == [60, 60]
 
 

@@ -5,9 +5,9 @@ from evo import noise
 
 
 def test_band_is_half_the_mean_spread_with_a_floor():
-    assert noise.band(0.02, 0.10) == pytest.approx(0.03)
-    assert noise.band(0.01, 0.01) == pytest.approx(noise.DEFAULT_FLOOR)
-    assert noise.band() == noise.DEFAULT_FLOOR
+    assert noise.band(0.02, 0.10, floor=0.02) == pytest.approx(0.03)
+    assert noise.band(0.01, 0.01, floor=0.02) == pytest.approx(0.02)
+    assert noise.band(floor=0.02) == 0.02
     assert noise.band(0.0, None, floor=0.005) == 0.005
 
 
