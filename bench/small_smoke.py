@@ -31,20 +31,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from evo.cli import _Parser  # noqa: E402
+from evo.datasheet import roofline_us as datasheet_roofline_us  # noqa: E402
 from evo.errors import cli_entry  # noqa: E402
 from evo.families import Family, load_families  # noqa: E402
-from evo.problem import Problem, parse_shape  # noqa: E402
+from evo.problem import Problem, cdiv, parse_shape  # noqa: E402
 
 FAMILY = "mma_small_sm80"
 SHAPES = ["64x64x64", "64x128x128", "128x64x512", "64x128x2048", "128x64x4096", "2048x256x128", "1024x2048x64",
           "64x4096x512", "128x12288x256", "4096x512x256", "128x128x16384",
           "100x200x1000", "77x200x72"]  # off-tile M, N, K: correctness of the edge predicates
 SMS = 132
-PEAK_TFLOPS, BW_GBS = 989.0, 4800.0  # H200 dense fp16 and HBM3e: the floor column only
-
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+FLOOR_GPU = "H200 SXM"  # the floor column only: the roofline at this GPU's datasheet peak and bandwidth
 
 
 def estimate_us(p: dict, prob: Problem) -> float:
@@ -139,9 +136,7 @@ def params_short(name: str, params: dict) -> list[tuple[str, object]]:
 
 
 def floor_us(prob: Problem) -> float:
-    flops = 2.0 * prob.m * prob.n * prob.k
-    nbytes = 2.0 * (prob.m * prob.k + prob.n * prob.k + prob.m * prob.n)
-    return max(flops / (PEAK_TFLOPS * 1e6), nbytes / (BW_GBS * 1e3))
+    return datasheet_roofline_us(FLOOR_GPU, prob.flops, prob.min_bytes)
 
 
 @cli_entry
