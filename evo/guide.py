@@ -51,7 +51,6 @@ class Guide:
         self.conv = Convergence(s.patience_seconds, s.min_seconds)
         self.rng = random.Random(seed * 7 + 11)
         self.proposed = self.chosen = 0
-        self._ranked: list | None = None
 
     # --- before the loop ---------------------------------------------------------------------------------
     def intro(self) -> str:
@@ -67,9 +66,7 @@ class Guide:
         return f"guide: {what}; {self.factor}x proposals per compile slot, bandit over (family, proposer)"
 
     def ranked(self) -> list:
-        if self._ranked is None:
-            self._ranked = self.prior.rank(self.problem)
-        return self._ranked
+        return self.prior.rank(self.problem)  # ranked once per problem (Prior.rank remembers it)
 
     def viable_families(self, factor: float = 2.0) -> list[str]:
         """Families whose best prior estimate is within ``factor`` x the best: where Optuna spends its trials."""
