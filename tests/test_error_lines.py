@@ -88,5 +88,5 @@ def test_bench_scripts_refuse_a_malformed_shape_in_one_line(module):
     one_line(run(module, "--shapes", "1x2"), "malformed shape '1x2'")
 
 
-def test_accept_evaluator_usage_error_is_one_line():
-    one_line(run("bench.accept_evaluator", "--jobs", "x"), "invalid int value")
+def test_evaluate_honest_usage_error_is_one_line():
+    one_line(run("bench.evaluate_honest", "--jobs", "x"), "invalid int value")

@@ -1,7 +1,7 @@
 """Honest kernels must pass the evaluator: the stored champions on their shapes, every family's CI instances.
 
-    python -m bench.accept_evaluator                                  # kernels_out/*/TN/*.cu + family CI instances
-    python -m bench.accept_evaluator --champions 'kernels_out/NVIDIA_H200/TN/*.cu' --no-families --jobs 16
+    python -m bench.evaluate_honest                                  # kernels_out/*/TN/*.cu + family CI instances
+    python -m bench.evaluate_honest --champions 'kernels_out/NVIDIA_H200/TN/*.cu' --no-families --jobs 16
 
 Compiles everything first (in parallel), then evaluates each kernel once through the GPU worker (check +
 timing, exactly as the search does) and prints one line per kernel: ok with its time, or the rejection.
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     from evo.kernel import KernelSource
     from evo.problem import parse_shape
 
-    ap = _Parser(prog="python -m bench.accept_evaluator", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="python -m bench.evaluate_honest", description=__doc__.splitlines()[0])
     ap.add_argument("--champions", default=str(ROOT / "kernels_out" / "*" / "TN" / "*.cu"), help="glob of stored kernels")
     ap.add_argument("--only", default="", help="comma list of champion shapes (file stems) to take from the glob")
     ap.add_argument("--no-families", action="store_true", help="skip the families' CI instances")
