@@ -14,12 +14,8 @@ import numpy as np
 
 from .config import BaselineConfig
 from .errors import EvoError
+from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F
 from .problem import Problem
-
-CUDA_R_16F = 2
-CUBLAS_COMPUTE_32F = 68
-CUBLAS_OP_N, CUBLAS_OP_T = 0, 1
-CUBLAS_GEMM_DEFAULT = -1
 
 Call = Callable[[cupy.ndarray, cupy.ndarray, cupy.ndarray], None]
 
