@@ -190,6 +190,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{info.key}_{problem.key}.log", "a") as out:
             search = Search(problem, cfg, out=out, compiler=counting, seed_sources=seeds, worker=worker)
+            search.llm_checked = True  # evo.sweep sends the LLM preflight once, before any GPU work, not per shape
             try:
                 summary = search.run()
             finally:

@@ -124,3 +124,20 @@ def test_missing_ncu_is_said_once_and_the_search_goes_on(tmp_path, monkeypatch):
     prompts = [q for q in srv.prompts() if "ptxas report of the parent" in q]
     assert prompts and all("Nsight Compute, one launch" not in q for q in prompts)
     assert any("Nsight Compute: no profile (Nsight Compute (/nonexistent/ncu) not found)" in q for q in prompts)
+
+
+def test_sweep_sends_the_preflight_once_not_per_shape(tmp_path, monkeypatch):
+    from evo.sweep import run_sweep
+
+    monkeypatch.setenv(DEFAULT_KEY_ENV, "EMPTY")
+    with FakeLlmServer(DemoScript()) as srv:
+        cfg = load_config(overrides={
+            "search": {"budget_minutes": 0, "max_candidates": 2, "children": 4, "proposers": ["llm", "mutate"],
+                       "seed": 1, "seed_winners": 0},
+            "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": TOY},
+            "llm": {"url": srv.base_url, "model": "fake", "backoff_s": 0.001, "profile": False},
+        })
+        assert search_mod.llm_preflight(cfg) and srv.preflights == 1  # what evo.sweep's main sends
+        outcome = run_sweep([parse_shape(s) for s in ("256x256x256", "128x256x512")], cfg, device_ids=[0],
+                            worker_factory=FakeWorker, compiler=DemoCompiler(), out=io.StringIO())
+    assert outcome.exit_code == 0 and srv.preflights == 1
