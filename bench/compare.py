@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 from evo.errors import EvoError, cli_entry
+from evo.records import LIBRARIES as LIBS
 
-LIBS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 
 
 def _time_b2b(contenders, reps: int, inner: int, rng: random.Random) -> tuple[dict[str, float], set[str]]:

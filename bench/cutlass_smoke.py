@@ -28,9 +28,9 @@ from evo.config import load_config  # noqa: E402
 from evo.errors import EvoError, cli_entry  # noqa: E402
 from evo.families import load_families  # noqa: E402
 from evo.problem import parse_shape  # noqa: E402
+from evo.records import LIBRARIES as LIBS  # noqa: E402
 
 SHAPES = ["4096x4096x1024", "512x2048x4096", "256x1024x8192", "64x4096x4096", "8192x8192x8192"]
-LIBS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 
 PP, COOP, WS = 2, 1, 0
 # name -> compile-time parameters (the rest default); runtime variants below

@@ -26,8 +26,8 @@ from typing import Any
 from evo.errors import EvoError, cli_entry
 from evo.noise import paired_ratio
 from evo.problem import parse_shape
+from evo.records import LIBRARIES as LIBS
 
-LIBS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 
 
 def paired_stats(samples: dict[str, list[float]], seed: int = 0, resamples: int = 500) -> dict[str, Any]:

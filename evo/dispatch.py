@@ -49,7 +49,6 @@ from .kernel import KernelSource
 from .problem import Problem
 
 Fn = Callable[[Any, Any, Any], None]
-LIBS = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 
 
 @dataclass

@@ -29,9 +29,9 @@ from .errors import EvoError, cli_entry
 from .kernel import KernelSource
 from .ltgemm import algorithm_from_detail
 from .problem import Problem, parse_shape
+from .records import LIBRARIES
 from .store import Store
 
-LIBRARIES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 
 
 @dataclass

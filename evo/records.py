@@ -65,9 +65,12 @@ class EvalResult:
     seconds: float = 0.0
 
 
+LIBRARIES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")  # the library baselines, in the tables' order
+
+
 @dataclass
 class BaselineResult:
-    library: str  # "cublas", "cublaslt_heuristic", "cublaslt_autotune"
+    library: str  # one of LIBRARIES
     time_us: float
     spread: float = 0.0
     detail: str = ""
