@@ -237,11 +237,17 @@ def table_gpus(out: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = _Parser(prog="python -m evo.report", description="Write an HTML report with plots from the kernel table "
                  "(and the archive, where present: lineage, GPU-minutes).")
-    ap.add_argument("--db", default=".evo/evo.db", help="SQLite archive (default .evo/evo.db; optional)")
+    ap.add_argument("--config", help="YAML file overriding evo/defaults.yaml (its paths.db and paths.out)")
+    ap.add_argument("--db", default="", help="SQLite archive (default: the config's paths.db, .evo/evo.db; optional)")
     ap.add_argument("--gpu", help="GPU name as stored (spaces as _); needed when there are several")
-    ap.add_argument("--out", default="kernels_out", help="kernel table folder (default kernels_out)")
+    ap.add_argument("--out", default="", help="kernel table folder (default: the config's paths.out, kernels_out)")
     ap.add_argument("--shape", help="MxNxK whose winner's lineage is drawn (default: evo's largest lead; needs the archive)")
     args = ap.parse_args(argv)
+    if not args.db or not args.out:
+        from .config import load_config
+
+        paths = load_config(args.config).paths
+        args.db, args.out = args.db or paths.db, args.out or paths.out
     want = args.gpu.replace(" ", "_") if args.gpu else ""
     if Path(args.db).is_file():
         store = Store(args.db)

@@ -60,6 +60,12 @@ def test_report_renders(tmp_path, capsys):
     # a chosen shape's lineage
     assert main(["--db", cfg.paths.db, "--out", cfg.paths.out, "--shape", "256x256x256"]) == 0
     assert "Lineage of the winner on 256x256x256" in (rep / "index.html").read_text()
+    # without --db and --out the config's paths are used
+    conf = tmp_path / "paths.yaml"
+    conf.write_text(f"paths:\n  db: {cfg.paths.db}\n  out: {cfg.paths.out}\n")
+    (rep / "index.html").unlink()
+    assert main(["--config", str(conf)]) == 0
+    assert (rep / "index.html").is_file()
 
 
 def test_report_from_the_committed_table_alone(tmp_path, capsys):
