@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instances", default=",".join(INSTANCES))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--cache", default=".evo/cache")
+    ap.add_argument("--cache", default=None, help="nvcc cubin cache (default: the config's compile.cache_dir)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args(argv)
     names = [n for n in args.instances.split(",") if n]

@@ -392,11 +392,14 @@ class Dispatcher:
 
     @classmethod
     def load(cls, table_dir: str | Path | None = None, backend: Any = None, **kw: Any) -> "Dispatcher":
-        """The table of the current GPU: <table_dir or $EVO_KERNELS or kernels_out>/<GPU name>/table.json."""
+        """The table of the current GPU: <table_dir or $EVO_KERNELS or the config's paths.out (kernels_out)>/<GPU
+        name>/table.json."""
         settings = kw.pop("settings", None) or DispatchSettings.from_config()
         backend = backend or CupyBackend(lt_algorithms=settings.lt_algorithms, tune_reps=settings.measure_reps)
         if table_dir is None:
-            table_dir = Path(os.environ.get("EVO_KERNELS", "kernels_out")) / backend.gpu_key
+            from .config import load_config
+
+            table_dir = Path(os.environ.get("EVO_KERNELS") or load_config().paths.out) / backend.gpu_key
         path = Path(table_dir) / "table.json"
         try:
             table = json.loads(path.read_text())

@@ -379,6 +379,16 @@ def test_load_errors(tmp_path, table):
     assert d is None or d.gpu == "Fake_GPU"
 
 
+def test_load_without_a_folder_looks_in_the_config_paths_out(tmp_path, monkeypatch):
+    monkeypatch.delenv("EVO_KERNELS", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(EvoError, match=r"at kernels_out/Fake_GPU/table\.json"):
+        Dispatcher.load(None, backend=NumpyBackend())
+    monkeypatch.setenv("EVO_KERNELS", str(tmp_path / "elsewhere"))
+    with pytest.raises(EvoError, match="elsewhere/Fake_GPU/table"):
+        Dispatcher.load(None, backend=NumpyBackend())
+
+
 def test_table_exported_by_a_sweep_dispatches(tmp_path):
     """The table.json evo.export writes after a (fake) sweep is what the dispatcher reads."""
     from evo.problem import parse_shape
