@@ -14,6 +14,17 @@ DATA = Path(__file__).parent / "data"
 FAKE_NCU = str(DATA / "fake_ncu.py")
 PROBLEM = Problem(256, 256, 256)
 
+def test_profile_target_usage_error_is_one_line(capsys):
+    """Neither a kernel nor the library: one line, exit 2, before CuPy is looked for."""
+    from evo.gpu.profile_target import main as target
+
+    with pytest.raises(SystemExit) as e:
+        target(["--shape", "64x64x64", "--source", "k.cu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "give --source and --cubin, or --library cublas" in err
+
+
 CSV = '''==PROF== Connected to process 1 (python)
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
 "0","1","python","h","evo_gemm","1","7","(128, 1, 1)","(64, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","12.50"

@@ -12,15 +12,19 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..cli import _Parser
+
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m evo.gpu.profile_target")
+    ap = _Parser(prog="python -m evo.gpu.profile_target")
     ap.add_argument("--shape", required=True)
     ap.add_argument("--source")
     ap.add_argument("--cubin")
     ap.add_argument("--library", choices=["cublas"])
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args(argv)
+    if args.library is None and not (args.source and args.cubin):
+        ap.error("give --source and --cubin, or --library cublas")
     try:
         return _run(args)
     except Exception as e:  # noqa: BLE001 - one line for the profiler's log
@@ -35,14 +39,14 @@ def _run(args: argparse.Namespace) -> int:
     start = getattr(rt, "profilerStart", None) or __import__("cupy.cuda.profiler", fromlist=["start"]).start
     stop = getattr(rt, "profilerStop", None) or __import__("cupy.cuda.profiler", fromlist=["stop"]).stop
 
+    from ..check import random_inputs
     from ..kernel import KernelSource
     from ..problem import parse_shape
     from .device import gpu_info
 
     problem = parse_shape(args.shape)
     rs = cupy.random.RandomState(1)
-    a = rs.standard_normal((problem.m, problem.k), dtype=cupy.float32).astype(cupy.float16)
-    b = rs.standard_normal((problem.n, problem.k), dtype=cupy.float32).astype(cupy.float16)
+    a, b = random_inputs(problem, rs)
     c = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
     if args.library == "cublas":
         from ..baselines import cublas_gemm
@@ -50,12 +54,7 @@ def _run(args: argparse.Namespace) -> int:
         call = cublas_gemm()
         run = lambda: call(a, b, c)  # noqa: E731
     else:
-        if not (args.source and args.cubin):
-            raise SystemExit("error: give --source and --cubin, or --library cublas")
-        try:  # the launcher the candidate's ABI asks for (host-launched kernels too), as the worker loads it
-            from .host_launch import load_kernel
-        except ImportError:
-            from .launch import LoadedKernel as load_kernel  # type: ignore[assignment]
+        from .host_launch import load_kernel  # the launcher the candidate's ABI asks for, as the worker loads it
 
         info = gpu_info(0)
         with open(args.source) as f:
