@@ -281,7 +281,7 @@ class HostLaunchedKernel:
                                f"its query said {self.geometry.workspace} and {self.geometry.smem}")
             g = HostGeometry(g.params_bytes, g.grid, g.block, g.cluster, g.smem, g.pdl and self.pdl, g.workspace, g.fills)
             ptrs = (ctypes.c_void_p * 1)(ctypes.addressof(block))
-            if len(self._blocks) >= PARAM_CACHE:  # inputs rotate over a few buffers; stale blocks must not pile up
+            if len(self._blocks) >= PARAM_CACHE:  # callers pass a few buffer sets (check, timing, dispatch); stale blocks must not pile up
                 self._blocks.pop(next(iter(self._blocks)))
             hit = self._blocks[key] = (g, block, ptrs)
         return hit

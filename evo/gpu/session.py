@@ -122,7 +122,8 @@ class Session:
 
     @staticmethod
     def _fits(problem: Problem) -> None:
-        """The check and the rotating timing sets hold about 8 copies of A, B and C plus an fp32 reference."""
+        """The check and the timing (guarded buffers, FreshInputs' snapshots of C) hold about 8 copies of A, B and C
+        plus fp32 and fp64 references."""
         pool = cupy.get_default_memory_pool()
         pool.free_all_blocks()
         free, total = cupy.cuda.runtime.memGetInfo()
