@@ -115,6 +115,9 @@ class ShapeSearcher:
         self.compiler = compiler or Compiler.from_config(self.cfg.compile)
         self.info: GpuInfo = self.worker.start()
         self.name = socket.gethostname().split(".")[0][:16]
+        from .space import Enumerations
+
+        self.enumerations = Enumerations()  # each family's space enumerated once for the actor's shapes
 
     def gpu_info(self) -> GpuInfo:
         return self.info
@@ -127,7 +130,8 @@ class ShapeSearcher:
             merge_rows(store, prior)
             before = store.db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
             log_dir = self.dir / "logs"
-            res = search_shape(problem, self.cfg, self.worker, self.compiler, log_dir, self.name, seeds=seeds)
+            res = search_shape(problem, self.cfg, self.worker, self.compiler, log_dir, self.name, seeds=seeds,
+                               enumerations=self.enumerations)
             ids = [r[0] for r in store.db.execute("SELECT id FROM runs WHERE id>? AND shape=?", (before, problem.key))]
             rows = export_rows(store, problem.key, problem.layout, self.info.key, run_ids=ids)
             log = log_dir / f"{self.info.key}_{problem.key}.log"

@@ -28,6 +28,7 @@ from .prior import INFEASIBLE, GpuSpec, Prior, competitive_families
 from .problem import GpuInfo, Problem
 from .proposers.base import Proposal
 from .records import Individual
+from .space import Enumerations
 
 SEED_IDEAS = ("default instance", "start instance")
 
@@ -37,11 +38,12 @@ def is_seed(p: Proposal) -> bool:
 
 
 class Guide:
-    def __init__(self, cfg: Config, families: list[Family], info: GpuInfo, store: Any, problem: Problem, seed: int = 0):
+    def __init__(self, cfg: Config, families: list[Family], info: GpuInfo, store: Any, problem: Problem, seed: int = 0,
+                 enumerations: Enumerations | None = None):
         s = cfg.search
         self.problem = problem
         self.spec = GpuSpec.from_info(info)
-        self.prior = Prior(families, self.spec, sample=s.prior_sample, seed=seed)
+        self.prior = Prior(families, self.spec, sample=s.prior_sample, seed=seed, enumerations=enumerations)
         self.use_model = s.cost_model
         self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed, prior=self.prior)
                                  if s.cost_model else CostModel(families, self.spec, seed, prior=self.prior))

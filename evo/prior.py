@@ -20,7 +20,7 @@ from typing import Any
 
 from .families import Family
 from .problem import GpuInfo, Problem, cdiv
-from .space import FamilySpace, Geometry, params_key
+from .space import Enumerations, FamilySpace, Geometry, params_key
 
 # share of the tensor-core peak a family's main loop reaches on large tiles (the cost model corrects the rest)
 FAMILY_EFFICIENCY = {"wgmma_sm90": 1.0, "cutlass_sm90": 1.0, "wgmma_skinny_sm90": 0.9, "mma_sm80": 0.62,
@@ -176,8 +176,11 @@ class Ranked:
 class Prior:
     """Ranks the instances of the families for a problem by the estimate (a sample of each large space)."""
 
-    def __init__(self, families: list[Family], gpu: GpuSpec, sample: int = 1000, seed: int = 0):
-        self.spaces = {f.name: FamilySpace(f) for f in families}
+    def __init__(self, families: list[Family], gpu: GpuSpec, sample: int = 1000, seed: int = 0,
+                 enumerations: Enumerations | None = None):
+        """enumerations: the families' valid instances, shared with other priors (a sweep's shapes)."""
+        enumerations = enumerations if enumerations is not None else Enumerations()
+        self.spaces = {f.name: FamilySpace(f, enumerations) for f in families}
         self.gpu = gpu
         self.sample = sample
         self.seed = seed

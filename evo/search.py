@@ -84,9 +84,11 @@ def split_children(cfg: Config, proposers: list, n: int) -> list[int]:
 
 class Search:
     def __init__(self, problem: Problem, cfg: Config, out=sys.stdout, worker_factory=GpuWorker, compiler=None,
-                 seed_sources: list[str] | None = None, worker: GpuWorker | None = None):
+                 seed_sources: list[str] | None = None, worker: GpuWorker | None = None, enumerations=None):
         """seed_sources: full kernel texts (e.g. winners of neighbouring shapes) evaluated before anything new is proposed.
-        worker: an already started GPU worker to reuse (a sweep keeps one per GPU); otherwise one is started."""
+        worker: an already started GPU worker to reuse (a sweep keeps one per GPU); otherwise one is started.
+        enumerations: evo.space.Enumerations shared by a sweep's searches (each family's space enumerated once)."""
+        self.enumerations = enumerations
         self.seed_sources = list(seed_sources or [])
         self.shared_worker = worker
         self.problem = problem
@@ -258,7 +260,7 @@ class Search:
         the mutate proposer gets the prior for generation 0 and cross-family moves, Optuna the viable families."""
         from .guide import Guide
 
-        guide = Guide(self.cfg, fams, info, self.store, self.problem, self.cfg.search.seed)
+        guide = Guide(self.cfg, fams, info, self.store, self.problem, self.cfg.search.seed, self.enumerations)
         for x in proposers:
             if isinstance(x, MutateProposer):
                 x.prior, x.prior_top = guide.prior, self.cfg.search.prior_top

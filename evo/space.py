@@ -34,11 +34,27 @@ class Geometry:
     workspace: int
 
 
+class Enumerations:
+    """Every constraint-valid instance of a family, enumerated once per owner: a search makes its own; a sweep
+    keeps one per process and hands it to each shape's search (a large space takes seconds to enumerate)."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple, list[dict[str, Any]]] = {}
+
+    def of(self, family: Family) -> list[dict[str, Any]]:
+        """Family.valid_instances(), remembered per (name, space, constraints)."""
+        key = (family.name, tuple((k, tuple(v)) for k, v in family.space.items()), tuple(family.constraints))
+        if key not in self._by_key:
+            self._by_key[key] = list(family.valid_instances())
+        return self._by_key[key]
+
+
 class FamilySpace:
     """One family's valid instances (enumerated once) and their launch geometry per problem."""
 
-    def __init__(self, family: Family):
+    def __init__(self, family: Family, enumerations: Enumerations | None = None):
         self.family = family
+        self.enumerations = enumerations if enumerations is not None else Enumerations()
         self._all: list[dict[str, Any]] | None = None
         self._meta: dict[str, KernelMeta | None] = {}
 
@@ -49,7 +65,7 @@ class FamilySpace:
     def instances(self) -> list[dict[str, Any]]:
         """Every constraint-valid instance (the family's space order); computed on first use."""
         if self._all is None:
-            self._all = valid_instances(self.family)
+            self._all = self.enumerations.of(self.family)
         return self._all
 
     @property
@@ -126,18 +142,6 @@ class FamilySpace:
         if min(grid) < 1 or min(block) < 1:
             return None
         return Geometry(grid[0] * grid[1] * grid[2], block[0] * block[1] * block[2], smem, ws)
-
-
-_ENUMERATED: dict[tuple, list[dict[str, Any]]] = {}  # memo of a pure function: a sweep enumerates each family once
-
-
-def valid_instances(family: Family) -> list[dict[str, Any]]:
-    """Family.valid_instances(), remembered per (name, space, constraints) for the life of the process (a large
-    space takes seconds to enumerate; a sweep's searches share the result)."""
-    key = (family.name, tuple((k, tuple(v)) for k, v in family.space.items()), tuple(family.constraints))
-    if key not in _ENUMERATED:
-        _ENUMERATED[key] = list(family.valid_instances())
-    return _ENUMERATED[key]
 
 
 def _key(params: dict[str, Any]) -> tuple:

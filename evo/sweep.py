@@ -34,6 +34,7 @@ from .kernel import KernelSource
 from .prior import GpuSpec
 from .problem import GpuInfo, Problem
 from .shapes import load_shapes
+from .space import Enumerations
 from .store import Store
 
 # --- the sweep's own table in the archive ---------------------------------------------------------------
@@ -173,8 +174,10 @@ class CountingCompiler:
 
 
 def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_dir: Path,
-                 worker_name: str = "", seeds: list[str] | None = None) -> ShapeResult:
-    """One shape's search with a started worker; never raises for a failed search (KeyboardInterrupt passes)."""
+                 worker_name: str = "", seeds: list[str] | None = None,
+                 enumerations: Enumerations | None = None) -> ShapeResult:
+    """One shape's search with a started worker; never raises for a failed search (KeyboardInterrupt passes).
+    enumerations: the families' valid instances, kept by the caller across its shapes."""
     from .search import Search
 
     info: GpuInfo = worker.info
@@ -189,7 +192,8 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
         counting = CountingCompiler(compiler)
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{info.key}_{problem.key}.log", "a") as out:
-            search = Search(problem, cfg, out=out, compiler=counting, seed_sources=seeds, worker=worker)
+            search = Search(problem, cfg, out=out, compiler=counting, seed_sources=seeds, worker=worker,
+                            enumerations=enumerations)
             search.llm_checked = True  # evo.sweep sends the LLM preflight once, before any GPU work, not per shape
             try:
                 summary = search.run()
@@ -234,6 +238,7 @@ class InlineBackend:
         self.cfg, self.device_id, self.log_dir = cfg, device_id, log_dir
         self.worker = worker_factory(cfg, device_id)
         self.compiler = compiler
+        self.enumerations = Enumerations()  # each family's space enumerated once for all shapes
         self.todo: deque[tuple[Problem, float | None]] = deque()
         self.slots = self.n_gpus = 1
 
@@ -245,7 +250,8 @@ class InlineBackend:
 
     def next_result(self) -> ShapeResult:
         p, minutes = self.todo.popleft()
-        return search_shape(p, with_budget(self.cfg, minutes), self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}")
+        return search_shape(p, with_budget(self.cfg, minutes), self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}",
+                            enumerations=self.enumerations)
 
     def stop(self) -> None:
         self.worker.stop()
@@ -263,6 +269,7 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
             results.put(("fatal", device_id, f"{type(e).__name__}: {e}"))
             return
         results.put(("hello", device_id, info))
+        enumerations = Enumerations()  # each family's space enumerated once for this GPU's shapes
         while True:
             task = tasks.get()
             if task is None:
@@ -270,7 +277,7 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
             p, minutes = task
             results.put(("start", device_id, p.key))
             results.put(("result", device_id, search_shape(p, with_budget(cfg, minutes), worker, compiler, log_dir,
-                                                           f"gpu{device_id}")))
+                                                           f"gpu{device_id}", enumerations=enumerations)))
     except KeyboardInterrupt:
         pass
     finally:

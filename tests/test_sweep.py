@@ -424,3 +424,15 @@ def test_gpu_processes_share_the_cpus(tmp_path):
     assert two.compile.jobs == max(1, (os.cpu_count() or 1) // 2) and share_cpus(cfg, 1) is cfg
     fixed = share_cpus(load_config(overrides={"compile": {"jobs": 3}}), 4)
     assert fixed.compile.jobs == 3
+
+
+def test_each_family_is_enumerated_once_per_sweep(tmp_path, monkeypatch):
+    """The prior of every shape's search enumerates a family's space; a sweep's searches share one enumeration."""
+    from evo.families import Family
+
+    calls: list[str] = []
+    real = Family.valid_instances
+    monkeypatch.setattr(Family, "valid_instances", lambda self: calls.append(self.name) or real(self))
+    outcome, _, _ = sweep(tmp_path)
+    assert outcome.exit_code == 0
+    assert calls and len(calls) == len(set(calls)), calls  # every family once, not once per shape
