@@ -1,7 +1,8 @@
 """Named evaluator defences that a test may switch off, to show that its adversarial kernel then gets through.
 
 Switched off by ``check.defences_off`` in the config or by ``EVO_TEST_DEFENCES_OFF=name,name`` in the
-environment (the GPU worker and the compiler read both); never for a real search. docs/evaluator.md
+environment (the GPU worker and the sanitizer's vetting read both; the compiler's ``ptx_checks`` reads the
+environment only, as a Compiler is built from the compile section alone); never for a real search. docs/evaluator.md
 records, per defence, the test that fails when it is off.
 """
 from __future__ import annotations

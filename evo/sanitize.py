@@ -152,13 +152,14 @@ def tool_command(exe: str, tool: str, error_rc: int, inner: list[str], padding: 
 
 
 def sanitize(source_path: str, cubin: str, problem: Problem, tools=TOOLS, timeout_s: float = 600.0,
-             exact_shape: bool = False) -> SanitizeReport:
-    """Run every tool once on the kernel; never raises for a missing sanitizer."""
+             exact_shape: bool = False, off: list | tuple = ()) -> SanitizeReport:
+    """Run every tool once on the kernel; never raises for a missing sanitizer. off: the config's
+    check.defences_off (with EVO_TEST_DEFENCES_OFF, evo.defences)."""
     import time
 
     from .defences import defences_off
 
-    padding = "sanitizer_padding" not in defences_off()
+    padding = "sanitizer_padding" not in defences_off(off)
 
     exe = find_sanitizer()
     if exe is None:
@@ -292,7 +293,8 @@ def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_
             src = Path(cubin_path).with_suffix(".cu")
             if not src.is_file():
                 src.write_text(best["source"])
-            rep = sanitize(str(src), cubin_path, problem, timeout_s=cfg.check.sanitize_timeout_s)
+            rep = sanitize(str(src), cubin_path, problem, timeout_s=cfg.check.sanitize_timeout_s,
+                           off=cfg.check.defences_off)
             print(f"  {rep.line()}", file=out, flush=True)
             if not rep.ok:
                 bad = next(t for t in rep.tools if not t.ok)

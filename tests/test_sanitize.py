@@ -94,3 +94,27 @@ def test_memcheck_command_pads_allocations_and_leaves_api_errors_out():
     assert "--padding" not in tool_command("cs", "memcheck", 86, ["x"], padding=False)
     rc = tool_command("cs", "racecheck", 86, ["x"])
     assert "--racecheck-report" in rc and "--padding" not in rc
+
+
+def test_sanitizer_padding_switched_off_by_the_config_list(tmp_path, monkeypatch):
+    """check.defences_off (as vet_champion passes it) reaches the memcheck command, as EVO_TEST_DEFENCES_OFF does."""
+    import subprocess
+    from pathlib import Path
+
+    import evo.sanitize as sz
+    from evo.defences import ENV
+    from evo.problem import parse_shape
+
+    src = Path(__file__).parent / "data" / "naive.cu"
+    cmds = []
+
+    def fake_run(cmd, **kw):
+        cmds.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, RAN + "\n========= ERROR SUMMARY: 0 errors\n", "")
+
+    monkeypatch.delenv(ENV, raising=False)
+    monkeypatch.setattr(sz, "find_sanitizer", lambda: "cs")
+    monkeypatch.setattr(sz.subprocess, "run", fake_run)
+    assert sz.sanitize(str(src), "k.cubin", parse_shape("64x64x64"), tools=("memcheck",)).ok
+    assert sz.sanitize(str(src), "k.cubin", parse_shape("64x64x64"), tools=("memcheck",), off=["sanitizer_padding"]).ok
+    assert "--padding" in cmds[0] and "--padding" not in cmds[1]
