@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import EvoError
+from .sections import CHARS_PER_TOKEN
 
 
 @dataclass
@@ -82,7 +83,7 @@ class Ledger:
 
     def estimate(self, prompt_chars: int, max_tokens: int, *names: str) -> tuple[int, float]:
         """(tokens, dollars) a request may cost at most: its prompt at 4 characters a token plus max_tokens."""
-        tin, tout = prompt_chars // 4 + 1, max(0, int(max_tokens))
+        tin, tout = prompt_chars // CHARS_PER_TOKEN + 1, max(0, int(max_tokens))
         p = self.price(*names)
         return tin + tout, (tin * p[0] + tout * p[1]) / 1e6 if p else 0.0
 
