@@ -132,6 +132,35 @@ def test_naive_host_wrong_params_are_caught(gpu):
     assert not ev.ok and ev.stage == "check"
 
 
+def test_call_builds_the_launch_config_once_per_stream(monkeypatch):
+    """The per-call host work of a host-launched kernel: the parameter block per pointer set and the launch config
+    per stream are built once, then reused; the fills are replayed every call (a stand-in driver and CuPy, no GPU)."""
+    import sys
+    import types
+
+    import evo.gpu.host_launch as hl
+
+    launched, memsets, built = [], [], []
+    stream = types.SimpleNamespace(ptr=7)
+    fake_cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(get_current_stream=lambda: stream,
+                                                                 driver=types.SimpleNamespace(CUDADriverError=RuntimeError)))
+    drv = types.SimpleNamespace(cuLaunchKernelEx=lambda cfg, fn, ptrs, extra: launched.append(cfg._obj.hStream) or 0,
+                                cuMemsetD32Async=lambda *a: memsets.append(a) or 0)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    monkeypatch.setattr(hl, "driver", lambda: drv)
+    real = hl.launch_config
+    monkeypatch.setattr(hl, "launch_config", lambda g, s: built.append(s) or real(g, s))
+    g = HostGeometry(64, (2, 1, 1), (128, 1, 1), (1, 1, 1), 0, False, 16, (Fill(0, 4, 4, 0),))
+    k = object.__new__(hl.HostLaunchedKernel)
+    k.fn_ptr, k.workspace, k._blocks = 1, types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096)), {}
+    k._block = lambda a, b, c: k._blocks.setdefault((a, b, c), (g, None, None, {}))
+    for _ in range(3):
+        k(1, 2, 3)
+    stream.ptr = 9
+    k(1, 2, 3)
+    assert built == [7, 9] and launched == [7, 7, 7, 9] and len(memsets) == 4
+
+
 def test_launch_config_carries_cluster_and_pdl():
     from evo.gpu.host_launch import (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
                                      CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, launch_config)
