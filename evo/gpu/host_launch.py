@@ -38,6 +38,8 @@ PARAM_CACHE = 8  # parameter blocks kept per kernel, by (A, B, C) pointers: buil
 FAKE_PTR = 1 << 20  # 1 MiB: an aligned, never dereferenced address for the geometry query
 
 # cuda.h
+CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0  # CUfunction_attribute values (cuda.h), also evo.gpu.module's
+CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
@@ -257,7 +259,7 @@ class HostLaunchedKernel:
             self.fn_ptr = int(self.module.get_function(ENTRY).kernel.ptr)
         drv = cupy.cuda.driver
         try:
-            static = int(drv.funcGetAttribute(1, self.fn_ptr))  # CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+            static = int(drv.funcGetAttribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, self.fn_ptr))
             if static + g.smem > smem_limit:
                 raise EvoError(f"needs {static} bytes of static + {g.smem} bytes of dynamic shared memory; "
                                f"the GPU allows {smem_limit} per block")

@@ -18,10 +18,9 @@ import cupy
 
 from ..errors import EvoError
 
-# CUfunction_attribute values (cuda.h)
-ATTR_MAX_THREADS_PER_BLOCK = 0
-ATTR_SHARED_SIZE_BYTES = 1
-ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+from .host_launch import CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES
+from .host_launch import CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK as ATTR_MAX_THREADS_PER_BLOCK
+from .host_launch import CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES as ATTR_SHARED_SIZE_BYTES
 
 
 class FreshModule:
