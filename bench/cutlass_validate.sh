@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (about 4 minutes on an H200): the host-launch GPU tests, then every cutlass_sm90 smoke instance
-# and its runtime variants checked and timed side by side with cuBLAS / cuBLASLt on the shapes and two
-# off-tile shapes. Logs under $OUT (default: the current folder).
+# and its runtime variants checked and timed side by side with cuBLAS / cuBLASLt on 4096x4096x1024, 512x2048x4096,
+# 256x1024x8192, 64x4096x4096 and two off-tile shapes. Logs under $OUT (default: the current folder).
 #   bash bench/gpu_smoke.sh bash bench/cutlass_validate.sh
 set -u
 OUT=${OUT:-.}

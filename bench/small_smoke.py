@@ -4,8 +4,8 @@
     PYTHONUNBUFFERED=1 python3 bench/small_smoke.py [--shapes a,b] [--per-shape 10] [--deadline 200]
 
 For every shape (default: the shapes of shapes/sample24.yaml and shapes/bench.yaml whose best library
-took < 10 us on an H200 (docs/grid-h200.csv of the shared notes), the issue's 64x128x128, 128x64x512 and
-64x64x64, and 128x128x16384):
+took < 10 us in an earlier H200 grid run (not kept in this repository), the small shapes 64x128x128,
+128x64x512 and 64x64x64 of shapes/small.yaml, and 128x128x16384):
 1. picks instances of mma_small_sm80: the family's starts plus the best of a rough latency estimate
    (`estimate_us`, below; a ranking aid only, never reported as a measurement) plus two random ones;
 2. compiles them all at once with the search's compiler (same flags and gates: spills / stack rejected);
