@@ -78,10 +78,9 @@ class Decisions:
         data = self._read()  # merge with what others wrote meanwhile
         data[k] = asdict(d)
         self._cache = data
+        from .export import atomic_write
+
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-            os.replace(tmp, self.path)
+            atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True))
         except OSError:
             pass  # a read-only home: the decision still holds for this process
