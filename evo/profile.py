@@ -239,19 +239,20 @@ def describe(metrics: dict[str, float]) -> list[str]:
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
-    import argparse
+    from .cli import _Parser
+    from .config import load_config
 
-    from .cli import parser
-
-    ap: argparse.ArgumentParser = parser("python -m evo.profile", "Nsight Compute metrics of one kernel (or the library) on one shape.")
+    ap = _Parser(prog="python -m evo.profile", description="Nsight Compute metrics of one kernel (or the library) on one shape.")
+    ap.add_argument("--config", help="YAML file overriding evo/defaults.yaml (its llm.ncu and llm.profile_timeout_s)")
     ap.add_argument("--shape", required=True)
     ap.add_argument("--source", help="candidate .cu (front matter gives the launch)")
     ap.add_argument("--cubin", help="its compiled cubin")
     ap.add_argument("--library", choices=["cublas"], help="profile the library's kernel instead")
-    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--ncu", help="the Nsight Compute command (default: the config's llm.ncu)")
     args = ap.parse_args(argv)
     problem = parse_shape(args.shape)
-    prof = Profiler(args.ncu)
+    llm = load_config(args.config).llm
+    prof = Profiler(args.ncu or llm.ncu, llm.profile_timeout_s)
     if args.library:
         res = prof.profile_library(problem, args.library)
     else:

@@ -80,6 +80,18 @@ def test_profile_kernel_with_a_stand_in_ncu(monkeypatch, tmp_path):
     assert all(m in cmd for m, _ in METRICS.values())
 
 
+def test_cli_takes_ncu_and_timeout_from_the_config(monkeypatch, tmp_path, capsys):
+    from evo.profile import main
+
+    _profiler(monkeypatch, tmp_path)  # the stand-in's environment
+    conf = tmp_path / "c.yaml"
+    conf.write_text(f"llm:\n  ncu: {FAKE_NCU}\n  profile_timeout_s: 30\n")
+    assert main(["--config", str(conf), "--shape", "256x256x256", "--library", "cublas"]) == 0
+    assert "kernel:" in capsys.readouterr().out and calls(tmp_path)
+    assert main(["--shape", "256x256x256", "--library", "cublas", "--ncu", str(tmp_path / "no_ncu")]) == 2
+    assert "ncu" in capsys.readouterr().err
+
+
 def test_library_kernel_name_and_configuration(monkeypatch, tmp_path):
     prof, _ = _profiler(monkeypatch, tmp_path)
     res = prof.profile_library(PROBLEM)
