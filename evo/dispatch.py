@@ -33,6 +33,7 @@ A kernel that fails to compile, load or check is never used, so the result is ne
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -43,6 +44,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import noise
+from .config import DispatchConfig
 from .decisions import METHOD, Decision, Decisions, key as decision_key
 from .errors import EvoError, NoGpuError
 from .kernel import KernelSource
@@ -67,30 +69,16 @@ class Plan:
     fn: Fn | None = field(default=None, repr=False)
 
 
-@dataclass(frozen=True)
-class DispatchSettings:
-    """dispatch: in evo/defaults.yaml (the values and their meaning live there only)."""
-
-    decisions: str  # path of the decisions file ("" = $EVO_DISPATCH_DECISIONS or ~/.cache/evo/dispatch.json)
-    noise_floor: float
-    measure_reps: int
-    general_tries: int
-    lt_algorithms: int
-    autotune: bool
-    measure_libraries: bool
-    library_tie: float
-    settle_floor: float
-    settle_reps: int
-    settle_max: int
-    settle_budget_s: float
+class DispatchSettings(DispatchConfig):
+    """dispatch: in evo/defaults.yaml (the values and their meaning live there; the fields are evo.config's
+    DispatchConfig)."""
 
     @classmethod
     def from_config(cls, **overrides: Any) -> "DispatchSettings":
         """The config's dispatch section (evo/defaults.yaml, merged), with these fields replaced."""
         from .config import load_config
 
-        d = load_config().dispatch
-        return cls(**{f: overrides.pop(f, getattr(d, f)) for f in cls.__dataclass_fields__}, **overrides)
+        return cls(**{**dataclasses.asdict(load_config().dispatch), **overrides})
 
 
 _F16 = np.dtype(np.float16)
