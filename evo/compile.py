@@ -214,6 +214,19 @@ def find_nvcc() -> str:
     raise EvoError("nvcc not found: install the CUDA toolkit or set NVCC=/path/to/nvcc")
 
 
+def toolkit_tool(name: str, *subdirs: str) -> str:
+    """A CUDA toolkit executable (evo.sanitize's compute-sanitizer, evo.profile's ncu): on PATH, else in bin/ (or the
+    given subfolders) of $CUDA_HOME, $CUDA_PATH or /usr/local/cuda, else beside nvcc; "" if none."""
+    cands = [shutil.which(name)]
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            cands += [str(Path(root) / d / name) for d in ("bin", *subdirs)]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        cands.append(str(Path(nvcc).resolve().parent / name))
+    return next((c for c in cands if c and Path(c).is_file() and os.access(c, os.X_OK)), "")
+
+
 def cutlass_include_dirs() -> list[str]:
     """CUTLASS/CuTe headers shipped in the nvidia-cutlass wheel (cutlass_library/source/include)."""
     try:

@@ -19,7 +19,6 @@ import io
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -206,17 +205,12 @@ class Profiler:
 
 
 def find_ncu(ncu: str = "ncu") -> str:
-    """The ncu executable: as given (a path or a name on PATH), else beside the CUDA toolkit; "" if none."""
+    """The ncu executable: as given (a path), else the toolkit's (evo.compile.toolkit_tool); "" if none."""
     if os.sep in ncu:
         return ncu if os.path.isfile(ncu) and os.access(ncu, os.X_OK) else ""
-    found = shutil.which(ncu)
-    if found:
-        return found
-    for root in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
-        cand = os.path.join(root, "bin", ncu) if root else ""
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return ""
+    from .compile import toolkit_tool
+
+    return toolkit_tool(ncu)
 
 
 def describe(metrics: dict[str, float]) -> list[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -68,18 +67,13 @@ class SanitizeReport:
 
 
 def find_sanitizer() -> str | None:
-    cands = [os.environ.get("COMPUTE_SANITIZER"), shutil.which("compute-sanitizer")]
-    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root:
-            cands.append(str(Path(root) / "bin" / "compute-sanitizer"))
-            cands.append(str(Path(root) / "compute-sanitizer" / "compute-sanitizer"))
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        cands.append(str(Path(nvcc).resolve().parent / "compute-sanitizer"))
-    for c in cands:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return c
-    return None
+    """$COMPUTE_SANITIZER, else the toolkit's compute-sanitizer (evo.compile.toolkit_tool); None if none."""
+    from .compile import toolkit_tool
+
+    env = os.environ.get("COMPUTE_SANITIZER")
+    if env and Path(env).is_file() and os.access(env, os.X_OK):
+        return env
+    return toolkit_tool("compute-sanitizer", "compute-sanitizer") or None
 
 
 def small_shape(problem: Problem, ks: KernelSource) -> Problem:

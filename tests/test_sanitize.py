@@ -118,3 +118,24 @@ def test_sanitizer_padding_switched_off_by_the_config_list(tmp_path, monkeypatch
     assert sz.sanitize(str(src), "k.cubin", parse_shape("64x64x64"), tools=("memcheck",)).ok
     assert sz.sanitize(str(src), "k.cubin", parse_shape("64x64x64"), tools=("memcheck",), off=["sanitizer_padding"]).ok
     assert "--padding" in cmds[0] and "--padding" not in cmds[1]
+
+
+def test_toolkit_tools_found_in_cuda_home(tmp_path, monkeypatch):
+    """compute-sanitizer and ncu come from one toolkit lookup (evo.compile.toolkit_tool): PATH, then $CUDA_HOME."""
+    from evo.compile import toolkit_tool
+    from evo.profile import find_ncu
+    from evo.sanitize import find_sanitizer
+
+    (tmp_path / "bin").mkdir()
+    for name in ("compute-sanitizer", "ncu"):
+        exe = tmp_path / "bin" / name
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.delenv("COMPUTE_SANITIZER", raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    assert find_sanitizer() == str(tmp_path / "bin" / "compute-sanitizer")
+    assert find_ncu() == str(tmp_path / "bin" / "ncu")
+    assert toolkit_tool("no-such-tool") == ""
+    monkeypatch.setenv("COMPUTE_SANITIZER", str(tmp_path / "bin" / "ncu"))
+    assert find_sanitizer() == str(tmp_path / "bin" / "ncu")
