@@ -396,7 +396,8 @@ class Search:
 
 def add_llm_flags(ap) -> None:
     ap.add_argument("--llm-url", help="OpenAI-compatible endpoint for --proposer llm (default $OPENAI_BASE_URL or llm.endpoints)")
-    ap.add_argument("--llm-model", help="model served there (default $EVO_LLM_MODEL or the config's)")
+    ap.add_argument("--llm-model", help="model served there (default: llm.model, else each llm.endpoints model, "
+                    "else $EVO_LLM_MODEL)")
     ap.add_argument("--llm-key-env", help="environment variable holding its API key (default EVO_LLM_API_KEY, then OPENAI_API_KEY)")
 
 
