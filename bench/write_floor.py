@@ -1,0 +1,84 @@
+"""The write floor of output-bound GEMMs: how fast this GPU writes an M x N fp16 matrix, next to cuBLAS.
+
+    python -m bench.write_floor [--shape 16384x16384x128 --shape 2048x12288x128] [--reps 30]
+
+For K <= 256 and a large M x N, writing C dominates a GEMM. This probe times, in one process and interleaved
+(L2 flushed by a read pass, CUDA events, median): a store-only kernel writing M x N fp16 with 16-byte stores
+(grid-stride, every SM), the same kernel that also reads A and B once, cudaMemsetAsync of C, and cuBLAS on the
+shape. The store-only time is the floor a GEMM on that shape can approach; the ratio cuBLAS / floor is the room.
+"""
+from __future__ import annotations
+
+import argparse
+
+from evo.errors import cli_entry
+
+_SRC = r"""
+extern "C" __global__ void evo_write_only(uint4* __restrict__ c, long long n16) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  long long step = (long long)gridDim.x * blockDim.x;
+  uint4 v = make_uint4(0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);
+  for (; i < n16; i += step) c[i] = v;
+}
+extern "C" __global__ void evo_read_write(const uint4* __restrict__ a, long long na16, uint4* __restrict__ c,
+                                           long long n16) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  long long step = (long long)gridDim.x * blockDim.x;
+  unsigned x = 0;
+  for (long long j = i; j < na16; j += step) { uint4 t = a[j]; x ^= t.x ^ t.y ^ t.z ^ t.w; }
+  uint4 v = make_uint4(x | 0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);
+  for (; i < n16; i += step) c[i] = v;
+}
+"""
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.write_floor", description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", action="append", default=None, help="MxNxK (repeatable)")
+    ap.add_argument("--reps", type=int, default=30)
+    args = ap.parse_args(argv)
+
+    from evo.gpu.device import gpu_info, require_gpu
+    from evo.problem import parse_shape
+
+    shapes = [parse_shape(s) for s in (args.shape or ["16384x16384x128", "2048x12288x128", "8192x8192x128"])]
+    require_gpu()
+    import cupy
+
+    from evo.baselines import cublas_gemm
+    from evo.timing import Timer
+
+    info = gpu_info(0)
+    print(f"GPU {info.name}, driver {info.driver}, {info.sm_count} SMs, L2 {info.l2_bytes >> 20} MiB")
+    mod = cupy.RawModule(code=_SRC)
+    wonly, rw = mod.get_function("evo_write_only"), mod.get_function("evo_read_write")
+    gemm = cublas_gemm()
+    calls, sizes = {}, {}
+    for p in shapes:
+        a = cupy.random.standard_normal((p.m, p.k), dtype=cupy.float32).astype(cupy.float16)
+        b = cupy.random.standard_normal((p.n, p.k), dtype=cupy.float32).astype(cupy.float16)
+        ab = cupy.concatenate([a.ravel(), b.ravel()])
+        c = cupy.empty((p.m, p.n), dtype=cupy.float16)
+        n16, na16 = c.nbytes // 16, ab.nbytes // 16
+        for blocks_per_sm in (4, 16):
+            grid = (info.sm_count * blocks_per_sm,)
+            calls[f"{p.key} store-only {blocks_per_sm}/SM"] = lambda c=c, n16=n16, g=grid: wonly(g, (256,), (c, n16))
+        calls[f"{p.key} read A+B, store C"] = lambda ab=ab, c=c, na=na16, n16=n16: rw(
+            (info.sm_count * 16,), (256,), (ab, na, c, n16))
+        calls[f"{p.key} cudaMemset C"] = lambda c=c: cupy.cuda.runtime.memsetAsync(
+            c.data.ptr, 0, c.nbytes, cupy.cuda.get_current_stream().ptr)
+        calls[f"{p.key} cuBLAS"] = lambda a=a, b=b, c=c: gemm(a, b, c)
+        sizes[p.key] = c.nbytes
+    res = Timer(info.l2_bytes, True, flush_mode="read", seed=1, sms=info.sm_count).measure(calls, args.reps)
+    print(f"\nmedian device time of {args.reps} calls, L2 flushed by reads, interleaved\n")
+    print("| call | us | C write GB/s |")
+    print("|---|---|---|")
+    for name, t in res.items():
+        nbytes = sizes[name.split()[0]]
+        print(f"| {name} | {t.median_us:.2f} | {nbytes / t.median_us / 1e3:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
