@@ -29,7 +29,9 @@ The source starts with a YAML block in a C comment:
 Expressions may use M, N, K, NUM_SMS, every name in ``params`` and the functions
 cdiv, min, max, round_up.  A tensor map describes operand A (M x K), B (N x K) or C
 (M x N) as a 2-D fp16 row-major tensor; ``box`` is [rows, cols] of one TMA box and
-out-of-bounds loads read zeros.
+out-of-bounds loads read zeros (out-of-bounds parts of a TMA store are not written). An entry
+may carry ``when: "EXPR"``: the map is passed only where the expression is true (a parameter
+that selects a TMA-store epilogue adds a C map to those instances alone).
 
 ``launch: host`` (with optional ``host_args: [exprs]``) marks a candidate that builds its own launch: it defines
 ``extern "C"`` host functions ``evo_host_query`` and ``evo_host_params`` (HOST_ENTRIES) and an ``evo_gemm`` taking
@@ -149,6 +151,7 @@ class KernelSource:
                 swizzle=int(t.get("swizzle", 0)),
             )
             for t in self.meta.tensor_maps
+            if expr.evaluate(t.get("when", True), env)
         )
         return LaunchSpec(
             grid=grid,  # type: ignore[arg-type]
@@ -188,6 +191,8 @@ def parse_meta(text: str) -> KernelMeta:
             raise EvoError(f"front matter: bad tensor map {t!r} (need operand A|B|C and box [rows, cols])")
         if int(t.get("swizzle", 0)) not in SWIZZLES:
             raise EvoError(f"front matter: tensor map swizzle must be one of {SWIZZLES}")
+        if not isinstance(t.get("when", True), (bool, int, str)):
+            raise EvoError(f"front matter: tensor map when must be an expression, got {t['when']!r}")
     params = d.get("params") or {}
     if not isinstance(params, dict):
         raise EvoError("front matter: params must be a mapping")

@@ -4,12 +4,13 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, 1 + PINGPONG)", 1, 1]
-smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * 9216"
+smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216)"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
-requires: "K % 8 == 0"
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0)"   # EPI > 0: a TMA map of C (16-byte row stride)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
@@ -34,6 +35,16 @@ tensor_maps:
 //   writes C and resets the counter to 0.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
+// Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with ordinary
+//   16-byte stores, then goes on to its next unit.
+// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0, BN % 64 == 0): each consumer owns EPI staging buffers of
+//   64 x BN fp16 (BN/64 boxes of 64 x 64, 128-byte swizzled like the C tensor map: conflict-free fragment
+//   writes). Per 64-row slice it writes the fragments, fences them to the async proxy, syncs its
+//   warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group) and commits
+//   them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
+//   stores of unit i drain while the consumer runs the wgmmas of unit i+1. Stores past M or N are
+//   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
+//   and the producer runs ahead across units, so the next unit's loads are in flight during it.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -51,6 +62,7 @@ constexpr int GROUP = {{GROUP}};
 constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int SWAP_AB = {{SWAP_AB}};
 constexpr int PINGPONG = {{PINGPONG}};
+constexpr int EPI = {{EPI}};                 // TMA-store staging buffers per consumer (0: ordinary stores)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -76,6 +88,11 @@ static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && EPI <= 2), "TMA-store epilogue: no split-K, no swap, 64-col boxes");
+// TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/64 boxes of 64 x 64 fp16 (8 KB, 1024-aligned).
+constexpr int EPI_BOX_BYTES = 64 * 64 * 2;
+constexpr int EPI_BUF_BYTES = (BN / 64) * EPI_BOX_BYTES;
+constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -122,6 +139,23 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, ui
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
 }
+
+// TMA store (EPI > 0): the box at (row c1, col c0) of C from shared memory at src, in this thread's bulk group.
+__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
+               "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups still read shared memory (their buffers are free).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+// Wait until every bulk group of this thread has completed (its writes are done).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Order this thread's generic-proxy smem writes before later async-proxy (TMA) reads of them.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // ---------------------------------------------------------------- wgmma
 // Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
@@ -284,12 +318,51 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
   }
 }
 
+// EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
+// `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
+// (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
+                                               int row0, int col0, int& k) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt, ++k) {
+    const uint32_t buf = stage + (k % EPI) * EPI_BUF_BYTES;
+    if (tid == 0) bulk_wait_read<EPI - 1>();  // the store that last read `buf` has finished reading it
+    warpgroup_sync(c);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = warp * 16 + lane / 4 + 8 * h;  // row in the slice; r % 8 == lane / 4
+        // box j / 8, row r, 16-byte chunk j % 8 swizzled by r % 8 (the map's 128-byte swizzle), word lane % 4:
+        // the 32 lanes of a store hit 32 distinct banks
+        const uint32_t addr = buf + (j / 8) * EPI_BOX_BYTES + r * 128 + (((j % 8) ^ (r % 8)) << 4) + (lane % 4) * 4;
+        const __half2 v = __floats2half2_rn(acc[mt][4 * j + 2 * h], acc[mt][4 * j + 2 * h + 1]);
+        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+      }
+    }
+    fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
+    warpgroup_sync(c);
+    if (tid == 0) {
+#pragma unroll
+      for (int b = 0; b < BN / 64; ++b) tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * 64, row0 + mt * 64);
+      bulk_commit();
+    }
+  }
+}
+
 }  // namespace evo_sm90
 using namespace evo_sm90;
 
+#define EVO_EPI {{EPI}}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
     evo_gemm(const __half* A, const __half* B, __half* C, int M, int N, int K, float* workspace,
-             const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB) {
+             const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB
+#if EVO_EPI
+             , const __grid_constant__ TmaDesc tmC  // C (M x N), 64 x 64 boxes, 128-byte swizzle
+#endif
+             ) {
   // Kernel view: rows come from `map_rows` (BM boxes), columns from `map_cols` (BN boxes).
   const int Mk = SWAP_AB ? N : M;
   const int Nk = SWAP_AB ? M : N;
@@ -305,6 +378,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
+  const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -353,6 +427,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     uint32_t phase = 0;
     int j = 0;  // this CTA's unit counter
     int t = 0;  // PINGPONG: units this consumer has done
+    int epi_k = 0;  // EPI > 0: 64-row slices this consumer has staged (picks the staging buffer)
+#if EVO_EPI
+    if (tid == 0) tma_prefetch_desc(&tmC);
+#endif
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
@@ -458,7 +536,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
 
       // -------------------------------------------------------- epilogue: registers -> smem -> C
+#if EVO_EPI
+      store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+#else
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
+#endif
     }
+#if EVO_EPI
+    if (tid == 0) bulk_wait_all();  // the last stores have completed before the CTA's smem goes away
+#else
+    (void)epi_k;
+    (void)epi_stage_u32;
+#endif
   }
 }

@@ -1,0 +1,104 @@
+"""wgmma_sm90's TMA-store epilogue (EPI > 0): launch rules, constraints, the C map, and (nvcc) its PTX.
+
+Whether the stores land where they should (swizzle, clipping at M and N) is proven on a GPU only:
+bench/output_bound_smoke.py checks every instance through the evaluator on off-tile shapes.
+"""
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from evo.errors import EvoError
+from evo.families import load_families
+from evo.kernel import KernelSource
+from evo.problem import Problem
+
+ROOT = Path(__file__).resolve().parent.parent
+PP = {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4}
+
+
+@pytest.fixture(scope="module")
+def fam():
+    (f,) = load_families(ROOT / "templates", names=["wgmma_sm90"])
+    return f
+
+
+def test_c_map_only_with_tma_store(fam):
+    prob = Problem(2048, 12288, 128)
+    old = fam.render(PP).launch(prob, num_sms=132)
+    assert [t.operand for t in old.tensor_maps] == ["A", "B"]
+    for epi in (1, 2):
+        new = fam.render({**PP, "EPI": epi}).launch(prob, num_sms=132)
+        assert [(t.operand, t.box_rows, t.box_cols, t.swizzle) for t in new.tensor_maps] == [
+            ("A", 128, 64, 128), ("B", 128, 64, 128), ("C", 64, 64, 128)]
+        # the ring plus EPI staging buffers of 64 x BN fp16 per consumer, instead of the 9 KB chunk buffer
+        assert new.smem == 4 * (128 + 128) * 128 + 1024 + 2 * epi * 128 * 128
+        assert new.grid == old.grid and new.block == old.block and new.workspace == 0
+    assert old.smem == 4 * (128 + 128) * 128 + 1024 + 2 * 9216
+
+
+def test_tma_store_needs_16_byte_rows_of_c(fam):
+    off = Problem(2000, 12004, 128)  # N % 8 != 0: C's row stride is not a multiple of 16 bytes
+    assert fam.render(PP).accepts(off)
+    assert not fam.render({**PP, "EPI": 1}).accepts(off)
+    assert fam.render({**PP, "EPI": 1}).accepts(Problem(2000, 12000, 128))  # off-tile M and N, clipped by TMA
+
+
+def test_constraints(fam):
+    ok = [{**PP, "EPI": 2}, {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2}, {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1},
+          {"BM": 128, "BN": 128, "STAGES": 5, "CONSUMERS": 1, "EPI": 2}]
+    for p in ok:
+        assert fam.valid(fam.complete(p)), p
+    bad = [
+        {**PP, "STAGES": 6, "EPI": 2},                                   # 6 x 32 KB ring + 64 KB staging: too much smem
+        {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 2},                    # 2 x 2 x 32 KB staging + 3 x 48 KB ring
+        {"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "EPI": 1},       # no split-K reduce through TMA
+        {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "EPI": 1},       # C^T would need a transposed map
+        {"BM": 128, "BN": 96, "STAGES": 4, "EPI": 1},                     # 64-column boxes
+    ]
+    for p in bad:
+        assert not fam.valid(fam.complete(p)), p
+    assert any(p.get("EPI") for p in fam.instances_for_ci())  # CI compiles one TMA-store instance
+
+
+def test_when_selects_tensor_maps(naive_source):
+    src = naive_source.replace("workspace: 0\n", "workspace: 0\ntensor_maps:\n  - {operand: A, box: [64, 64], swizzle: 128}\n"
+                               "  - {operand: C, box: [64, 64], when: \"M > 100\"}\n")
+    ks = KernelSource.parse(src)
+    assert [t.operand for t in ks.launch(Problem(64, 64, 64), 132).tensor_maps] == ["A"]
+    assert [t.operand for t in ks.launch(Problem(128, 64, 64), 132).tensor_maps] == ["A", "C"]
+    with pytest.raises(EvoError, match="when"):
+        KernelSource.parse(src.replace('when: "M > 100"', "when: [1]"))
+
+
+def _ptx(ks: KernelSource, tmp_path: Path) -> str:
+    cu, ptx = tmp_path / "k.cu", tmp_path / "k.ptx"
+    cu.write_text(ks.text)
+    r = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(ptx), str(cu)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return ptx.read_text()
+
+
+@pytest.mark.nvcc
+def test_ptx_tma_store_and_waits(fam, tmp_path):
+    text = _ptx(fam.render({**PP, "EPI": 2}), tmp_path)
+    entry = text.split(".entry evo_gemm", 1)[1]
+    params = entry.split(")", 1)[0]
+    assert params.count(".param") == 10  # A, B, C, M, N, K, workspace + maps of A, B and C
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in text
+    assert "cp.async.bulk.commit_group" in text
+    assert "cp.async.bulk.wait_group.read 1" in text  # double buffer: one store group may still read
+    assert "cp.async.bulk.wait_group 0" in text        # before exit
+    assert "fence.proxy.async.shared::cta" in text
+    assert "membar.gl" not in text and "fence.sc" not in text
+    one = _ptx(fam.render({**PP, "EPI": 1}), tmp_path)
+    assert "cp.async.bulk.wait_group.read 0" in one and "wait_group.read 1" not in one
+
+
+@pytest.mark.nvcc
+def test_ptx_ordinary_epilogue_unchanged(fam, tmp_path):
+    text = _ptx(fam.render(PP), tmp_path)
+    params = text.split(".entry evo_gemm", 1)[1].split(")", 1)[0]
+    assert params.count(".param") == 9
+    assert "cp.async.bulk.tensor.2d.global.shared" not in text and "cp.async.bulk.wait_group" not in text
