@@ -102,3 +102,15 @@ def test_ptx_ordinary_epilogue_unchanged(fam, tmp_path):
     params = text.split(".entry evo_gemm", 1)[1].split(")", 1)[0]
     assert params.count(".param") == 9
     assert "cp.async.bulk.tensor.2d.global.shared" not in text and "cp.async.bulk.wait_group" not in text
+
+
+def test_output_bound_smoke_plan():
+    from bench.output_bound_smoke import CHECK_ONLY, INSTANCES, TIMED, plan
+
+    items = plan(list(INSTANCES), TIMED + CHECK_ONLY)
+    assert {p["EPI"] for _, p, _ in items} == {0, 1, 2}  # today's epilogue next to both TMA-store variants
+    for label, p, ks in items:
+        for s in TIMED + CHECK_ONLY:
+            assert ks.accepts(Problem(*(int(x) for x in s.split("x")))), (label, s)
+    with pytest.raises(EvoError, match="unknown instance"):
+        plan(["nope"], [])

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""Output-bound GEMMs (K <= 256, large M x N): wgmma_sm90's ordinary epilogue (EPI=0) against its TMA-store
+epilogue (EPI=1, 2), side by side with cuBLAS / cuBLASLt (run on an H100/H200 machine, < 3 min).
+
+    python3 -m bench.output_bound_smoke [--shapes a,b] [--instances label,label] [--deadline 200] [--out DIR]
+
+1. renders the INSTANCES below (wgmma_sm90; labels say tile, ping-pong or cooperative, stages, EPI) and compiles
+   them all at once with the search's compiler (same flags and gates) on every core;
+2. for every shape: checks each instance with the search's evaluator (GPU worker `evaluate`: fresh inputs,
+   NaN-poisoned C inside sentinel guard bands, fp32 reference, exact tests); CHECK_ONLY shapes (off-tile M and N,
+   boxes past the edge of C) stop there;
+3. times the correct instances and the libraries in ONE interleaved measurement (worker `baselines` with the
+   instances as extra kernels: L2 flushed, CUDA events, median; every timed call verified);
+4. prints one row per (shape, instance) and a summary per shape (best library, best EPI=0, best EPI>0);
+   writes $OUT/output_bound_smoke.json.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from evo.cli import _Parser  # noqa: E402
+from evo.errors import EvoError, cli_entry  # noqa: E402
+from evo.families import load_families  # noqa: E402
+from evo.problem import parse_shape  # noqa: E402
+
+FAMILY = "wgmma_sm90"
+# label -> params (family defaults for the rest: persistent, GROUP 8, no split, no swap)
+INSTANCES: dict[str, dict] = {
+    "pp128x128 s6 epi0": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6},              # today's start for these shapes
+    "co128x256 s4 epi0": {"BM": 128, "BN": 256, "STAGES": 4},                             # the family default
+    "pp128x128 s4 epi2": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2},
+    "pp128x128 s5 epi1": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 5, "EPI": 1},
+    "pp64x256 s4 epi1": {"BM": 64, "BN": 256, "PINGPONG": 1, "STAGES": 4, "EPI": 1},
+    "co256x128 s3 epi2": {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2},
+    "co256x128 s4 epi1": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1},
+    "co128x256 s3 epi1": {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1},
+    "co128x128 s5 epi2": {"BM": 128, "BN": 128, "STAGES": 5, "EPI": 2},
+    "co256x128 s4 epi1 g16": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1, "GROUP": 16},
+}
+TIMED = ["16384x16384x128", "2048x12288x128", "8192x8192x128", "4096x16384x256", "4096x4096x256"]
+CHECK_ONLY = ["2000x12000x128", "200x136x72"]  # off-tile M and N (TMA clips partial and whole boxes), partial K block
+
+
+def plan(labels: list[str], shapes: list[str]) -> list[tuple[str, dict, object]]:
+    """(label, params, KernelSource) for every requested instance; one line and exit 2 on a bad label or instance."""
+    (fam,) = load_families(ROOT / "templates", names=[FAMILY])
+    unknown = [x for x in labels if x not in INSTANCES]
+    if unknown:
+        raise EvoError(f"unknown instance {', '.join(unknown)}; known: {'; '.join(INSTANCES)}")
+    out = []
+    for label in labels:
+        p = fam.complete(INSTANCES[label])
+        if not fam.valid(p):
+            raise EvoError(f"instance {label} violates the family's constraints")
+        out.append((label, p, fam.render(p)))
+    for s in shapes:
+        parse_shape(s)
+    return out
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = _Parser(prog="python -m bench.output_bound_smoke", description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(TIMED), help="timed shapes (checked first)")
+    ap.add_argument("--check-shapes", default=",".join(CHECK_ONLY), help="shapes only checked, not timed")
+    ap.add_argument("--instances", default=",".join(INSTANCES), help="comma-separated labels of INSTANCES")
+    ap.add_argument("--reps", type=int, default=30, help="timed calls per contender (median)")
+    ap.add_argument("--deadline", type=float, default=200.0, help="skip shapes not started after this many seconds")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
+    ap.add_argument("--plan-only", action="store_true", help="render and list the instances; no compile, no GPU")
+    a = ap.parse_args(argv)
+    labels = [x for x in a.instances.split(",") if x]
+    timed = [s for s in a.shapes.split(",") if s]
+    check_only = [s for s in a.check_shapes.split(",") if s]
+    items = plan(labels, timed + check_only)
+    if a.plan_only:
+        for label, p, ks in items:
+            print(f"{label:<24} {ks.hash}  " + " ".join(f"{k}={v}" for k, v in p.items()))
+        return 0
+
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.gpu.worker import GpuWorker, WorkerFault
+
+    t0 = time.monotonic()
+    cfg = load_config(overrides={"compile": {"cache_dir": "/tmp/evo_ob_cache"},
+                                 "paths": {"db": "/tmp/evo_ob.db", "out": "/tmp/evo_ob_out"}})
+    comp = Compiler.from_config(cfg.compile)
+    results = {r.hash: r for r in comp.compile_many([(ks, "sm_90a") for _, _, ks in items], 0)}
+    for label, _, ks in items:
+        r = results[ks.hash]
+        print(f"compiled {label:<24} {'ok' if r.ok else 'FAILED ' + r.error[:150]}  {r.registers} regs, "
+              f"{ks.launch(parse_shape(timed[0] if timed else '4096x4096x128'), 132).smem} B dyn smem", flush=True)
+    print(f"compile: {time.monotonic() - t0:.0f} s", flush=True)
+
+    w = GpuWorker(cfg)
+    info = w.start()
+    print(f"GPU: {info.name} ({info.arch}, {info.sm_count} SMs), driver {info.driver}", flush=True)
+    out: dict = {"gpu": info.name, "instances": {lb: p for lb, p, _ in items}, "shapes": {}}
+    summary = []
+    try:
+        for shape in timed + check_only:
+            if time.monotonic() - t0 > a.deadline:
+                print(f"{shape}: skipped, past the {a.deadline:.0f} s deadline", flush=True)
+                continue
+            prob = parse_shape(shape)
+            rows: dict = {}
+            for label, p, ks in items:
+                r = results[ks.hash]
+                if not r.ok:
+                    rows[label] = {"ok": False, "error": "compile: " + r.error[:150]}
+                    continue
+                if not ks.accepts(prob, info.sm_count):
+                    rows[label] = {"ok": False, "error": "requires rejects the shape"}
+                    continue
+                try:
+                    ev = w.call("evaluate", timeout_s=cfg.timing.timeout_s, problem=prob, source=ks.text, cubin=r.cubin_path,
+                                h=ks.hash)
+                    rows[label] = {"ok": ev.ok, "check_us": round(ev.time_us, 2), "error": ev.error[:200],
+                                   "seconds": round(ev.seconds, 1)}
+                except WorkerFault as e:
+                    rows[label] = {"ok": False, "error": f"worker: {e}"[:200]}
+                if not rows[label]["ok"]:
+                    print(f"{shape:>16} {label:<24} FAIL {rows[label]['error']}", flush=True)
+            good = [lb for lb, _, _ in items if rows[lb].get("ok")]
+            print(f"{shape:>16} correct {len(good)}/{len(items)}", flush=True)
+            entry = {"instances": rows}
+            out["shapes"][shape] = entry
+            if shape in check_only or not good:
+                continue
+            src = {lb: (ks.text, results[ks.hash].cubin_path) for lb, _, ks in items if lb in good}
+            try:
+                timed_res = w.call("baselines", timeout_s=600, problem=prob, extra=src, reps=a.reps)["results"]
+            except WorkerFault as e:
+                print(f"{shape:>16} timing failed: {e}", flush=True)
+                continue
+            libs = {k: v.time_us for k, v in timed_res.items() if k not in src and v.time_us > 0}
+            best_lib = min(libs, key=libs.get) if libs else ""
+            entry["libraries"] = libs
+            print(f"\n{shape}: median of {a.reps} L2-flushed calls, libraries and instances interleaved")
+            print(f"| contender | us | TFLOP/s | best library / it |")
+            print("|---|---|---|---|")
+            for name, b in sorted(timed_res.items(), key=lambda kv: kv[1].time_us):
+                sp = f"{libs[best_lib] / b.time_us:.3f}x" if best_lib and b.time_us > 0 else "-"
+                wrong = f" {b.detail}" if b.detail.startswith("WRONG") else ""
+                print(f"| {name} | {b.time_us:.2f} | {prob.tflops(b.time_us):.0f} | {sp}{wrong} |")
+                if name in rows:
+                    rows[name].update(us=round(b.time_us, 2), spread=round(b.spread, 4), wrong=bool(wrong))
+            print(flush=True)
+
+            def best(epi_pred):
+                c = [(rows[lb]["us"], lb) for lb, p, _ in items
+                     if epi_pred(p["EPI"]) and rows[lb].get("us") and not rows[lb].get("wrong")]
+                return min(c) if c else (0.0, "-")
+            e0, e1 = best(lambda e: e == 0), best(lambda e: e > 0)
+            summary.append((shape, best_lib, libs.get(best_lib, 0.0), e0, e1))
+    finally:
+        w.stop()
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "output_bound_smoke.json").write_text(json.dumps(out, indent=1, default=str))
+    print("| shape | best library | us | best EPI=0 | us | x lib | best EPI>0 | us | x lib |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape, lib, lib_us, (u0, l0), (u1, l1) in summary:
+        x0 = f"{lib_us / u0:.3f}" if u0 else "-"
+        x1 = f"{lib_us / u1:.3f}" if u1 else "-"
+        print(f"| {shape} | {lib} | {lib_us:.2f} | {l0} | {u0:.2f} | {x0} | {l1} | {u1:.2f} | {x1} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
