@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import functools
 import random
 import re
 import subprocess
@@ -27,6 +28,12 @@ def family():
     return load_families(names=["mma_small_sm80"])[0]
 
 
+@functools.lru_cache(maxsize=1)
+def _valid() -> tuple:
+    """The family's valid instances (enumerated once per test session: ~90k points are checked)."""
+    return tuple(family().valid_instances())
+
+
 def test_space_starts_and_ci_instances():
     fam = family()
     assert set(fam.archs) == {"sm_80", "sm_90a"} and fam.shape_specialized
@@ -34,8 +41,10 @@ def test_space_starts_and_ci_instances():
     for p in fam.instances_for_ci() + fam.start_instances():
         assert fam.valid(p), p
     assert len(fam.start_instances()) == 1 + len(fam.starts)
-    valid = list(fam.valid_instances())
+    valid = _valid()
     assert len(valid) >= 200
+    assert any(p["CLUSTER_K"] > 1 for p in valid)
+    assert all(p["RED"] == 0 and p["EPI"] == 0 for p in valid if p["CLUSTER_K"] > 1)
     for p in valid:
         threads = p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32
         assert 32 <= threads <= 128 or (threads == 256 and p["BM"] * p["BN"] >= 64 * 128)
@@ -67,21 +76,29 @@ def test_launch_geometry(shape):
     fam = family()
     prob = parse_shape(shape)
     rng = random.Random(3)
-    valid = list(fam.valid_instances())
+    valid = list(_valid())
+    clustered = [p for p in valid if p["CLUSTER_K"] > 1]
     n_ok = 0
-    for p in rng.sample(valid, 80) + fam.start_instances():
+    for p in rng.sample(valid, 80) + rng.sample(clustered, 40) + fam.start_instances():
         ks = fam.render(p, prob)
+        S, CK = p["SPLIT_K"], p["CLUSTER_K"]
         if not ks.accepts(prob):
-            assert -(-prob.k // p["BK"]) % p["SPLIT_K"] != 0
+            assert -(-prob.k // p["BK"]) % (S * CK) != 0
             continue
         n_ok += 1
         spec = ks.launch(prob, 132)
-        assert spec.grid == (-(-prob.n // p["BN"]), -(-prob.m // p["BM"]), p["SPLIT_K"])
+        assert spec.grid == (-(-prob.n // p["BN"]), -(-prob.m // p["BM"]), S * CK)
         assert spec.block == (p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32, 1, 1)
         assert 0 < spec.smem <= 112 * 1024
+        if CK > 1:  # the staged fp32 partial of the cluster reduce fits
+            assert spec.smem >= p["BM"] * (p["BN"] + 8) * 4
         tiles = spec.grid[0] * spec.grid[1]
-        S = p["SPLIT_K"]
-        assert spec.workspace == (0 if S == 1 else (S + p["RED"] * S // 4) * tiles * p["BM"] * p["BN"] * 4 + tiles * (S // 4 + 2) * 4)
+        # sm_80: S * CK partials + (tile, group) and tile tickets; sm_90a: S slices per tile + (tile, rank) tickets
+        assert spec.workspace == (0 if S * CK == 1 else
+                                  (S * CK + p["RED"] * S // 4) * tiles * p["BM"] * p["BN"] * 4 + tiles * (S * CK // 4 + 1 + CK) * 4)
+        if S * CK > 1:
+            assert spec.workspace >= tiles * (S * CK * p["BM"] * p["BN"] * 4 + 2 * 4)
+            assert spec.workspace >= tiles * (S * p["BM"] * p["BN"] * 4 + CK * 4)
     assert n_ok > 0
 
 
@@ -89,17 +106,22 @@ def test_launch_geometry(shape):
 # Python model of templates/mma_small_sm80/kernel.cu (one "thread" at a time)
 
 
-def _model_small(p, M, N, K, seed):
+def _model_small(p, M, N, K, seed, clusters=True):
+    """clusters: the sm_90a build (CLUSTER_K CTAs reduce on chip); False: the sm_80 build (they are global splits)."""
     BM, BN, BK = p["BM"], p["BN"], p["BK"]
     WARPS_M, WARPS_N, WARPS_K, STAGES, SPLIT_K = p["WARPS_M"], p["WARPS_N"], p["WARPS_K"], p["STAGES"], p["SPLIT_K"]
+    CLUSTER_K = p.get("CLUSTER_K", 1)
+    SPLITS = SPLIT_K * CLUSTER_K                 # CTAs along K (grid z)
+    CL = CLUSTER_K if clusters else 1
+    GSPLIT = SPLITS // CL                        # splits reduced through the workspace ticket
     WARPS_MN = WARPS_M * WARPS_N
     THREADS = WARPS_MN * WARPS_K * 32
     WM, WN = BM // WARPS_M, BN // WARPS_N
     MI, NI, CPR, KSTEPS = WM // 16, WN // 8, BK // 8, BK // 16
     KS_PER_WARP = KSTEPS // WARPS_K
     KT = -(-K // BK)
-    assert K % 8 == 0 and KT % SPLIT_K == 0
-    KT_PER = KT // SPLIT_K
+    assert K % 8 == 0 and KT % SPLITS == 0
+    KT_PER = KT // SPLITS
     STAGES = min(STAGES, max(2, KT_PER + 1))  # the ring never outgrows a split's K tiles + 1
     TILES_M, TILES_N = -(-M // BM), -(-N // BN)
     FRAG4 = WARPS_MN * MI * NI * 32
@@ -108,10 +130,10 @@ def _model_small(p, M, N, K, seed):
     B = rng.integers(-3, 4, size=(N, K)).astype(np.float64)
     C = np.full((M, N), np.nan)
     written = np.zeros((M, N), np.int64)
-    part = np.full((TILES_M * TILES_N, SPLIT_K, FRAG4, 4), np.nan)  # fp32 partials in fragment order
+    part = np.full((TILES_M * TILES_N, GSPLIT, FRAG4, 4), np.nan)  # fp32 partials in fragment order
     ticket = np.zeros(TILES_M * TILES_N, np.int64)
-    gticket = np.zeros((TILES_M * TILES_N, SPLIT_K), np.int64)
-    gpart = np.full((TILES_M * TILES_N, SPLIT_K, FRAG4, 4), np.nan)  # group sums (RED)
+    gticket = np.zeros((TILES_M * TILES_N, GSPLIT), np.int64)
+    gpart = np.full((TILES_M * TILES_N, GSPLIT, FRAG4, 4), np.nan)  # group sums (RED)
 
     def load_tile(smem, base, G, row0g, rows_left, k0, ROWS):
         CHUNKS = ROWS * CPR
@@ -125,9 +147,7 @@ def _model_small(p, M, N, K, seed):
                 vals = G[row0g + r, gk:gk + 8] if ok else np.zeros(8)
                 smem[base + _swz(L) * 8: base + _swz(L) * 8 + 8] = vals
 
-    ctas = [(x, y, z) for z in range(SPLIT_K) for y in range(TILES_M) for x in range(TILES_N)]
-    random.Random(seed).shuffle(ctas)  # any arrival order
-    for bx, by, bz in ctas:
+    def cta_acc(bx, by, bz):  # main loop + WARPS_K reduce of one CTA: its fp32 fragments
         m0, n0, kt0 = by * BM, bx * BN, bz * KT_PER
         sA = np.full(STAGES * BM * BK, np.nan)  # NaN: a never-written chunk shows up
         sB = np.full(STAGES * BN * BK, np.nan)
@@ -176,9 +196,13 @@ def _model_small(p, M, N, K, seed):
                         for j in range(NI):
                             for ln in range(32):
                                 acc[wmn, i, j, ln] += red[(((wk - 1) * WARPS_MN + wmn) * MI + i) * NI * 32 + j * 32 + ln]
-        if SPLIT_K > 1:  # tickets: per (tile, group), then per tile over the group sums (RED)
-            GS = 4 if p.get("RED", 0) and SPLIT_K >= 8 else SPLIT_K
-            GROUPS = SPLIT_K // GS
+        return acc
+
+    def finish(bx, by, bz, acc):  # global split-K ticket (GSPLIT > 1) and the epilogue
+        m0, n0 = by * BM, bx * BN
+        if GSPLIT > 1:  # tickets: per (tile, group), then per tile over the group sums (RED)
+            GS = 4 if p.get("RED", 0) and GSPLIT >= 8 else GSPLIT
+            GROUPS = GSPLIT // GS
             tile, grp, mem = by * TILES_N + bx, bz // GS, bz % GS
 
             def publish(slots, idx):
@@ -202,7 +226,7 @@ def _model_small(p, M, N, K, seed):
             prev = gticket[tile, grp]
             gticket[tile, grp] += 1
             if prev != GS - 1:
-                continue
+                return
             sum_slots(part, grp * GS, GS, mem)
             gticket[tile, grp] = 0
             if GROUPS > 1:
@@ -210,7 +234,7 @@ def _model_small(p, M, N, K, seed):
                 prev = ticket[tile]
                 ticket[tile] += 1
                 if prev != GROUPS - 1:
-                    continue
+                    return
                 sum_slots(gpart, 0, GROUPS, grp)
                 ticket[tile] = 0
         if p.get("EPI", 0) == 1 and N % 8 == 0:  # staged: fragments -> sC[BM][BN + 8] -> 16-byte row chunks
@@ -232,7 +256,7 @@ def _model_small(p, M, N, K, seed):
                     continue
                 C[m0 + r, n0 + c: n0 + c + 8] = sC[r * SC_LD + c: r * SC_LD + c + 8]
                 written[m0 + r, n0 + c: n0 + c + 8] += 1
-            continue
+            return
         for wmn in range(WARPS_MN):  # warp group 0 stores
             wm, wn = wmn // WARPS_N, wmn % WARPS_N
             for ln in range(32):
@@ -247,12 +271,72 @@ def _model_small(p, M, N, K, seed):
                                 if row < M and col < N:
                                     C[row, col] = acc[wmn, i, j, ln, 2 * h + e]
                                     written[row, col] += 1
+
+    if CL == 1:
+        ctas = [(x, y, z) for z in range(SPLITS) for y in range(TILES_M) for x in range(TILES_N)]
+        random.Random(seed).shuffle(ctas)  # any arrival order
+        for bx, by, bz in ctas:
+            finish(bx, by, bz, cta_acc(bx, by, bz))
+    else:  # clusters of CL CTAs (consecutive z) in any order; inside one, every partial is staged before any reduce
+        RS, RP, ITEMS = BM // CL, BN + 8, BM // CL * BN // 4
+        slices = np.full((TILES_M * TILES_N, CL, GSPLIT, ITEMS, 4), np.nan)  # [tile][rank][g] fp32 slices
+        cticket = np.zeros((TILES_M * TILES_N, CL), np.int64)
+        clusters_ = [(x, y, g) for g in range(GSPLIT) for y in range(TILES_M) for x in range(TILES_N)]
+        random.Random(seed).shuffle(clusters_)
+        for bx, by, g in clusters_:
+            m0, n0, tile = by * BM, bx * BN, by * TILES_N + bx
+            red = []  # each rank's smem: [BM][RP] fp32, padding never written
+            for rank in range(CL):
+                acc = cta_acc(bx, by, g * CL + rank)
+                s = np.full(BM * RP, np.nan)
+                for wmn in range(WARPS_MN):
+                    wm, wn = wmn // WARPS_N, wmn % WARPS_N
+                    for ln in range(32):
+                        for i in range(MI):
+                            for j in range(NI):
+                                r, c = wm * WM + i * 16 + (ln >> 2), wn * WN + j * 8 + (ln & 3) * 2
+                                s[r * RP + c: r * RP + c + 2] = acc[wmn, i, j, ln, 0:2]
+                                s[(r + 8) * RP + c: (r + 8) * RP + c + 2] = acc[wmn, i, j, ln, 2:4]
+                red.append(s)
+            banks = [((ln >> 2) * RP + (ln & 3) * 2) % 32 for ln in range(16)]  # float2: a half-warp per wavefront
+            assert len(set(banks)) == 16, "float2 partial stores: conflict-free half-warps"
+
+            def store4(row, col, v):
+                for e in range(4):
+                    if row < M and col + e < N:
+                        C[row, col + e] = v[e]
+                        written[row, col + e] += 1
+
+            ranks = list(range(CL))
+            random.Random(seed + bx + 7 * by + 31 * g).shuffle(ranks)
+            for rank in ranks:
+                for idx in range(ITEMS):
+                    lr, c = rank * RS + idx // (BN // 4), (idx % (BN // 4)) * 4
+                    v = np.zeros(4)
+                    for j in range(CL):  # fixed order 0..CL-1
+                        v = v + red[j][lr * RP + c: lr * RP + c + 4]
+                    if GSPLIT == 1:
+                        store4(m0 + lr, n0 + c, v)
+                    else:
+                        slices[tile, rank, g, idx] = v
+                if GSPLIT > 1:
+                    prev = cticket[tile, rank]
+                    cticket[tile, rank] += 1
+                    if prev == GSPLIT - 1:
+                        cticket[tile, rank] = 0
+                        for idx in range(ITEMS):
+                            lr, c = rank * RS + idx // (BN // 4), (idx % (BN // 4)) * 4
+                            v = np.zeros(4)
+                            for q in range(GSPLIT):  # fixed order g = 0..GSPLIT-1 (an unwritten slice is NaN)
+                                v = v + slices[tile, rank, q, idx]
+                            store4(m0 + lr, n0 + c, v)
+        assert (cticket == 0).all(), "cluster slice tickets back at zero"
     assert (written == 1).all(), "every C element written exactly once"
     assert np.array_equal(C, A @ B.T)
     assert (ticket == 0).all() and (gticket == 0).all(), "split-K tickets back at zero"
 
 
-_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0)
+_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0, CLUSTER_K=1)
 
 
 @pytest.mark.parametrize("p,M,N,K", [
@@ -273,6 +357,24 @@ def test_index_model(p, M, N, K):
         _model_small(p, M, N, K, seed)
 
 
+@pytest.mark.parametrize("p,M,N,K", [
+    (dict(_S, BM=32, BN=32, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, STAGES=3, CLUSTER_K=4), 40, 36, 256),   # on chip only
+    (dict(_S, BM=16, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLUSTER_K=8), 20, 70, 512),
+    (dict(_S, BM=64, BN=32, BK=64, WARPS_M=2, WARPS_N=2, WARPS_K=1, STAGES=4, SPLIT_K=4, CLUSTER_K=2), 64, 32, 1024),
+    (dict(_S, BM=32, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, STAGES=3, CLUSTER_K=2), 33, 18, 64),    # N % 4 != 0
+])
+def test_index_model_cluster(p, M, N, K):
+    """The cluster reduce (sm_90a build) and the same instance built for sm_80 (its CTAs as global splits)."""
+    prob = parse_shape(f"{M}x{N}x{K}")
+    ks = family().render(p, prob)
+    assert family().valid(p) and ks.accepts(prob)
+    spec = ks.launch(prob, 132)
+    assert spec.grid[2] == p["SPLIT_K"] * p["CLUSTER_K"]
+    for seed in range(2):
+        _model_small(p, M, N, K, seed, clusters=True)
+        _model_small(p, M, N, K, seed, clusters=False)
+
+
 # ---------------------------------------------------------------------------------------
 # nvcc: off-tile instances compile clean; loads start in the first instructions
 
@@ -285,6 +387,10 @@ _COMPILE = [
     # off-tile N with 16 K tiles: fully unrolled, ptxas kept every tile's row predicates live and spilled (H200 run)
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=6), "100x200x1000", "sm_90a"),
     (dict(_S, BM=64, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, EPI=1), "100x200x1000", "sm_90a"),
+    # cluster split-K (DSMEM reduce) with a global split on top, off-tile; built for sm_80 it has no cluster
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLUSTER_K=4), "100x200x1024", "sm_90a"),
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLUSTER_K=4), "100x200x1024", "sm_80"),
+    (dict(_S, BM=128, BN=128, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=3, SPLIT_K=8, CLUSTER_K=8), "128x128x16384", "sm_90a"),
 ]
 
 
@@ -321,6 +427,41 @@ def test_first_cp_async_within_the_first_instructions(tmp_path):
     first = next(i for i, l in enumerate(instrs) if l.startswith("cp.async.cg"))
     assert first < 48, instrs[:first + 1]
     assert not any(re.match(r"(div|rem)\.", l) for l in instrs), "a runtime division in the kernel"
+
+
+_CLUSTER = dict(_S, BM=64, BN=128, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=4, SPLIT_K=8, CLUSTER_K=8)
+
+
+def _ptx(tmp_path, text, arch):
+    cu = tmp_path / f"k_{arch}.cu"
+    cu.write_text(text)
+    ptx = tmp_path / f"k_{arch}.ptx"
+    code = arch.replace("sm_", "")
+    r = subprocess.run(["nvcc", "-ptx", f"-gencode=arch=compute_{code},code=sm_{code}", "-O3", "-o", str(ptx), str(cu)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return ptx.read_text()
+
+
+@pytest.mark.nvcc
+def test_cluster_reduce_ptx(tmp_path):
+    """sm_90a: a compile-time cluster of CLUSTER_K CTAs along z, release/acquire cluster barriers around the
+    distributed-shared-memory reads, the acq_rel ticket for the global split, no sequentially consistent fence.
+    sm_80: the same instance has no cluster instruction at all (its CTAs are global splits)."""
+    text = family().render(_CLUSTER, parse_shape("128x128x16384")).text
+    ptx = _ptx(tmp_path, text, "sm_90a")
+    assert re.search(r"\.reqnctapercluster\s+1,\s*1,\s*8", ptx)
+    assert ptx.count("barrier.cluster.arrive.release") == 2 and ptx.count("barrier.cluster.wait.acquire") == 2
+    assert "barrier.cluster.arrive.relaxed" not in ptx
+    assert re.search(r"mapa\.shared::cluster", ptx) and re.search(r"ld\.shared::cluster\.v4\.f32", ptx)
+    assert re.search(r"atom\.add\.acq_rel\.gpu\.global\.u32", ptx)
+    assert not re.search(r"\bmembar\.(gl|sys)\b|\bfence\.sc\b|\bfence\.(gpu|sys)\b", ptx)
+    ptx80 = _ptx(tmp_path, text, "sm_80")
+    assert not re.search(r"cluster", ptx80), "an sm_80 build must not see clusters"
+    assert re.search(r"atom\.add\.acq_rel\.gpu\.global\.u32", ptx80)
+    # without a global split on top no partial goes through global memory: no ticket at all
+    ptx1 = _ptx(tmp_path, family().render(dict(_CLUSTER, SPLIT_K=1), parse_shape("128x128x1024")).text, "sm_90a")
+    assert "ld.shared::cluster" in ptx1 and "atom." not in ptx1
 
 
 # ---------------------------------------------------------------------------------------

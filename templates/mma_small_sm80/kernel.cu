@@ -3,10 +3,10 @@ family: mma_small_sm80
 archs: [sm_80, sm_90a]
 params: {{PARAMS}}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
-grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K"]
-smem: "max(min(STAGES, max(2, cdiv(K, BK) // SPLIT_K + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2)"
-workspace: "0 if SPLIT_K == 1 else (SPLIT_K + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K // 4 + 2) * 4"
-requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % SPLIT_K == 0 and M * N * K <= 8589934592"
+grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLUSTER_K"]
+smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLUSTER_K) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLUSTER_K > 1) * BM * (BN + 8) * 4)"
+workspace: "0 if SPLIT_K * CLUSTER_K == 1 else (SPLIT_K * CLUSTER_K + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K * CLUSTER_K // 4 + 1 + CLUSTER_K) * 4"
+requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % (SPLIT_K * CLUSTER_K) == 0 and M * N * K <= 8589934592"
 ---*/
 // Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a). It takes shapes of
 // up to 2^33 multiply-adds (~17 GFLOP, ~25 us on an H200): beyond that the libraries' and the wgmma families'
@@ -41,6 +41,19 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //     reads 3 + SPLIT_K/4 - 1 partials instead of SPLIT_K - 1.
 //   * EPI: 0 stores C straight from the mma fragments (half2); 1 stages the tile in shared
 //     memory (padded rows) and writes whole 16-byte row chunks (N % 8 == 0, else as EPI 0).
+//   * CLUSTER_K (sm_90a): the CLUSTER_K CTAs of a thread-block cluster (compile-time
+//     __cluster_dims__(1, 1, CLUSTER_K), consecutive grid z) split a tile's K range further.
+//     Each stages its fp32 partial in its own shared memory (row-major, padded rows), one
+//     cluster barrier (arrive.release / wait.acquire), then cluster rank r sums C-row slice r
+//     (BM / CLUSTER_K rows) over the CLUSTER_K partials in fixed order 0..CLUSTER_K-1, read
+//     through distributed shared memory (mapa + ld.shared::cluster), and stores C (8-byte
+//     half4 rows). With SPLIT_K > 1 on top, rank r publishes its fp32 slice instead and takes
+//     the acq_rel ticket of (tile, r); the last of the SPLIT_K clusters sums the slices in
+//     order g = 0..SPLIT_K-1 and stores C. A second cluster barrier before exit keeps each
+//     CTA's shared memory alive while its peers read it. No partial goes through L2 when
+//     SPLIT_K == 1. Built for sm_80 (no clusters), the same instance treats the cluster's
+//     CTAs as SPLIT_K * CLUSTER_K global splits (the ticket path above): correct everywhere,
+//     the cluster reduce only where the hardware has it.
 #include <cuda_fp16.h>
 #include <cstdint>
 
@@ -59,6 +72,14 @@ constexpr int STAGES_MAX = {{STAGES}};   // ring depth asked for; STAGES: what a
 constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int EPI = {{EPI}};
 constexpr int RED = {{RED}};
+constexpr int CLUSTER_K = {{CLUSTER_K}};   // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int CL = 1;                      // no clusters before sm_90: the cluster's CTAs are global splits
+#else
+constexpr int CL = CLUSTER_K;
+#endif
+constexpr int SPLITS = SPLIT_K * CLUSTER_K;  // CTAs along K (grid z)
+constexpr int GSPLIT = SPLITS / CL;          // K splits reduced through global memory (acq_rel ticket)
 
 constexpr int WARPS_MN = WARPS_M * WARPS_N;
 constexpr int THREADS = WARPS_MN * WARPS_K * 32;
@@ -70,7 +91,7 @@ constexpr int CPR = BK / 8;                 // 16-byte chunks per smem row
 constexpr int KSTEPS = BK / 16;             // k16 steps per K tile
 constexpr int KS_PER_WARP = KSTEPS / WARPS_K;
 constexpr int KT = (kK + BK - 1) / BK;      // K tiles of the whole problem
-constexpr int KT_PER = KT / SPLIT_K;        // K tiles of one split (`requires`: KT % SPLIT_K == 0)
+constexpr int KT_PER = KT / SPLITS;         // K tiles of one split (`requires`: KT % SPLITS == 0)
 constexpr int TILES_N = (kN + BN - 1) / BN;
 constexpr int TILES_M = (kM + BM - 1) / BM;
 constexpr int A_STAGE = BM * BK;            // halves per stage
@@ -87,17 +108,23 @@ constexpr int UNROLL = (FULL_M && FULL_N && FULL_K && KT_PER <= 64) ? KT_PER : S
 constexpr bool EPI_STAGED = EPI == 1 && kN % 8 == 0;   // 16-byte rows of C need N % 8 == 0
 constexpr int SC_LD = BN + 8;                          // staged C tile row stride (halves)
 constexpr int TILES = TILES_M * TILES_N;
-constexpr int GS = RED && SPLIT_K >= 8 ? 4 : SPLIT_K;   // splits per first-level group of the split-K reduce
-constexpr int GROUPS = SPLIT_K / GS;                    // second level (RED): the group sums
+constexpr int GS = RED && GSPLIT >= 8 ? 4 : GSPLIT;     // splits per first-level group of the split-K reduce
+constexpr int GROUPS = GSPLIT / GS;                     // second level (RED): the group sums
+constexpr int RS = BM / CL;                             // cluster reduce: C rows of the slice each rank sums
+constexpr int RP = BN + 8;                              // fp32 row pitch of a staged partial (conflict-free float2)
+constexpr int ITEMS = RS * BN / 4;                      // float4s of one slice
 
 static_assert(BK == 32 || BK == 64, "swizzle is laid out for BK = 32 or 64");
 static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
 static_assert(KSTEPS % WARPS_K == 0, "WARPS_K must divide the k16 steps of a K tile");
-static_assert(KT % SPLIT_K == 0 && KT_PER >= 1, "every split gets the same number of K tiles");
+static_assert(KT % SPLITS == 0 && KT_PER >= 1, "every split gets the same number of K tiles");
 static_assert(kK % 8 == 0, "16-byte chunks never straddle the K edge");
 static_assert(STAGES >= 2, "need at least double buffering");
 static_assert(FRAG4 * 4 == BM * BN, "fragments cover the tile");
-static_assert(SPLIT_K % GS == 0, "the reduce groups split SPLIT_K evenly");
+static_assert(GSPLIT % GS == 0, "the reduce groups split the global splits evenly");
+static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "portable cluster size");
+static_assert(BM % CL == 0, "the tile's rows split evenly over the cluster ranks");
+static_assert(CLUSTER_K == 1 || (RED == 0 && EPI == 0), "the cluster reduce writes C itself");
 
 __device__ __forceinline__ int swz(int L) { return L ^ ((L >> 3) & 7); }
 
@@ -134,6 +161,40 @@ __device__ __forceinline__ unsigned int ticket_acq_rel(unsigned int* p) {
     return old;
 }
 
+// Thread-block cluster (sm_90+): barrier halves, this CTA's rank, a peer's shared address, a 16-byte DSMEM load.
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+    return r;
+}
+__device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {
+    uint32_t r = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+    return r;
+}
+__device__ __forceinline__ float4 ld_dsmem(uint32_t addr) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+#endif
+    return v;
+}
+
 // One ROWS x BK tile from global row pointer g (row stride kK; rows [0, rows_left) valid)
 // at K column k0 into the swizzled smem stage at s. Chunk L = r * CPR + c.
 template <int ROWS, bool FULL_ROWS>
@@ -149,6 +210,25 @@ __device__ __forceinline__ void load_tile(uint32_t s, const __half* g, int rows_
         const bool ok = (FULL_ROWS || r < rows_left) && (FULL_K || gk < kK);
         const __half* src = g + r * kK + gk;
         cp_async_16(s + swz(L) * 16, ok ? src : g, ok ? 16 : 0);
+    }
+}
+
+// Four consecutive C columns of one row (8-byte store where N % 4 == 0; predicated at the edges).
+__device__ __forceinline__ void store4(__half* c, int row, int col, float4 v) {
+    if (!FULL_M && row >= kM) return;
+    __half* p = c + row * kN + col;
+    if (kN % 4 == 0) {
+        if (!FULL_N && col >= kN) return;
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        uint2 u;
+        u.x = *reinterpret_cast<const uint32_t*>(&lo);
+        u.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(p) = u;
+    } else {
+        const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (col + i < kN) p[i] = __float2half_rn(e[i]);
     }
 }
 
@@ -211,7 +291,13 @@ __device__ __forceinline__ void sum_slots(float (&acc)[MI][NI][4], const float4*
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if {{CLUSTER_K}} > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define EVO_SMALL_CLUSTER __cluster_dims__(1, 1, CLUSTER_K)
+#else
+#define EVO_SMALL_CLUSTER
+#endif
+
+extern "C" __global__ void EVO_SMALL_CLUSTER __launch_bounds__(THREADS, 1)
 evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
          int, int, int, float* __restrict__ workspace)
 {
@@ -219,7 +305,7 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
     const unsigned tid = threadIdx.x;
     const int m0 = blockIdx.y * BM;
     const int n0 = blockIdx.x * BN;
-    const int kt0 = SPLIT_K > 1 ? blockIdx.z * KT_PER : 0;
+    const int kt0 = SPLITS > 1 ? blockIdx.z * KT_PER : 0;
     const uint32_t sA = smem_u32(smem);                  // STAGES x [BM][BK]
     const uint32_t sB = sA + STAGES * A_STAGE * 2;       // STAGES x [BN][BK]
     const __half* gA = A + m0 * kK;
@@ -329,18 +415,108 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
         }
     }
 
+    // ---- CLUSTER_K (sm_90+): the cluster's partials summed on chip, rank r owns C rows [r * RS, (r + 1) * RS) ----
+    if constexpr (CL > 1) {
+        float* red = reinterpret_cast<float*>(smem);     // [BM][RP] fp32, this CTA's partial
+        __syncthreads();                                 // every warp is done with the ring / WARPS_K buffer
+        if (warp_k == 0) {
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    const int r = warp_m * WM + i * 16 + (lane >> 2);
+                    const int c = warp_n * WN + j * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<float2*>(red + r * RP + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<float2*>(red + (r + 8) * RP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+                }
+        }
+        cluster_arrive_release();                        // publishes the partial to the cluster ...
+        cluster_wait_acquire();                          // ... and sees every peer's
+        const uint32_t rank = cluster_rank();            // == blockIdx.z % CL (cluster dims 1 x 1 x CL)
+        const int g = blockIdx.z / CL;                   // global split (SPLIT_K > 1)
+        const int tile = blockIdx.y * TILES_N + blockIdx.x;
+        uint32_t peer[CL];
+#pragma unroll
+        for (int j = 0; j < CL; ++j) peer[j] = map_rank(smem_u32(smem), j);
+        float4* slices = reinterpret_cast<float4*>(workspace) + (tile * CL + rank) * GSPLIT * ITEMS;  // [GSPLIT][ITEMS]
+        constexpr int U = ITEMS / THREADS >= 2 ? 2 : 1;  // items per thread per round (CL loads each in flight)
+#pragma unroll 1
+        for (int i0 = 0; i0 < ITEMS; i0 += U * THREADS) {
+            float4 v[U][CL];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int idx = i0 + u * THREADS + tid;
+                if (ITEMS % (U * THREADS) == 0 || idx < ITEMS) {
+                    const int lr = rank * RS + idx / (BN / 4);
+                    const uint32_t off = (lr * RP + (idx % (BN / 4)) * 4) * 4;
+#pragma unroll
+                    for (int j = 0; j < CL; ++j) v[u][j] = ld_dsmem(peer[j] + off);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int idx = i0 + u * THREADS + tid;
+                if (ITEMS % (U * THREADS) == 0 || idx < ITEMS) {
+                    float4 s = v[u][0];
+#pragma unroll
+                    for (int j = 1; j < CL; ++j) {
+                        s.x += v[u][j].x;
+                        s.y += v[u][j].y;
+                        s.z += v[u][j].z;
+                        s.w += v[u][j].w;
+                    }
+                    if (GSPLIT == 1)
+                        store4(C, m0 + rank * RS + idx / (BN / 4), n0 + (idx % (BN / 4)) * 4, s);
+                    else
+                        __stcg(slices + g * ITEMS + idx, s);
+                }
+            }
+        }
+        cluster_arrive_release();                        // done reading the peers' shared memory
+        if (GSPLIT > 1) {
+            // the last of the GSPLIT clusters to finish slice (tile, rank) sums the slices in order g = 0..GSPLIT-1
+            __shared__ unsigned int s_last_cl;
+            unsigned int* tickets = reinterpret_cast<unsigned int*>(reinterpret_cast<float4*>(workspace) + TILES * GSPLIT * FRAG4);
+            __syncthreads();
+            if (tid == 0) {
+                unsigned int* t = tickets + tile * CL + rank;
+                s_last_cl = ticket_acq_rel(t) == (unsigned int)(GSPLIT - 1);
+                if (s_last_cl) *t = 0u;                  // every split has arrived: ready for the next launch
+            }
+            __syncthreads();
+            if (s_last_cl) {
+                constexpr int GU = GSPLIT < 8 ? GSPLIT : 8;   // slices loaded at once
+#pragma unroll 1
+                for (int idx = tid; idx < ITEMS; idx += THREADS) {
+                    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll GU
+                    for (int q = 0; q < GSPLIT; ++q) {
+                        const float4 w = __ldcg(slices + q * ITEMS + idx);
+                        s.x += w.x;
+                        s.y += w.y;
+                        s.z += w.z;
+                        s.w += w.w;
+                    }
+                    store4(C, m0 + rank * RS + idx / (BN / 4), n0 + (idx % (BN / 4)) * 4, s);
+                }
+            }
+        }
+        cluster_wait_acquire();                          // the peers are done with our shared memory before we exit
+        return;
+    }
+
     // ---- SPLIT_K: publish the partial; the last ticket of a group sums the group in fixed order; with RED the
     //      group sums go through a second ticket (two short chains instead of one long one) ----
-    if (SPLIT_K > 1) {
+    if (GSPLIT > 1) {
         __shared__ unsigned int s_last;
         const int tile = blockIdx.y * TILES_N + blockIdx.x;
         const int kz = blockIdx.z;
         const int grp = kz / GS;
         const int mem = kz % GS;
         float4* ws4 = reinterpret_cast<float4*>(workspace);
-        float4* part = ws4 + (tile * SPLIT_K + grp * GS) * FRAG4;              // this group's GS partials
-        float4* gsum = ws4 + (TILES * SPLIT_K + tile * GROUPS) * FRAG4;        // [GROUPS] group sums (RED)
-        unsigned int* tickets = reinterpret_cast<unsigned int*>(ws4 + TILES * (SPLIT_K + (GROUPS > 1 ? GROUPS : 0)) * FRAG4);
+        float4* part = ws4 + (tile * GSPLIT + grp * GS) * FRAG4;               // this group's GS partials
+        float4* gsum = ws4 + (TILES * GSPLIT + tile * GROUPS) * FRAG4;         // [GROUPS] group sums (RED)
+        unsigned int* tickets = reinterpret_cast<unsigned int*>(ws4 + TILES * (GSPLIT + (GROUPS > 1 ? GROUPS : 0)) * FRAG4);
         unsigned int* t_group = tickets + tile * GROUPS + grp;
         unsigned int* t_final = tickets + TILES * GROUPS + tile;
         if (warp_k == 0) publish(acc, part + mem * FRAG4, warp_mn, lane);
