@@ -55,6 +55,7 @@ def test_constraints(fam):
         {"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "EPI": 1},       # no split-K reduce through TMA
         {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "EPI": 1},       # C^T would need a transposed map
         {"BM": 128, "BN": 96, "STAGES": 4, "EPI": 1},                     # 64-column boxes
+        {**PP, "EPI_HINT": 1},                                            # the L2 hint is for TMA stores
     ]
     for p in bad:
         assert not fam.valid(fam.complete(p)), p
@@ -92,8 +93,12 @@ def test_ptx_tma_store_and_waits(fam, tmp_path):
     assert "cp.async.bulk.wait_group 0" in text        # before exit
     assert "fence.proxy.async.shared::cta" in text
     assert "membar.gl" not in text and "fence.sc" not in text
+    assert "cache_hint" not in text and "createpolicy" not in text
     one = _ptx(fam.render({**PP, "EPI": 1}), tmp_path)
     assert "cp.async.bulk.wait_group.read 0" in one and "wait_group.read 1" not in one
+    hint = _ptx(fam.render({**PP, "EPI": 1, "EPI_HINT": 1}), tmp_path)
+    assert "createpolicy.fractional.L2::evict_first" in hint
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint" in hint
 
 
 @pytest.mark.nvcc

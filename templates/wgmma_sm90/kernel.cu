@@ -45,6 +45,7 @@ tensor_maps:
 //   stores of unit i drain while the consumer runs the wgmmas of unit i+1. Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
+//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -63,6 +64,7 @@ constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int SWAP_AB = {{SWAP_AB}};
 constexpr int PINGPONG = {{PINGPONG}};
 constexpr int EPI = {{EPI}};                 // TMA-store staging buffers per consumer (0: ordinary stores)
+constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -89,6 +91,7 @@ static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte align
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
 static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && EPI <= 2), "TMA-store epilogue: no split-K, no swap, 64-col boxes");
+static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/64 boxes of 64 x 64 fp16 (8 KB, 1024-aligned).
 constexpr int EPI_BOX_BYTES = 64 * 64 * 2;
 constexpr int EPI_BUF_BYTES = (BN / 64) * EPI_BOX_BYTES;
@@ -141,10 +144,22 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, ui
 }
 
 // TMA store (EPI > 0): the box at (row c1, col c0) of C from shared memory at src, in this thread's bulk group.
-__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c0, int c1) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
-               "r"(c0), "r"(c1)
-               : "memory");
+__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c0, int c1, uint64_t policy) {
+  if (EPI_HINT) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;" ::"l"(map),
+                 "r"(src), "r"(c0), "r"(c1), "l"(policy)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
+                 "r"(c0), "r"(c1)
+                 : "memory");
+  }
+}
+// L2 policy for C's TMA stores (EPI_HINT): lines written once are evicted first.
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p = 0;
+  if (EPI_HINT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until at most N of this thread's bulk groups still read shared memory (their buffers are free).
@@ -344,8 +359,9 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], u
     fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
     warpgroup_sync(c);
     if (tid == 0) {
+      const uint64_t policy = policy_evict_first();
 #pragma unroll
-      for (int b = 0; b < BN / 64; ++b) tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * 64, row0 + mt * 64);
+      for (int b = 0; b < BN / 64; ++b) tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * 64, row0 + mt * 64, policy);
       bulk_commit();
     }
   }
