@@ -6,9 +6,9 @@ epilogue (EPI=1, 2), side by side with cuBLAS / cuBLASLt (run on an H100/H200 ma
 
 1. renders the INSTANCES below (wgmma_sm90; labels say tile, ping-pong or cooperative, stages, EPI) and compiles
    them all at once with the search's compiler (same flags and gates) on every core;
-2. for every shape: checks each instance with the search's evaluator (GPU worker `evaluate`: fresh inputs,
-   NaN-poisoned C inside sentinel guard bands, fp32 reference, exact tests); CHECK_ONLY shapes (off-tile M and N,
-   boxes past the edge of C) stop there;
+2. for every shape (CHECK_ONLY first: off-tile M and N, boxes past the edge of C; they are not timed): checks each
+   instance with the search's evaluator (GPU worker `evaluate`: fresh inputs, NaN-poisoned C inside sentinel guard
+   bands, fp32 reference, exact tests); an instance that crashes or hangs (--eval-timeout) is dropped;
 3. times the correct instances and the libraries in ONE interleaved measurement (worker `baselines` with the
    instances as extra kernels: L2 flushed, CUDA events, median; every timed call verified);
 4. prints one row per (shape, instance) and a summary per shape (best library, best EPI=0, best EPI>0);
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check-shapes", default=",".join(CHECK_ONLY), help="shapes only checked, not timed")
     ap.add_argument("--instances", default=",".join(INSTANCES), help="comma-separated labels of INSTANCES")
     ap.add_argument("--reps", type=int, default=30, help="timed calls per contender (median)")
-    ap.add_argument("--deadline", type=float, default=200.0, help="skip shapes not started after this many seconds")
+    ap.add_argument("--deadline", type=float, default=170.0, help="skip shapes not started after this many seconds")
+    ap.add_argument("--eval-timeout", type=float, default=40.0, help="seconds one check may take (a hang costs this)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--plan-only", action="store_true", help="render and list the instances; no compile, no GPU")
     a = ap.parse_args(argv)
@@ -107,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"GPU: {info.name} ({info.arch}, {info.sm_count} SMs), driver {info.driver}", flush=True)
     out: dict = {"gpu": info.name, "instances": {lb: p for lb, p, _ in items}, "shapes": {}}
     summary = []
+    dropped: dict[str, str] = {}  # label -> why: crashed or hung once, not tried again
     try:
-        for shape in timed + check_only:
+        for shape in check_only + timed:
             if time.monotonic() - t0 > a.deadline:
                 print(f"{shape}: skipped, past the {a.deadline:.0f} s deadline", flush=True)
                 continue
@@ -122,17 +124,24 @@ def main(argv: list[str] | None = None) -> int:
                 if not ks.accepts(prob, info.sm_count):
                     rows[label] = {"ok": False, "error": "requires rejects the shape"}
                     continue
+                if label in dropped:
+                    rows[label] = {"ok": False, "error": "dropped: " + dropped[label]}
+                    continue
                 try:
-                    ev = w.call("evaluate", timeout_s=cfg.timing.timeout_s, problem=prob, source=ks.text, cubin=r.cubin_path,
+                    ev = w.call("evaluate", timeout_s=a.eval_timeout, problem=prob, source=ks.text, cubin=r.cubin_path,
                                 h=ks.hash)
                     rows[label] = {"ok": ev.ok, "check_us": round(ev.time_us, 2), "error": ev.error[:200],
                                    "seconds": round(ev.seconds, 1)}
+                    if ev.stage in ("crash", "timeout"):
+                        dropped[label] = f"{ev.stage} on {shape}"
                 except WorkerFault as e:
                     rows[label] = {"ok": False, "error": f"worker: {e}"[:200]}
+                    dropped[label] = f"worker fault on {shape}"
+
                 if not rows[label]["ok"]:
                     print(f"{shape:>16} {label:<24} FAIL {rows[label]['error']}", flush=True)
             good = [lb for lb, _, _ in items if rows[lb].get("ok")]
-            print(f"{shape:>16} correct {len(good)}/{len(items)}", flush=True)
+            print(f"{shape:>16} correct {len(good)}/{len(items)} ({time.monotonic() - t0:.0f} s)", flush=True)
             entry = {"instances": rows}
             out["shapes"][shape] = entry
             if shape in check_only or not good:

@@ -119,3 +119,30 @@ def test_output_bound_smoke_plan():
             assert ks.accepts(Problem(*(int(x) for x in s.split("x")))), (label, s)
     with pytest.raises(EvoError, match="unknown instance"):
         plan(["nope"], [])
+
+
+def test_output_bound_smoke_runs_with_stand_ins(monkeypatch, tmp_path, capsys):
+    # the script's plumbing (compile, check, side-by-side timing, tables, JSON) without nvcc or a GPU
+    import json
+
+    import evo.compile
+    import evo.gpu.worker
+    from bench import output_bound_smoke
+    from tests.fakes import FakeCompiler, FakeWorker
+
+    class _Compiler:
+        @staticmethod
+        def from_config(cfg):
+            return FakeCompiler(cache_dir=tmp_path / "cubins")
+
+    monkeypatch.setattr(evo.compile, "Compiler", _Compiler)
+    monkeypatch.setattr(evo.gpu.worker, "GpuWorker", FakeWorker)
+    rc = output_bound_smoke.main(["--shapes", "2048x12288x128", "--check-shapes", "200x136x72",
+                                  "--instances", "pp128x128 s6 epi0,pp128x128 s4 epi2", "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| 2048x12288x128 | cublaslt_autotune | 45.00 | pp128x128 s6 epi0 |" in out
+    assert "pp128x128 s4 epi2" in out.split("| shape |")[1]
+    data = json.loads((tmp_path / "output_bound_smoke.json").read_text())
+    assert set(data["shapes"]) == {"2048x12288x128", "200x136x72"}
+    assert data["shapes"]["2048x12288x128"]["instances"]["pp128x128 s4 epi2"]["us"] > 0
