@@ -12,7 +12,9 @@ epilogue (EPI=1, 2), side by side with cuBLAS / cuBLASLt (run on an H100/H200 ma
 3. times the correct instances and the libraries in ONE interleaved measurement (worker `baselines` with the
    instances as extra kernels: L2 flushed, CUDA events, median; every timed call verified);
 4. prints one row per (shape, instance) and a summary per shape (best library, best EPI=0, best EPI>0);
-   writes $OUT/output_bound_smoke.json.
+   writes $OUT/output_bound_smoke.json;
+5. --profile SHAPE: Nsight Compute metrics (evo.profile: DRAM / L2 throughput, tensor pipe, stalls) of the best
+   EPI>0 and best EPI=0 instance on that timed shape, while time is left before --profile-deadline.
 """
 from __future__ import annotations
 
@@ -67,6 +69,31 @@ def plan(labels: list[str], shapes: list[str]) -> list[tuple[str, dict, object]]
     return out
 
 
+def profile(a, items, results, summary, out: dict, t0: float) -> None:
+    """ncu metrics of the best EPI>0 and EPI=0 instances on --profile's shape (evo.profile), deadline permitting."""
+    from evo.profile import Profiler, describe
+
+    row = next((r for r in summary if r[0] == a.profile), None)
+    if row is None:
+        print(f"profile: {a.profile} was not timed", flush=True)
+        return
+    prof = Profiler(timeout_s=60.0, say=lambda s: print(s, flush=True))
+    by_label = {lb: ks for lb, _, ks in items}
+    for _, label in (row[4], row[3]):
+        if label not in by_label:
+            continue
+        if time.monotonic() - t0 > a.profile_deadline:
+            print(f"profile {label}: skipped, past {a.profile_deadline:.0f} s", flush=True)
+            continue
+        ks = by_label[label]
+        res = prof.profile_kernel(ks.text, results[ks.hash].cubin_path, parse_shape(a.profile))
+        out.setdefault("profile", {})[label] = {"ok": res.ok, "metrics": res.metrics, "detail": res.detail}
+        print(f"\nncu {label} on {a.profile} ({res.seconds:.0f} s): " + ("" if res.ok else res.detail), flush=True)
+        for line in describe(res.metrics):
+            print("  " + line, flush=True)
+    (Path(a.out) / "output_bound_smoke.json").write_text(json.dumps(out, indent=1, default=str))
+
+
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     ap = _Parser(prog="python -m bench.output_bound_smoke", description=__doc__.splitlines()[0])
@@ -76,9 +103,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30, help="timed calls per contender (median)")
     ap.add_argument("--deadline", type=float, default=170.0, help="skip shapes not started after this many seconds")
     ap.add_argument("--eval-timeout", type=float, default=40.0, help="seconds one check may take (a hang costs this)")
+    ap.add_argument("--profile", default="", help="a timed shape: ncu metrics of its best EPI>0 and EPI=0 instances")
+    ap.add_argument("--profile-deadline", type=float, default=215.0, help="start no ncu run after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--plan-only", action="store_true", help="render and list the instances; no compile, no GPU")
     a = ap.parse_args(argv)
+    if a.profile and a.profile not in a.shapes.split(","):
+        raise EvoError(f"--profile {a.profile}: not one of the timed shapes")
     labels = [x for x in a.instances.split(",") if x]
     timed = [s for s in a.shapes.split(",") if s]
     check_only = [s for s in a.check_shapes.split(",") if s]
@@ -176,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         w.stop()
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "output_bound_smoke.json").write_text(json.dumps(out, indent=1, default=str))
+    if a.profile:
+        profile(a, items, results, summary, out, t0)
     print("| shape | best library | us | best EPI=0 | us | x lib | best EPI>0 | us | x lib |")
     print("|---|---|---|---|---|---|---|---|---|")
     for shape, lib, lib_us, (u0, l0), (u1, l1) in summary:

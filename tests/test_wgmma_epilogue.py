@@ -127,6 +127,7 @@ def test_output_bound_smoke_runs_with_stand_ins(monkeypatch, tmp_path, capsys):
 
     import evo.compile
     import evo.gpu.worker
+    import evo.profile
     from bench import output_bound_smoke
     from tests.fakes import FakeCompiler, FakeWorker
 
@@ -135,10 +136,25 @@ def test_output_bound_smoke_runs_with_stand_ins(monkeypatch, tmp_path, capsys):
         def from_config(cfg):
             return FakeCompiler(cache_dir=tmp_path / "cubins")
 
+    profiled = []
+
+    class _Profiler:
+        def __init__(self, **kw):
+            pass
+
+        def profile_kernel(self, source, cubin, problem):
+            from evo.kernel import KernelSource
+            from evo.profile import ProfileResult
+
+            profiled.append((KernelSource.parse(source).meta.params["EPI"], problem.key))
+            return ProfileResult(True, "evo_gemm", {"duration_us": 20.0, "dram_pct": 80.0}, seconds=1.0)
+
     monkeypatch.setattr(evo.compile, "Compiler", _Compiler)
     monkeypatch.setattr(evo.gpu.worker, "GpuWorker", FakeWorker)
+    monkeypatch.setattr(evo.profile, "Profiler", _Profiler)
     rc = output_bound_smoke.main(["--shapes", "2048x12288x128", "--check-shapes", "200x136x72",
-                                  "--instances", "pp128x128 s6 epi0,pp128x128 s4 epi2", "--out", str(tmp_path)])
+                                  "--instances", "pp128x128 s6 epi0,pp128x128 s4 epi2", "--out", str(tmp_path),
+                                  "--profile", "2048x12288x128"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "| 2048x12288x128 | cublaslt_autotune | 45.00 | pp128x128 s6 epi0 |" in out
@@ -146,3 +162,5 @@ def test_output_bound_smoke_runs_with_stand_ins(monkeypatch, tmp_path, capsys):
     data = json.loads((tmp_path / "output_bound_smoke.json").read_text())
     assert set(data["shapes"]) == {"2048x12288x128", "200x136x72"}
     assert data["shapes"]["2048x12288x128"]["instances"]["pp128x128 s4 epi2"]["us"] > 0
+    assert [e for e, _ in profiled] == [2, 0] and "DRAM throughput, % of peak: 80.0%" in out
+    assert data["profile"]["pp128x128 s4 epi2"]["metrics"]["dram_pct"] == 80.0
