@@ -43,10 +43,11 @@ INSTANCES: dict[str, dict] = {
     "co256x128 s3 epi2": {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2},
     "co256x128 s4 epi1": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1},
     "co128x256 s3 epi1": {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1},
-    "co128x128 s5 epi2": {"BM": 128, "BN": 128, "STAGES": 5, "EPI": 2},
-    "co256x128 s4 epi1 g16": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1, "GROUP": 16},
     "pp128x128 s4 epi2 hint": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_HINT": 1},
     "co256x128 s4 epi1 hint": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1, "EPI_HINT": 1},
+    "co256x128 s4 epi1 cl2": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1, "CLUSTER": 2},   # A multicast in CTA pairs
+    "pp128x128 s4 epi2 cl2": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "CLUSTER": 2},
+    "co256x128 s4 epi0 cl2": {"BM": 256, "BN": 128, "STAGES": 4, "CLUSTER": 2},
 }
 TIMED = ["16384x16384x128", "2048x12288x128", "8192x8192x128", "4096x16384x256", "4096x4096x256"]
 CHECK_ONLY = ["2000x12000x128", "200x136x72"]  # off-tile M and N (TMA clips partial and whole boxes), partial K block

@@ -164,3 +164,30 @@ def test_output_bound_smoke_runs_with_stand_ins(monkeypatch, tmp_path, capsys):
     assert data["shapes"]["2048x12288x128"]["instances"]["pp128x128 s4 epi2"]["us"] > 0
     assert [e for e, _ in profiled] == [2, 0] and "DRAM throughput, % of peak: 80.0%" in out
     assert data["profile"]["pp128x128 s4 epi2"]["metrics"]["dram_pct"] == 80.0
+
+
+def test_cluster_pairs_share_a(fam):
+    ks = fam.render({"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1, "CLUSTER": 2})
+    big = ks.launch(Problem(16384, 16384, 128), num_sms=132)
+    assert big.grid == (132, 1, 1)
+    assert [(t.operand, t.box_rows) for t in big.tensor_maps] == [("A", 128), ("B", 128), ("C", 64)]  # half of A per CTA
+    # column tiles padded to pairs: 2000x1000 -> 8 x 8 tiles (of 256 x 128), 4 pairs per tile row; grid stays even
+    assert ks.launch(Problem(2000, 1000, 128), num_sms=132).grid == (64, 1, 1)
+    assert ks.launch(Problem(200, 136, 72), num_sms=132).grid == (2, 1, 1)
+    odd = fam.render({"BM": 128, "BN": 128, "PINGPONG": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2})
+    assert odd.launch(Problem(384, 384, 128), num_sms=132).grid == (6, 1, 1)  # 3 x 4 padded units, 2 per CTA, pairs
+    assert odd.launch(Problem(128, 384, 128), num_sms=132).grid == (2, 1, 1)
+    for bad in ({"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "CLUSTER": 2},
+                {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "CLUSTER": 2}):
+        assert not fam.valid(fam.complete(bad))
+
+
+@pytest.mark.nvcc
+def test_ptx_cluster_multicast(fam, tmp_path):
+    text = _ptx(fam.render({"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1, "CLUSTER": 2}), tmp_path)
+    assert ".reqnctapercluster 2, 1, 1" in text and ".multicast::cluster" in text
+    assert "mbarrier.arrive.release.cluster.shared::cluster" in text  # consumers free a stage in both CTAs
+    assert text.count("barrier.cluster.wait") == 2                     # after barrier init, before exit
+    one = _ptx(fam.render({"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1}), tmp_path)
+    assert "cluster" not in one.replace("fence.mbarrier_init.release.cluster", "").replace(
+        "shared::cluster.global", "")

@@ -3,12 +3,12 @@ family: wgmma_sm90
 archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
-grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, 1 + PINGPONG)", 1, 1]
+grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216)"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
 requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0)"   # EPI > 0: a TMA map of C (16-byte row stride)
 tensor_maps:
-  - {operand: A, box: ["BN if SWAP_AB else BM", 64], swizzle: 128}
+  - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
   - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0"}
 ---*/
@@ -45,6 +45,11 @@ tensor_maps:
 //   stores of unit i drain while the consumer runs the wgmmas of unit i+1. Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
+// CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
+//   same A tile: each CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA
+//   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
+//   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
+//   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -64,6 +69,7 @@ constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int SWAP_AB = {{SWAP_AB}};
 constexpr int PINGPONG = {{PINGPONG}};
 constexpr int EPI = {{EPI}};                 // TMA-store staging buffers per consumer (0: ordinary stores)
+constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -92,6 +98,8 @@ static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
 static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && EPI <= 2), "TMA-store epilogue: no split-K, no swap, 64-col boxes");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
+              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/64 boxes of 64 x 64 fp16 (8 KB, 1024-aligned).
 constexpr int EPI_BOX_BYTES = 64 * 64 * 2;
 constexpr int EPI_BUF_BYTES = (BN / 64) * EPI_BOX_BYTES;
@@ -131,6 +139,33 @@ __device__ __forceinline__ void warpgroup_sync(int c) {
   asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
 }
 
+// ---------------------------------------------------------------- cluster (CLUSTER > 1)
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// No data of its own to publish (mbarrier init is released by fence.mbarrier_init.release.cluster).
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA).
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
+}
+// A consumer warp no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
+__device__ __forceinline__ void release_stage(uint32_t bar) {
+  if (CLUSTER > 1) {
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(bar, r);
+  } else {
+    mbar_arrive(bar);
+  }
+}
+
 // ---------------------------------------------------------------- TMA
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
@@ -143,6 +178,13 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, ui
       : "memory");
 }
 
+// Same box, written at offset dst of every CTA in `mask` (completing their barriers at offset bar).
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const TmaDesc* map, uint32_t bar, int c0, int c1, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
 // TMA store (EPI > 0): the box at (row c1, col c0) of C from shared memory at src, in this thread's bulk group.
 __device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c0, int c1, uint64_t policy) {
   if (EPI_HINT) {
@@ -264,13 +306,15 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   w.tile = u / SPLIT_K;
   w.split = u % SPLIT_K;
-  const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(Nk, BN);
+  // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
+  const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
+  const int pair = w.tile / CLUSTER, r = w.tile % CLUSTER;
   const int group_size = GROUP * tiles_n;
-  const int first_m = (w.tile / group_size) * GROUP;
+  const int first_m = (pair / group_size) * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
-  const int in_group = w.tile % group_size;
+  const int in_group = pair % group_size;
   w.m0 = (first_m + in_group % gm) * BM;
-  w.n0 = (in_group / gm) * BN;
+  w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
   const int per = cdiv(kblocks, SPLIT_K);
   w.kb0 = min(w.split * per, kblocks);
@@ -371,8 +415,13 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], u
 using namespace evo_sm90;
 
 #define EVO_EPI {{EPI}}
+#if {{CLUSTER}} > 1
+#define EVO_CLUSTER_DIMS __cluster_dims__({{CLUSTER}}, 1, 1)
+#else
+#define EVO_CLUSTER_DIMS
+#endif
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     evo_gemm(const __half* A, const __half* B, __half* C, int M, int N, int K, float* workspace,
              const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB
 #if EVO_EPI
@@ -401,15 +450,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4);
+      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4 * CLUSTER);
     }
     mbar_init(smem_u32(&order_bar[0]), 4);
     mbar_init(smem_u32(&order_bar[1]), 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  __syncthreads();
+  if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
+    cluster_arrive_relaxed();
+    cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
-  const int units = cdiv(Mk, BM) * cdiv(Nk, BN) * SPLIT_K;
+  const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer warpgroup
@@ -417,6 +471,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     if (tid == 0) {
       tma_prefetch_desc(map_rows);
       tma_prefetch_desc(map_cols);
+      const uint32_t rank = CLUSTER > 1 ? cluster_rank() : 0;
       int s = 0;
       uint32_t phase = 0;
       for (int u = blockIdx.x; u < units; u += gridDim.x) {
@@ -426,7 +481,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           const uint32_t full = smem_u32(&full_bar[s]);
           mbar_arrive_expect_tx(full, STAGE_BYTES);        // OOB parts of a box still count (zero-filled)
           const uint32_t a_dst = tiles + s * STAGE_BYTES;
-          tma_load_2d(a_dst, map_rows, full, kb * BK, w.m0);
+          if (CLUSTER > 1)  // our half of the A tile's rows, into the same place of every CTA of the cluster
+            tma_load_2d_mc(a_dst + rank * (BM / CLUSTER) * 128, map_rows, full, kb * BK, w.m0 + rank * (BM / CLUSTER),
+                           (1 << CLUSTER) - 1);
+          else
+            tma_load_2d(a_dst, map_rows, full, kb * BK, w.m0);
           tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, w.n0);
           if (++s == STAGES) { s = 0; phase ^= 1; }
         }
@@ -481,7 +540,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         wgmma_commit();
         if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
           wgmma_wait<1>();
-          if (lane == 0) mbar_arrive(smem_u32(&empty_bar[prev]));
+          if (lane == 0) release_stage(smem_u32(&empty_bar[prev]));
         }
         prev = s;
         if (++s == STAGES) { s = 0; phase ^= 1; }
@@ -492,7 +551,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         ++t;
       }
       wgmma_wait<0>();
-      if (nk > 0 && lane == 0) mbar_arrive(smem_u32(&empty_bar[prev]));
+      if (nk > 0 && lane == 0) release_stage(smem_u32(&empty_bar[prev]));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -564,5 +623,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     (void)epi_k;
     (void)epi_stage_u32;
 #endif
+  }
+  if (CLUSTER > 1) {  // no CTA leaves while its peer may still arrive on its barriers
+    cluster_arrive();
+    cluster_wait();
   }
 }
