@@ -63,17 +63,135 @@ def estimate_us(p: dict, prob: Problem) -> float:
     return 2.5 + (waves * (max(load_ns, mma_ns) + lat_ns) + split_ns + epi_ns) / 1000.0
 
 
-def pick_instances(fam: Family, prob: Problem, n: int, rng: random.Random) -> list[dict]:
+# --cluster: tiles up to 128x128 with 8 warps, split-K inside thread-block clusters (DSMEM reduce) and/or across them;
+# one wave of CTAs. The shapes the family lost or drew on before (long K on a small output, K = 256 mid shapes).
+CLUSTER_SHAPES = ["128x128x16384", "64x128x2048", "128x64x4096", "256x1024x8192", "128x12288x256", "4096x512x256"]
+GPCS, SMS_PER_GPC = 8, 16  # clusters are placed inside one GPC: ~8 GPCs of 16-18 SMs on an H100 / H200
+
+
+# --cluster: instances timed on these shapes whatever the estimate says (the estimate is crude about the reduce)
+_CW8 = {"BK": 64, "WARPS_M": 2, "WARPS_N": 4, "WARPS_K": 1, "EPI": 0, "RED": 0, "OCC": 1}
+_CW4 = {"BK": 64, "WARPS_M": 2, "WARPS_N": 2, "WARPS_K": 1, "EPI": 0, "RED": 0, "OCC": 1}
+_CW2 = {"BK": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "EPI": 0, "RED": 0, "OCC": 1}
+CLUSTER_PICKS = {
+    "128x128x16384": [
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLUSTER_K=8),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLUSTER_K=8, OCC=2),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=8, CLUSTER_K=8),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=32, CLUSTER_K=4, OCC=2),
+        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=8, CLUSTER_K=8, OCC=2),
+        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=16, CLUSTER_K=4, OCC=2),
+        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLUSTER_K=8),
+        dict(_CW4, BM=32, BN=64, STAGES=6, SPLIT_K=2, CLUSTER_K=8),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=2, CLUSTER_K=4),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
+        dict(_CW2, BM=32, BN=16, STAGES=6, SPLIT_K=1, CLUSTER_K=8, WARPS_M=2, WARPS_N=1),
+    ],
+    "128x64x4096": [
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=2, CLUSTER_K=4),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=2, CLUSTER_K=8),
+        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=8, CLUSTER_K=8),
+    ],
+    "64x128x2048": [
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=4),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
+        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLUSTER_K=8),
+    ],
+    "4096x512x256": [
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLUSTER_K=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=2),
+        dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLUSTER_K=1, EPI=1, OCC=2),
+    ],
+    "128x12288x256": [
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLUSTER_K=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=2, OCC=2),
+        dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLUSTER_K=1, EPI=1, OCC=2),
+    ],
+}
+
+
+def cluster_estimate_us(p: dict, prob: Problem) -> float:
+    """Rough latency of an instance with its L2 -> SM operand traffic, DRAM time, resident clusters, the cluster
+    (DSMEM) and global reduce. A ranking aid for which --cluster instances the smoke compiles, not a measurement."""
+    bm, bn, bk, cl, sk = p["BM"], p["BN"], p["BK"], p.get("CLUSTER_K", 1), p["SPLIT_K"]
+    warps = p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"]
+    tiles = cdiv(prob.m, bm) * cdiv(prob.n, bn)
+    ctas = tiles * sk * cl
+    kt = cdiv(prob.k, bk) // (sk * cl)
+    stages = min(p["STAGES"], max(2, kt + 1))
+    smem = max(stages * (bm + bn) * bk * 2, (p["WARPS_K"] - 1) * bm * bn * 4, (cl > 1) * bm * (bn + 8) * 4, 1)
+    per_sm = max(1, min(227 * 1024 // smem, 64 // warps, 1 if warps == 8 and p.get("OCC", 1) == 1 else 32))
+    capacity = SMS * per_sm if cl == 1 else GPCS * (SMS_PER_GPC * per_sm // cl) * cl
+    waves = cdiv(ctas, capacity)
+    per_sm_ctas = min(per_sm, cdiv(ctas, SMS))
+    load_ns = (bm + bn) * bk * 2 * kt * per_sm_ctas / 80.0                       # ~80 B/ns per SM from L2
+    dram_ns = 2 * (prob.m + prob.n) * prob.k / 4000.0 / waves                     # A + B once, ~4 TB/s
+    mma_ns = 2.0 * bm * bn * bk * kt * per_sm_ctas / (4500.0 * min(warps, 4) / 4)
+    lat_ns = 700.0 + kt * 40.0 / min(stages - 1, 4)
+    cluster_ns = 0.0 if cl == 1 else 400.0 + bm * bn * 4 / 100.0                  # barrier + CL slices over DSMEM
+    global_ns = 0.0 if sk == 1 else 800.0 + sk * bm * bn * 4 / cl / 80.0          # ticket + the last reads SPLIT_K slices
+    epi_ns = prob.m * prob.n * 2 / 3000.0
+    return 2.5 + (waves * (max(load_ns, dram_ns, mma_ns) + lat_ns) + cluster_ns + global_ns + epi_ns) / 1000.0
+
+
+def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
+    """Up to n instances with tiles of 32x32..128x128 (8 warps from 64x128), CLUSTER_K / SPLIT_K such that the CTAs
+    make about one wave: CLUSTER_PICKS, then the best of cluster_estimate_us; one per (tile, BK, CLUSTER_K, SPLIT_K, OCC)."""
+    kt_all = cdiv(prob.k, 64)
+    out = []
+    for bm in (32, 64, 128):
+        for bn in (32, 64, 128):
+            if bm > 2 * max(prob.m, 16) or bn > 2 * max(prob.n, 16):
+                continue
+            tiles = cdiv(prob.m, bm) * cdiv(prob.n, bn)
+            layouts = [(2, 4, 1), (4, 2, 1)] if bm * bn >= 8192 else []
+            layouts += [(2, 2, 1)] if bm * bn >= 2048 else [(1, 2, 2), (2, 1, 2)]
+            for wm, wn, wk in layouts:
+                for cl in (1, 2, 4, 8):
+                    for sk in (1, 2, 4, 8, 16, 32):
+                        ctas = tiles * cl * sk
+                        if not (min(64, tiles) <= ctas <= 264) or kt_all % (cl * sk):
+                            continue
+                        for occ in ((1, 2) if wm * wn * wk == 8 and ctas > SMS // 2 else (1,)):
+                            base = {"BM": bm, "BN": bn, "BK": 64, "WARPS_M": wm, "WARPS_N": wn, "WARPS_K": wk,
+                                    "SPLIT_K": sk, "CLUSTER_K": cl, "OCC": occ, "EPI": int(cl == 1 and sk == 1), "RED": 0}
+                            for stages in (8, 6, 4, 3, 2):  # the deepest ring that fits (a split's K tiles + 1 at most)
+                                q = dict(base, STAGES=stages)
+                                if fam.valid(q):
+                                    out.append(q)
+                                    break
+    out.sort(key=lambda q: cluster_estimate_us(q, prob))
+    picked, seen = [], set()
+    for q in [fam.complete(q) for q in CLUSTER_PICKS.get(prob.key, [])] + out:
+        key = (q["BM"], q["BN"], q["BK"], q["CLUSTER_K"], q["SPLIT_K"], q["OCC"])
+        if key not in seen and fam.render(q, prob).accepts(prob, SMS):
+            seen.add(key)
+            picked.append(q)
+    return picked[:n]
+
+
+def pick_instances(fam: Family, prob: Problem, n: int, rng: random.Random, valid: list[dict] | None = None,
+                   cluster: int = 0) -> list[dict]:
+    """The family's starts, the n best of estimate_us (one per tile, depth, split and warp split), two random
+    instances and, with cluster > 0, that many cluster_instances; valid: the family's valid instances (enumerated
+    once by the caller: the space has ~90k points to check)."""
     # the family's `requires` without rendering each instance (checked on the rendered kernels below)
-    ok = [p for p in fam.valid_instances() if prob.k % 8 == 0 and cdiv(prob.k, p["BK"]) % p["SPLIT_K"] == 0]
+    valid = list(fam.valid_instances()) if valid is None else valid
+    ok = [p for p in valid if prob.k % 8 == 0 and cdiv(prob.k, p["BK"]) % (p["SPLIT_K"] * p["CLUSTER_K"]) == 0]
     ranked, seen = [], set()
-    for p in sorted(ok, key=lambda p: estimate_us(p, prob)):  # diverse: one per tile, depth, split and warp split
+    for p in sorted((p for p in ok if p["CLUSTER_K"] == 1), key=lambda p: estimate_us(p, prob)):  # diverse: one per tile, depth, split and warp split
         key = (p["BM"], p["BN"], p["BK"], p["SPLIT_K"], p["WARPS_K"])
         if key not in seen:
             seen.add(key)
             ranked.append(p)
     out: list[dict] = []
-    for p in fam.start_instances() + ranked[:n] + rng.sample(ok, min(2, len(ok))):
+    extra = cluster_instances(fam, prob, cluster) if cluster else []
+    for p in fam.start_instances() + ranked[:n] + rng.sample(ok, min(2, len(ok))) + extra:
         if p not in out:
             out.append(p)
     return [p for p in out if fam.render(p, prob).accepts(prob, SMS)]
@@ -149,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan-only", action="store_true", help="print the chosen instances and estimates; no compile, no GPU")
     ap.add_argument("--ordering", action="store_true", help="also time each family's split-K with acq_rel vs SC-fenced ticket")
     ap.add_argument("--extra", action="store_true", help="also check/time the EXTRA instances (other split-K paths, K = 128)")
+    ap.add_argument("--cluster", type=int, default=0, metavar="N",
+                    help="also N instances per shape from cluster_instances (8-warp tiles, split-K in clusters / across them)")
+    ap.add_argument("--top", type=int, default=1, help="print this many fastest instances per shape")
     a = ap.parse_args(argv)
 
     from evo.compile import Compiler
@@ -161,11 +282,15 @@ def main(argv: list[str] | None = None) -> int:
     fam = load_families(names=[FAMILY])[0]
     rng = random.Random(12)
     problems = [parse_shape(s) for s in a.shapes.split(",") if s]
-    plan = {prob.key: [(p, fam.render(p, prob)) for p in pick_instances(fam, prob, a.per_shape, rng)] for prob in problems}
+    if a.per_shape < 0 or a.cluster < 0 or a.top < 1:
+        ap.error("--per-shape and --cluster take a count >= 0, --top >= 1")
+    valid = list(fam.valid_instances())
+    plan = {prob.key: [(p, fam.render(p, prob)) for p in pick_instances(fam, prob, a.per_shape, rng, valid, a.cluster)]
+            for prob in problems}
     if a.plan_only:
         for key, rows in plan.items():
-            print(f"{key}: " + "; ".join(f"{estimate_us(p, parse_shape(key)):.1f} us " + ",".join(str(v) for v in p.values())
-                                        for p, _ in rows))
+            print(f"{key} ({len(rows)}): " + "; ".join(
+                f"{cluster_estimate_us(p, parse_shape(key)):.1f} us " + ",".join(str(v) for v in p.values()) for p, _ in rows))
         return 0
     comp = Compiler.from_config(cfg.compile)
     items = [(ks, "sm_90a") for rows in plan.values() for _, ks in rows]
@@ -224,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
             inst = " ".join(f"{k}={v}" for k, v in best["params"].items()) if best else "(none correct)"
             print(f"{prob.key:>15} {best_lib[:8]:>8} {lib_us.get(best_lib, 0):9.2f} {best['us'] if best else 0:8.2f} {sp:>7} "
                   f"{len(good):>3}/{len(rows):<4} {floor_us(prob):6.2f}  {inst}", flush=True)
+            for r in good[1:a.top]:
+                print(f"{'':>15} {'':>8} {'':>9} {r['us']:8.2f} {lib_us[best_lib] / r['us'] if best_lib else 0:6.3f}x "
+                      f"{'':>8} {'':>6}  " + " ".join(f"{k}={v}" for k, v in r["params"].items()), flush=True)
             for r in rows:
                 if not r["ok"]:
                     print(f"    FAIL {r['params']}: {r['error']}", flush=True)

@@ -336,7 +336,7 @@ def _model_small(p, M, N, K, seed, clusters=True):
     assert (ticket == 0).all() and (gticket == 0).all(), "split-K tickets back at zero"
 
 
-_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0, CLUSTER_K=1)
+_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0, CLUSTER_K=1, OCC=1)
 
 
 @pytest.mark.parametrize("p,M,N,K", [
@@ -500,3 +500,24 @@ def test_smoke_plans_accepted_instances_and_a_faithful_sc_variant():
         code = strip_comments(sc.text)
         assert "atom.add.acq_rel" not in code and code.count("__threadfence()") == 2 and sc.hash != ks.hash
     assert smoke.floor_us(parse_shape("16384x16384x128")) == pytest.approx(2 * (2 * 16384 * 128 + 16384 ** 2) / 4.8e6)
+
+
+def test_smoke_cluster_instances_make_about_one_wave():
+    smoke = _smoke()
+    fam = family()
+    valid = list(_valid())
+    for shape in ("128x128x16384", "4096x512x256"):
+        prob = parse_shape(shape)
+        got = smoke.cluster_instances(fam, prob, 20)
+        assert 10 <= len(got) <= 20
+        assert all(fam.complete(q) in got for q in smoke.CLUSTER_PICKS[shape][:10])
+        for q in got:
+            ks = fam.render(q, prob)
+            assert fam.valid(q) and ks.accepts(prob, 132)
+            grid = ks.launch(prob, 132).grid
+            assert 64 <= grid[0] * grid[1] * grid[2] <= 264
+        assert len({tuple(sorted(q.items())) for q in got}) == len(got)
+    prob = parse_shape("128x128x16384")
+    with_cluster = smoke.pick_instances(fam, prob, 2, random.Random(0), valid, cluster=12)
+    assert sum(p["CLUSTER_K"] > 1 for p in with_cluster) >= 8
+    assert not any(p["CLUSTER_K"] > 1 for p in smoke.pick_instances(fam, prob, 2, random.Random(0), valid)[:-2])

@@ -41,6 +41,7 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //     reads 3 + SPLIT_K/4 - 1 partials instead of SPLIT_K - 1.
 //   * EPI: 0 stores C straight from the mma fragments (half2); 1 stages the tile in shared
 //     memory (padded rows) and writes whole 16-byte row chunks (N % 8 == 0, else as EPI 0).
+//   * OCC: 2 caps the registers so that two 8-warp CTAs share an SM (<= 128 per thread).
 //   * CLUSTER_K (sm_90a): the CLUSTER_K CTAs of a thread-block cluster (compile-time
 //     __cluster_dims__(1, 1, CLUSTER_K), consecutive grid z) split a tile's K range further.
 //     Each stages its fp32 partial in its own shared memory (row-major, padded rows), one
@@ -72,6 +73,7 @@ constexpr int STAGES_MAX = {{STAGES}};   // ring depth asked for; STAGES: what a
 constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int EPI = {{EPI}};
 constexpr int RED = {{RED}};
+constexpr int OCC = {{OCC}};               // CTAs per SM the register budget must allow (__launch_bounds__)
 constexpr int CLUSTER_K = {{CLUSTER_K}};   // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 constexpr int CL = 1;                      // no clusters before sm_90: the cluster's CTAs are global splits
@@ -297,7 +299,7 @@ __device__ __forceinline__ void sum_slots(float (&acc)[MI][NI][4], const float4*
 #define EVO_SMALL_CLUSTER
 #endif
 
-extern "C" __global__ void EVO_SMALL_CLUSTER __launch_bounds__(THREADS, 1)
+extern "C" __global__ void EVO_SMALL_CLUSTER __launch_bounds__(THREADS, OCC)
 evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
          int, int, int, float* __restrict__ workspace)
 {
