@@ -78,7 +78,7 @@ def profile(a, items, results, summary, out: dict, t0: float) -> None:
     if row is None:
         print(f"profile: {a.profile} was not timed", flush=True)
         return
-    prof = Profiler(timeout_s=60.0, say=lambda s: print(s, flush=True))
+    prof = Profiler(timeout_s=45.0, say=lambda s: print(s, flush=True))
     by_label = {lb: ks for lb, _, ks in items}
     for _, label in (row[4], row[3]):
         if label not in by_label:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deadline", type=float, default=170.0, help="skip shapes not started after this many seconds")
     ap.add_argument("--eval-timeout", type=float, default=40.0, help="seconds one check may take (a hang costs this)")
     ap.add_argument("--profile", default="", help="a timed shape: ncu metrics of its best EPI>0 and EPI=0 instances")
-    ap.add_argument("--profile-deadline", type=float, default=215.0, help="start no ncu run after this many seconds")
+    ap.add_argument("--profile-deadline", type=float, default=160.0, help="start no ncu run after this many seconds")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--plan-only", action="store_true", help="render and list the instances; no compile, no GPU")
     a = ap.parse_args(argv)
@@ -141,8 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     out: dict = {"gpu": info.name, "instances": {lb: p for lb, p, _ in items}, "shapes": {}}
     summary = []
     dropped: dict[str, str] = {}  # label -> why: crashed or hung once, not tried again
+
+    def save() -> None:  # after every shape: a run cut short keeps what it measured
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "output_bound_smoke.json").write_text(json.dumps(out, indent=1, default=str))
+
     try:
         for shape in check_only + timed:
+            save()
             if time.monotonic() - t0 > a.deadline:
                 print(f"{shape}: skipped, past the {a.deadline:.0f} s deadline", flush=True)
                 continue
@@ -206,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             summary.append((shape, best_lib, libs.get(best_lib, 0.0), e0, e1))
     finally:
         w.stop()
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "output_bound_smoke.json").write_text(json.dumps(out, indent=1, default=str))
+        save()
     if a.profile:
         profile(a, items, results, summary, out, t0)
     print("| shape | best library | us | best EPI=0 | us | x lib | best EPI>0 | us | x lib |")
