@@ -107,6 +107,9 @@ CLUSTER_PICKS = {
         dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLUSTER_K=1, EPI=1, OCC=2),
     ],
     "128x12288x256": [
+        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=1),
+        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=0),
+        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, BK=32, STAGES=6, SPLIT_K=1, CLUSTER_K=1, EPI=1),
         dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=1),
         dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLUSTER_K=1, EPI=1),
         dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=2, OCC=2),
@@ -145,8 +148,10 @@ def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
     kt_all = cdiv(prob.k, 64)
     out = []
     for bm in (32, 64, 128):
-        for bn in (32, 64, 128):
+        for bn in (32, 64, 96, 128):
             if bm > 2 * max(prob.m, 16) or bn > 2 * max(prob.n, 16):
+                continue
+            if bn % 32 and cdiv(prob.n, bn) * bn > 1.25 * prob.n:  # 96-col tiles only where they pad little
                 continue
             tiles = cdiv(prob.m, bm) * cdiv(prob.n, bn)
             layouts = [(2, 4, 1), (4, 2, 1)] if bm * bn >= 8192 else []

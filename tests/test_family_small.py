@@ -349,6 +349,7 @@ _S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_
     (dict(_S, BM=64, BN=128, BK=32, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=3, EPI=1), 70, 136, 96),    # 8 warps
     (dict(_S, BM=16, BN=32, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=2, SPLIT_K=8, RED=1, EPI=1), 16, 40, 256),
     (dict(_S, BM=16, BN=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, EPI=1), 20, 33, 64),              # N % 8 != 0: direct
+    (dict(_S, BM=32, BN=96, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, EPI=1), 40, 200, 96),   # 96-col tiles
 ])
 def test_index_model(p, M, N, K):
     assert family().valid(p)
@@ -362,6 +363,7 @@ def test_index_model(p, M, N, K):
     (dict(_S, BM=16, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLUSTER_K=8), 20, 70, 512),
     (dict(_S, BM=64, BN=32, BK=64, WARPS_M=2, WARPS_N=2, WARPS_K=1, STAGES=4, SPLIT_K=4, CLUSTER_K=2), 64, 32, 1024),
     (dict(_S, BM=32, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, STAGES=3, CLUSTER_K=2), 33, 18, 64),    # N % 4 != 0
+    (dict(_S, BM=16, BN=96, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLUSTER_K=2), 16, 100, 128),
 ])
 def test_index_model_cluster(p, M, N, K):
     """The cluster reduce (sm_90a build) and the same instance built for sm_80 (its CTAs as global splits)."""
@@ -391,6 +393,7 @@ _COMPILE = [
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLUSTER_K=4), "100x200x1024", "sm_90a"),
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLUSTER_K=4), "100x200x1024", "sm_80"),
     (dict(_S, BM=128, BN=128, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=3, SPLIT_K=8, CLUSTER_K=8), "128x128x16384", "sm_90a"),
+    (dict(_S, BM=128, BN=96, WARPS_M=4, WARPS_N=2, WARPS_K=1, STAGES=3, EPI=1), "128x12288x256", "sm_90a"),
 ]
 
 

@@ -19,7 +19,7 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //     pins it): no runtime divisions, edge predicates vanish where the tiles divide the shape,
 //     and there the K loop (KT_PER tiles of BK) is fully unrolled up to 64 tiles.
 //   * Tiny CTAs: 1-4 warps, tiles from 16 rows (BM 16..128, BN 16..128; 8 warps for tiles of
-//     64x128 and up), so small outputs still give many CTAs; the tile is taken straight from
+//     64x128 / 128x96 and up), so small outputs still give many CTAs; the tile is taken straight from
 //     blockIdx (no rasterizer).
 //   * The first cp.async is issued right after the tile origin is known: the prologue's
 //     STAGES-1 tiles go out before the accumulators are even cleared.
