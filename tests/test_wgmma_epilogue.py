@@ -191,3 +191,14 @@ def test_ptx_cluster_multicast(fam, tmp_path):
     one = _ptx(fam.render({"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1}), tmp_path)
     assert "cluster" not in one.replace("fence.mbarrier_init.release.cluster", "").replace(
         "shared::cluster.global", "")
+
+
+def test_geometry_of_params_from_before_the_epilogue_parameters(fam):
+    # archived / exported kernels carry no EPI, EPI_HINT, CLUSTER: their geometry is the defaults' (the old kernel)
+    from evo.space import FamilySpace
+
+    sp = FamilySpace(fam)
+    old = {k: v for k, v in fam.default_params().items() if k not in ("EPI", "EPI_HINT", "CLUSTER")}
+    prob = Problem(4096, 4096, 1024)
+    g = sp.geometry(old, prob, 132)
+    assert g is not None and g == sp.geometry(fam.default_params(), prob, 132)
