@@ -75,45 +75,45 @@ _CW4 = {"BK": 64, "WARPS_M": 2, "WARPS_N": 2, "WARPS_K": 1, "EPI": 0, "RED": 0, 
 _CW2 = {"BK": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "EPI": 0, "RED": 0, "OCC": 1}
 CLUSTER_PICKS = {
     "128x128x16384": [
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLUSTER_K=8),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLUSTER_K=8, OCC=2),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=8, CLUSTER_K=8),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=32, CLUSTER_K=4, OCC=2),
-        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=8, CLUSTER_K=8, OCC=2),
-        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=16, CLUSTER_K=4, OCC=2),
-        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLUSTER_K=8),
-        dict(_CW4, BM=32, BN=64, STAGES=6, SPLIT_K=2, CLUSTER_K=8),
-        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
-        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=2, CLUSTER_K=4),
-        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
-        dict(_CW2, BM=32, BN=16, STAGES=6, SPLIT_K=1, CLUSTER_K=8, WARPS_M=2, WARPS_N=1),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLK=8),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLK=8, OCC=2),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=8, CLK=8),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=32, CLK=4, OCC=2),
+        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=8, CLK=8, OCC=2),
+        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=16, CLK=4, OCC=2),
+        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLK=8),
+        dict(_CW4, BM=32, BN=64, STAGES=6, SPLIT_K=2, CLK=8),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=1, CLK=8),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=2, CLK=4),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLK=8),
+        dict(_CW2, BM=32, BN=16, STAGES=6, SPLIT_K=1, CLK=8, WARPS_M=2, WARPS_N=1),
     ],
     "128x64x4096": [
-        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
-        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=2, CLUSTER_K=4),
-        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=2, CLUSTER_K=8),
-        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=8, CLUSTER_K=8),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLK=8),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=2, CLK=4),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=2, CLK=8),
+        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=8, CLK=8),
     ],
     "64x128x2048": [
-        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
-        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=4),
-        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=1, CLUSTER_K=8),
-        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLUSTER_K=8),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLK=8),
+        dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLK=4),
+        dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=1, CLK=8),
+        dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLK=8),
     ],
     "4096x512x256": [
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=1),
-        dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLUSTER_K=1, EPI=1),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=2),
-        dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLUSTER_K=1, EPI=1, OCC=2),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLK=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=2),
+        dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLK=1, EPI=1, OCC=2),
     ],
     "128x12288x256": [
-        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=1),
-        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=0),
-        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, BK=32, STAGES=6, SPLIT_K=1, CLUSTER_K=1, EPI=1),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=1, EPI=1),
-        dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLUSTER_K=1, EPI=1),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLUSTER_K=2, OCC=2),
-        dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLUSTER_K=1, EPI=1, OCC=2),
+        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLK=1, EPI=1),
+        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLK=1, EPI=0),
+        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, BK=32, STAGES=6, SPLIT_K=1, CLK=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLK=1, EPI=1),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=2, OCC=2),
+        dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLK=1, EPI=1, OCC=2),
     ],
 }
 
@@ -121,7 +121,7 @@ CLUSTER_PICKS = {
 def cluster_estimate_us(p: dict, prob: Problem) -> float:
     """Rough latency of an instance with its L2 -> SM operand traffic, DRAM time, resident clusters, the cluster
     (DSMEM) and global reduce. A ranking aid for which --cluster instances the smoke compiles, not a measurement."""
-    bm, bn, bk, cl, sk = p["BM"], p["BN"], p["BK"], p.get("CLUSTER_K", 1), p["SPLIT_K"]
+    bm, bn, bk, cl, sk = p["BM"], p["BN"], p["BK"], p.get("CLK", 1), p["SPLIT_K"]
     warps = p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"]
     tiles = cdiv(prob.m, bm) * cdiv(prob.n, bn)
     ctas = tiles * sk * cl
@@ -143,8 +143,8 @@ def cluster_estimate_us(p: dict, prob: Problem) -> float:
 
 
 def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
-    """Up to n instances with tiles of 32x32..128x128 (8 warps from 64x128), CLUSTER_K / SPLIT_K such that the CTAs
-    make about one wave: CLUSTER_PICKS, then the best of cluster_estimate_us; one per (tile, BK, CLUSTER_K, SPLIT_K, OCC)."""
+    """Up to n instances with tiles of 32x32..128x128 (8 warps from 64x128), CLK / SPLIT_K such that the CTAs
+    make about one wave: CLUSTER_PICKS, then the best of cluster_estimate_us; one per (tile, BK, CLK, SPLIT_K, OCC)."""
     kt_all = cdiv(prob.k, 64)
     out = []
     for bm in (32, 64, 128):
@@ -164,7 +164,7 @@ def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
                             continue
                         for occ in ((1, 2) if wm * wn * wk == 8 and ctas > SMS // 2 else (1,)):
                             base = {"BM": bm, "BN": bn, "BK": 64, "WARPS_M": wm, "WARPS_N": wn, "WARPS_K": wk,
-                                    "SPLIT_K": sk, "CLUSTER_K": cl, "OCC": occ, "EPI": int(cl == 1 and sk == 1), "RED": 0}
+                                    "SPLIT_K": sk, "CLK": cl, "OCC": occ, "EPI": int(cl == 1 and sk == 1), "RED": 0}
                             for stages in (8, 6, 4, 3, 2):  # the deepest ring that fits (a split's K tiles + 1 at most)
                                 q = dict(base, STAGES=stages)
                                 if fam.valid(q):
@@ -173,7 +173,7 @@ def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
     out.sort(key=lambda q: cluster_estimate_us(q, prob))
     picked, seen = [], set()
     for q in [fam.complete(q) for q in CLUSTER_PICKS.get(prob.key, [])] + out:
-        key = (q["BM"], q["BN"], q["BK"], q["CLUSTER_K"], q["SPLIT_K"], q["OCC"])
+        key = (q["BM"], q["BN"], q["BK"], q["CLK"], q["SPLIT_K"], q["OCC"])
         if key not in seen and fam.render(q, prob).accepts(prob, SMS):
             seen.add(key)
             picked.append(q)
@@ -187,9 +187,9 @@ def pick_instances(fam: Family, prob: Problem, n: int, rng: random.Random, valid
     once by the caller: the space has ~90k points to check)."""
     # the family's `requires` without rendering each instance (checked on the rendered kernels below)
     valid = list(fam.valid_instances()) if valid is None else valid
-    ok = [p for p in valid if prob.k % 8 == 0 and cdiv(prob.k, p["BK"]) % (p["SPLIT_K"] * p["CLUSTER_K"]) == 0]
+    ok = [p for p in valid if prob.k % 8 == 0 and cdiv(prob.k, p["BK"]) % (p["SPLIT_K"] * p["CLK"]) == 0]
     ranked, seen = [], set()
-    for p in sorted((p for p in ok if p["CLUSTER_K"] == 1), key=lambda p: estimate_us(p, prob)):  # diverse: one per tile, depth, split and warp split
+    for p in sorted((p for p in ok if p["CLK"] == 1), key=lambda p: estimate_us(p, prob)):  # diverse: one per tile, depth, split and warp split
         key = (p["BM"], p["BN"], p["BK"], p["SPLIT_K"], p["WARPS_K"])
         if key not in seen:
             seen.add(key)

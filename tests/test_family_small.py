@@ -43,8 +43,8 @@ def test_space_starts_and_ci_instances():
     assert len(fam.start_instances()) == 1 + len(fam.starts)
     valid = _valid()
     assert len(valid) >= 200
-    assert any(p["CLUSTER_K"] > 1 for p in valid)
-    assert all(p["RED"] == 0 and p["EPI"] == 0 for p in valid if p["CLUSTER_K"] > 1)
+    assert any(p["CLK"] > 1 for p in valid)
+    assert all(p["RED"] == 0 and p["EPI"] == 0 for p in valid if p["CLK"] > 1)
     for p in valid:
         threads = p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32
         assert 32 <= threads <= 128 or (threads == 256 and p["BM"] * p["BN"] >= 64 * 128)
@@ -77,11 +77,11 @@ def test_launch_geometry(shape):
     prob = parse_shape(shape)
     rng = random.Random(3)
     valid = list(_valid())
-    clustered = [p for p in valid if p["CLUSTER_K"] > 1]
+    clustered = [p for p in valid if p["CLK"] > 1]
     n_ok = 0
     for p in rng.sample(valid, 80) + rng.sample(clustered, 40) + fam.start_instances():
         ks = fam.render(p, prob)
-        S, CK = p["SPLIT_K"], p["CLUSTER_K"]
+        S, CK = p["SPLIT_K"], p["CLK"]
         if not ks.accepts(prob):
             assert -(-prob.k // p["BK"]) % (S * CK) != 0
             continue
@@ -107,12 +107,12 @@ def test_launch_geometry(shape):
 
 
 def _model_small(p, M, N, K, seed, clusters=True):
-    """clusters: the sm_90a build (CLUSTER_K CTAs reduce on chip); False: the sm_80 build (they are global splits)."""
+    """clusters: the sm_90a build (CLK CTAs reduce on chip); False: the sm_80 build (they are global splits)."""
     BM, BN, BK = p["BM"], p["BN"], p["BK"]
     WARPS_M, WARPS_N, WARPS_K, STAGES, SPLIT_K = p["WARPS_M"], p["WARPS_N"], p["WARPS_K"], p["STAGES"], p["SPLIT_K"]
-    CLUSTER_K = p.get("CLUSTER_K", 1)
-    SPLITS = SPLIT_K * CLUSTER_K                 # CTAs along K (grid z)
-    CL = CLUSTER_K if clusters else 1
+    CLK = p.get("CLK", 1)
+    SPLITS = SPLIT_K * CLK                 # CTAs along K (grid z)
+    CL = CLK if clusters else 1
     GSPLIT = SPLITS // CL                        # splits reduced through the workspace ticket
     WARPS_MN = WARPS_M * WARPS_N
     THREADS = WARPS_MN * WARPS_K * 32
@@ -336,7 +336,7 @@ def _model_small(p, M, N, K, seed, clusters=True):
     assert (ticket == 0).all() and (gticket == 0).all(), "split-K tickets back at zero"
 
 
-_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0, CLUSTER_K=1, OCC=1)
+_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0, CLK=1, OCC=1)
 
 
 @pytest.mark.parametrize("p,M,N,K", [
@@ -359,11 +359,11 @@ def test_index_model(p, M, N, K):
 
 
 @pytest.mark.parametrize("p,M,N,K", [
-    (dict(_S, BM=32, BN=32, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, STAGES=3, CLUSTER_K=4), 40, 36, 256),   # on chip only
-    (dict(_S, BM=16, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLUSTER_K=8), 20, 70, 512),
-    (dict(_S, BM=64, BN=32, BK=64, WARPS_M=2, WARPS_N=2, WARPS_K=1, STAGES=4, SPLIT_K=4, CLUSTER_K=2), 64, 32, 1024),
-    (dict(_S, BM=32, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, STAGES=3, CLUSTER_K=2), 33, 18, 64),    # N % 4 != 0
-    (dict(_S, BM=16, BN=96, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLUSTER_K=2), 16, 100, 128),
+    (dict(_S, BM=32, BN=32, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, STAGES=3, CLK=4), 40, 36, 256),   # on chip only
+    (dict(_S, BM=16, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLK=8), 20, 70, 512),
+    (dict(_S, BM=64, BN=32, BK=64, WARPS_M=2, WARPS_N=2, WARPS_K=1, STAGES=4, SPLIT_K=4, CLK=2), 64, 32, 1024),
+    (dict(_S, BM=32, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, STAGES=3, CLK=2), 33, 18, 64),    # N % 4 != 0
+    (dict(_S, BM=16, BN=96, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLK=2), 16, 100, 128),
 ])
 def test_index_model_cluster(p, M, N, K):
     """The cluster reduce (sm_90a build) and the same instance built for sm_80 (its CTAs as global splits)."""
@@ -371,7 +371,7 @@ def test_index_model_cluster(p, M, N, K):
     ks = family().render(p, prob)
     assert family().valid(p) and ks.accepts(prob)
     spec = ks.launch(prob, 132)
-    assert spec.grid[2] == p["SPLIT_K"] * p["CLUSTER_K"]
+    assert spec.grid[2] == p["SPLIT_K"] * p["CLK"]
     for seed in range(2):
         _model_small(p, M, N, K, seed, clusters=True)
         _model_small(p, M, N, K, seed, clusters=False)
@@ -390,9 +390,9 @@ _COMPILE = [
     (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=6), "100x200x1000", "sm_90a"),
     (dict(_S, BM=64, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, EPI=1), "100x200x1000", "sm_90a"),
     # cluster split-K (DSMEM reduce) with a global split on top, off-tile; built for sm_80 it has no cluster
-    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLUSTER_K=4), "100x200x1024", "sm_90a"),
-    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLUSTER_K=4), "100x200x1024", "sm_80"),
-    (dict(_S, BM=128, BN=128, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=3, SPLIT_K=8, CLUSTER_K=8), "128x128x16384", "sm_90a"),
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLK=4), "100x200x1024", "sm_90a"),
+    (dict(_S, BM=32, BN=64, WARPS_M=1, WARPS_N=2, WARPS_K=2, STAGES=3, SPLIT_K=2, CLK=4), "100x200x1024", "sm_80"),
+    (dict(_S, BM=128, BN=128, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=3, SPLIT_K=8, CLK=8), "128x128x16384", "sm_90a"),
     (dict(_S, BM=128, BN=96, WARPS_M=4, WARPS_N=2, WARPS_K=1, STAGES=3, EPI=1), "128x12288x256", "sm_90a"),
 ]
 
@@ -432,7 +432,7 @@ def test_first_cp_async_within_the_first_instructions(tmp_path):
     assert not any(re.match(r"(div|rem)\.", l) for l in instrs), "a runtime division in the kernel"
 
 
-_CLUSTER = dict(_S, BM=64, BN=128, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=4, SPLIT_K=8, CLUSTER_K=8)
+_CLUSTER = dict(_S, BM=64, BN=128, WARPS_M=2, WARPS_N=4, WARPS_K=1, STAGES=4, SPLIT_K=8, CLK=8)
 
 
 def _ptx(tmp_path, text, arch):
@@ -448,7 +448,7 @@ def _ptx(tmp_path, text, arch):
 
 @pytest.mark.nvcc
 def test_cluster_reduce_ptx(tmp_path):
-    """sm_90a: a compile-time cluster of CLUSTER_K CTAs along z, release/acquire cluster barriers around the
+    """sm_90a: a compile-time cluster of CLK CTAs along z, release/acquire cluster barriers around the
     distributed-shared-memory reads, the acq_rel ticket for the global split, no sequentially consistent fence.
     sm_80: the same instance has no cluster instruction at all (its CTAs are global splits)."""
     text = family().render(_CLUSTER, parse_shape("128x128x16384")).text
@@ -522,5 +522,5 @@ def test_smoke_cluster_instances_make_about_one_wave():
         assert len({tuple(sorted(q.items())) for q in got}) == len(got)
     prob = parse_shape("128x128x16384")
     with_cluster = smoke.pick_instances(fam, prob, 2, random.Random(0), valid, cluster=12)
-    assert sum(p["CLUSTER_K"] > 1 for p in with_cluster) >= 8
-    assert not any(p["CLUSTER_K"] > 1 for p in smoke.pick_instances(fam, prob, 2, random.Random(0), valid)[:-2])
+    assert sum(p["CLK"] > 1 for p in with_cluster) >= 8
+    assert not any(p["CLK"] > 1 for p in smoke.pick_instances(fam, prob, 2, random.Random(0), valid)[:-2])

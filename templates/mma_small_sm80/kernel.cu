@@ -3,10 +3,10 @@ family: mma_small_sm80
 archs: [sm_80, sm_90a]
 params: {{PARAMS}}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
-grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLUSTER_K"]
-smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLUSTER_K) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLUSTER_K > 1) * BM * (BN + 8) * 4)"
-workspace: "0 if SPLIT_K * CLUSTER_K == 1 else (SPLIT_K * CLUSTER_K + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K * CLUSTER_K // 4 + 1 + CLUSTER_K) * 4"
-requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % (SPLIT_K * CLUSTER_K) == 0 and M * N * K <= 8589934592"
+grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
+smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4)"
+workspace: "0 if SPLIT_K * CLK == 1 else (SPLIT_K * CLK + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K * CLK // 4 + 1 + CLK) * 4"
+requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, BK) % (SPLIT_K * CLK) == 0 and M * N * K <= 8589934592"
 ---*/
 // Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a). It takes shapes of
 // up to 2^33 multiply-adds (~17 GFLOP, ~25 us on an H200): beyond that the libraries' and the wgmma families'
@@ -42,19 +42,19 @@ requires: "M == {{M}} and N == {{N}} and K == {{K}} and K % 8 == 0 and cdiv(K, B
 //   * EPI: 0 stores C straight from the mma fragments (half2); 1 stages the tile in shared
 //     memory (padded rows) and writes whole 16-byte row chunks (N % 8 == 0, else as EPI 0).
 //   * OCC: 2 caps the registers so that two 8-warp CTAs share an SM (<= 128 per thread).
-//   * CLUSTER_K (sm_90a): the CLUSTER_K CTAs of a thread-block cluster (compile-time
-//     __cluster_dims__(1, 1, CLUSTER_K), consecutive grid z) split a tile's K range further.
-//     Each stages its fp32 partial in its own shared memory (row-major, padded rows), one
-//     cluster barrier (arrive.release / wait.acquire), then cluster rank r sums C-row slice r
-//     (BM / CLUSTER_K rows) over the CLUSTER_K partials in fixed order 0..CLUSTER_K-1, read
-//     through distributed shared memory (mapa + ld.shared::cluster), and stores C (8-byte
+//   * CLK (sm_90a): the CLK CTAs of a thread-block cluster (compile-time __cluster_dims__(1, 1,
+//     CLK), consecutive grid z) split a tile's K range further. Each stages its fp32 partial in
+//     its own shared memory (row-major, padded rows), one cluster barrier (arrive.release /
+//     wait.acquire), then cluster rank r sums C-row slice r (BM / CLK rows) over the CLK
+//     partials in fixed order 0..CLK-1, read through distributed shared memory (mapa + ld.shared::cluster), and stores C (8-byte
 //     half4 rows). With SPLIT_K > 1 on top, rank r publishes its fp32 slice instead and takes
 //     the acq_rel ticket of (tile, r); the last of the SPLIT_K clusters sums the slices in
 //     order g = 0..SPLIT_K-1 and stores C. A second cluster barrier before exit keeps each
 //     CTA's shared memory alive while its peers read it. No partial goes through L2 when
 //     SPLIT_K == 1. Built for sm_80 (no clusters), the same instance treats the cluster's
-//     CTAs as SPLIT_K * CLUSTER_K global splits (the ticket path above): correct everywhere,
-//     the cluster reduce only where the hardware has it.
+//     CTAs as SPLIT_K * CLK global splits (the ticket path above): correct everywhere, the
+//     cluster reduce only where the hardware has it. (CLK: the name evo.prior, the cost model
+//     and the mutation moves know for "cluster CTAs splitting K", as in wgmma_skinny_sm90.)
 #include <cuda_fp16.h>
 #include <cstdint>
 
@@ -74,14 +74,14 @@ constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int EPI = {{EPI}};
 constexpr int RED = {{RED}};
 constexpr int OCC = {{OCC}};               // CTAs per SM the register budget must allow (__launch_bounds__)
-constexpr int CLUSTER_K = {{CLUSTER_K}};   // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
+constexpr int CLK = {{CLK}};               // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 constexpr int CL = 1;                      // no clusters before sm_90: the cluster's CTAs are global splits
 #else
-constexpr int CL = CLUSTER_K;
+constexpr int CL = CLK;
 #endif
-constexpr int SPLITS = SPLIT_K * CLUSTER_K;  // CTAs along K (grid z)
-constexpr int GSPLIT = SPLITS / CL;          // K splits reduced through global memory (acq_rel ticket)
+constexpr int SPLITS = SPLIT_K * CLK;      // CTAs along K (grid z)
+constexpr int GSPLIT = SPLITS / CL;        // K splits reduced through global memory (acq_rel ticket)
 
 constexpr int WARPS_MN = WARPS_M * WARPS_N;
 constexpr int THREADS = WARPS_MN * WARPS_K * 32;
@@ -124,9 +124,9 @@ static_assert(kK % 8 == 0, "16-byte chunks never straddle the K edge");
 static_assert(STAGES >= 2, "need at least double buffering");
 static_assert(FRAG4 * 4 == BM * BN, "fragments cover the tile");
 static_assert(GSPLIT % GS == 0, "the reduce groups split the global splits evenly");
-static_assert(CLUSTER_K == 1 || CLUSTER_K == 2 || CLUSTER_K == 4 || CLUSTER_K == 8, "portable cluster size");
+static_assert(CLK == 1 || CLK == 2 || CLK == 4 || CLK == 8, "portable cluster size");
 static_assert(BM % CL == 0, "the tile's rows split evenly over the cluster ranks");
-static_assert(CLUSTER_K == 1 || (RED == 0 && EPI == 0), "the cluster reduce writes C itself");
+static_assert(CLK == 1 || (RED == 0 && EPI == 0), "the cluster reduce writes C itself");
 
 __device__ __forceinline__ int swz(int L) { return L ^ ((L >> 3) & 7); }
 
@@ -293,8 +293,8 @@ __device__ __forceinline__ void sum_slots(float (&acc)[MI][NI][4], const float4*
 
 }  // namespace
 
-#if {{CLUSTER_K}} > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
-#define EVO_SMALL_CLUSTER __cluster_dims__(1, 1, CLUSTER_K)
+#if {{CLK}} > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define EVO_SMALL_CLUSTER __cluster_dims__(1, 1, CLK)
 #else
 #define EVO_SMALL_CLUSTER
 #endif
@@ -417,7 +417,7 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
         }
     }
 
-    // ---- CLUSTER_K (sm_90+): the cluster's partials summed on chip, rank r owns C rows [r * RS, (r + 1) * RS) ----
+    // ---- CLK (sm_90+): the cluster's partials summed on chip, rank r owns C rows [r * RS, (r + 1) * RS) ----
     if constexpr (CL > 1) {
         float* red = reinterpret_cast<float*>(smem);     // [BM][RP] fp32, this CTA's partial
         __syncthreads();                                 // every warp is done with the ring / WARPS_K buffer
