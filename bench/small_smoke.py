@@ -118,6 +118,15 @@ CLUSTER_PICKS = {
 }
 
 
+# --cluster also checks (and times) the cluster reduce on off-tile shapes: row / column predicates, N % 4 != 0, off-tile K
+CLUSTER_CHECKS = [
+    (dict(_CW4, BM=32, BN=64, STAGES=3, SPLIT_K=2, CLK=4), "100x200x1000"),
+    (dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLK=8), "77x202x1024"),
+    (dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=4, CLK=2, OCC=2), "130x250x4096"),
+    (dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLK=1, EPI=1), "200x1000x256"),
+]
+
+
 def cluster_estimate_us(p: dict, prob: Problem) -> float:
     """Rough latency of an instance with its L2 -> SM operand traffic, DRAM time, resident clusters, the cluster
     (DSMEM) and global reduce. A ranking aid for which --cluster instances the smoke compiles, not a measurement."""
@@ -275,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cluster", type=int, default=0, metavar="N",
                     help="also N instances per shape from cluster_instances (8-warp tiles, split-K in clusters / across them)")
     ap.add_argument("--top", type=int, default=1, help="print this many fastest instances per shape")
+    ap.add_argument("--eval-timeout", type=float, default=120.0, help="seconds one evaluation may take (a hung kernel)")
     a = ap.parse_args(argv)
 
     from evo.compile import Compiler
@@ -287,8 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     fam = load_families(names=[FAMILY])[0]
     rng = random.Random(12)
     problems = [parse_shape(s) for s in a.shapes.split(",") if s]
-    if a.per_shape < 0 or a.cluster < 0 or a.top < 1:
-        ap.error("--per-shape and --cluster take a count >= 0, --top >= 1")
+    if a.per_shape < 0 or a.cluster < 0 or a.top < 1 or a.eval_timeout <= 0:
+        ap.error("--per-shape and --cluster take a count >= 0, --top >= 1, --eval-timeout > 0")
     valid = list(fam.valid_instances())
     plan = {prob.key: [(p, fam.render(p, prob)) for p in pick_instances(fam, prob, a.per_shape, rng, valid, a.cluster)]
             for prob in problems}
@@ -309,9 +319,12 @@ def main(argv: list[str] | None = None) -> int:
             ordering.append((name, shape, ks, KernelSource.parse(sc_variant(ks.text))))
         items += [(k, "sm_90a") for _, _, ks, sc in ordering for k in (ks, sc)]
     extra = []
+    if a.cluster:  # the cluster paths on off-tile shapes (edge predicates, N % 4 != 0, 96-col tiles): correctness
+        fams = {f.name: f for f in load_families()}
+        extra += [(FAMILY, shape, fams[FAMILY].render(params, parse_shape(shape))) for params, shape in CLUSTER_CHECKS]
     if a.extra:
         fams = {f.name: f for f in load_families()}
-        extra = [(name, shape, fams[name].render(params, parse_shape(shape))) for name, params, shape in EXTRA]
+        extra += [(name, shape, fams[name].render(params, parse_shape(shape))) for name, params, shape in EXTRA]
         items += [(ks, "sm_90a") for _, _, ks in extra]
     results = {r.hash: r for r in comp.compile_many(items, 0)}
     bad = [r for r in results.values() if not r.ok]
@@ -339,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                     row.update(ok=False, error="compile: " + r.error[:200])
                 else:
                     try:
-                        ev = w.call("evaluate", timeout_s=120, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+                        ev = w.call("evaluate", timeout_s=a.eval_timeout, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
                         row.update(ok=ev.ok, us=ev.time_us, cublas_us=ev.cublas_us, error=ev.error[:200])
                     except WorkerFault as e:
                         row.update(ok=False, error=f"worker: {e}"[:200])
@@ -368,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
                     times[label] = "compile: " + r.error[:100]
                     continue
                 try:
-                    ev = w.call("evaluate", timeout_s=120, problem=prob, source=k.text, cubin=r.cubin_path, h=k.hash)
+                    ev = w.call("evaluate", timeout_s=a.eval_timeout, problem=prob, source=k.text, cubin=r.cubin_path, h=k.hash)
                     times[label] = round(ev.time_us, 2) if ev.ok else "FAIL " + ev.error[:100]
                     times[label + "_cublas"] = round(ev.cublas_us, 2)
                 except WorkerFault as e:
@@ -385,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["error"] = "requires rejects the shape"
             else:
                 try:
-                    ev = w.call("evaluate", timeout_s=120, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+                    ev = w.call("evaluate", timeout_s=a.eval_timeout, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
                     row.update(ok=ev.ok, us=round(ev.time_us, 2), cublas_us=round(ev.cublas_us, 2), error=ev.error[:150])
                 except WorkerFault as e:
                     row["error"] = f"worker: {e}"[:150]

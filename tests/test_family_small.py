@@ -520,6 +520,8 @@ def test_smoke_cluster_instances_make_about_one_wave():
             grid = ks.launch(prob, 132).grid
             assert 64 <= grid[0] * grid[1] * grid[2] <= 264
         assert len({tuple(sorted(q.items())) for q in got}) == len(got)
+    for q, shape in smoke.CLUSTER_CHECKS:  # the off-tile correctness checks of --cluster
+        assert fam.valid(fam.complete(q)) and fam.render(q, parse_shape(shape)).accepts(parse_shape(shape), 132)
     prob = parse_shape("128x128x16384")
     with_cluster = smoke.pick_instances(fam, prob, 2, random.Random(0), valid, cluster=12)
     assert sum(p["CLK"] > 1 for p in with_cluster) >= 8
