@@ -325,13 +325,19 @@ def main(argv: list[str] | None = None) -> int:
     if a.extra:
         fams = {f.name: f for f in load_families()}
         extra += [(name, shape, fams[name].render(params, parse_shape(shape))) for name, params, shape in EXTRA]
-        items += [(ks, "sm_90a") for _, _, ks in extra]
+    items += [(ks, "sm_90a") for _, _, ks in extra]
     results = {r.hash: r for r in comp.compile_many(items, 0)}
     bad = [r for r in results.values() if not r.ok]
     print(f"compiled {len(results)} instances for {len(problems)} shapes in {time.monotonic() - t0:.0f} s, {len(bad)} failed",
           flush=True)
     for r in bad[:5]:
         print(f"  compile failed {r.hash}: {r.error[:200]}")
+
+    def save(result: dict) -> None:
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        tmp = Path(a.out) / "small_smoke.json.tmp"
+        tmp.write_text(json.dumps(result, indent=1, default=str))
+        tmp.replace(Path(a.out) / "small_smoke.json")
 
     w = GpuWorker(cfg)
     info = w.start()
@@ -363,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
             good = sorted((r for r in rows if r["ok"]), key=lambda r: r["us"])
             best = good[0] if good else None
             out["shapes"][prob.key] = {"libraries": lib_us, "instances": rows, "floor_us": floor_us(prob)}
+            save(out)  # after every shape: a run stopped at its time limit keeps what it measured
             sp = f"{lib_us[best_lib] / best['us']:.3f}x" if best and best_lib else "-"
             inst = " ".join(f"{k}={v}" for k, v in best["params"].items()) if best else "(none correct)"
             print(f"{prob.key:>15} {best_lib[:8]:>8} {lib_us.get(best_lib, 0):9.2f} {best['us'] if best else 0:8.2f} {sp:>7} "
@@ -408,8 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                   + " ".join(f"{k}={v}" for k, v in params_short(name, ks.meta.params)), flush=True)
     finally:
         w.stop()
-        Path(a.out).mkdir(parents=True, exist_ok=True)
-        (Path(a.out) / "small_smoke.json").write_text(json.dumps(out, indent=1, default=str))
+        save(out)
     speedups = []
     for key, s in out["shapes"].items():
         good = [r["us"] for r in s["instances"] if r["ok"]]
