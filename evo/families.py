@@ -29,7 +29,7 @@ A family whose template uses ``{{M}}``, ``{{N}}`` or ``{{K}}`` compiles the prob
 """
 from __future__ import annotations
 
-import itertools
+import ast
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,12 +141,38 @@ class Family:
         return KernelSource.parse(text)
 
     def valid_instances(self) -> Iterator[dict[str, Any]]:
-        """Every constraint-valid point of the parameter space, in space order."""
+        """Every constraint-valid point of the parameter space, in space order (that of itertools.product).
+
+        Walked depth first with each constraint checked as soon as every parameter it names is set, so a subtree
+        that already breaks one is never expanded (a space of ~2M points is enumerated in about a second)."""
         names = list(self.space)
-        for combo in itertools.product(*self.space.values()):
-            p = dict(zip(names, combo))
-            if self.valid(p):
-                yield p
+        checks: list[list[str]] = [[] for _ in names]
+        for c in self.constraints:
+            checks[_last_named(c, names)].append(c)
+        values = [self.space[n] for n in names]
+
+        def walk(depth: int, params: dict[str, Any], env: dict[str, int]) -> Iterator[dict[str, Any]]:
+            name = names[depth]
+            for v in values[depth]:
+                params[name] = v
+                if isinstance(v, (int, bool)):
+                    env[name] = int(v)
+                else:
+                    env.pop(name, None)
+                if not all(expr.evaluate(c, env) for c in checks[depth]):
+                    continue
+                if depth + 1 == len(names):
+                    yield dict(params)
+                else:
+                    yield from walk(depth + 1, params, env)
+            del params[name]
+            env.pop(name, None)
+
+        if not names:
+            if self.valid({}):
+                yield {}
+            return
+        yield from walk(0, {}, {})
 
     def start_instances(self) -> list[dict[str, Any]]:
         """The default and the family's known-good starting points (complete, valid ones only)."""
@@ -155,6 +181,21 @@ class Family:
 
     def instances_for_ci(self) -> list[dict[str, Any]]:
         return [self.default_params()] + [self.complete(p) for p in self.ci_instances]
+
+
+def _last_named(constraint: str, names: list[str]) -> int:
+    """Index of the last parameter (in space order) a constraint names: where valid_instances can check it. One it
+    cannot read, or naming anything else, waits for the last parameter (and fails there as Family.valid would)."""
+    try:
+        tree = ast.parse(str(constraint), mode="eval")
+    except SyntaxError:
+        return len(names) - 1
+    calls = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in calls}
+    pos = {n: i for i, n in enumerate(names)}
+    if any(u not in pos for u in used):
+        return len(names) - 1
+    return max((pos[u] for u in used), default=0)
 
 
 def templates_root() -> Path:

@@ -1,0 +1,61 @@
+"""Family.valid_instances walks the space depth first, checking each constraint as soon as the parameters it names
+are set: the same instances in the same order as filtering itertools.product, in a fraction of the time."""
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import pytest
+
+from evo.errors import EvoError
+from evo.families import Family, _last_named, load_families
+
+
+def _brute(fam: Family) -> list[dict]:
+    names = list(fam.space)
+    out = []
+    for combo in itertools.product(*fam.space.values()):
+        p = dict(zip(names, combo))
+        if fam.valid(p):
+            out.append(p)
+    return out
+
+
+def _family(space: dict, constraints: list[str]) -> Family:
+    return Family(name="t", description="", archs=("sm_80",), space={k: tuple(v) for k, v in space.items()},
+                  constraints=tuple(constraints), template="", ci_instances=(), path=Path("."))
+
+
+def test_same_instances_and_order_as_the_product():
+    fam = _family({"A": [4, 1, 2], "B": [0, 1], "C": [8, 16, 32], "D": [1, 0], "S": ["x", "y"]},
+                  ["A * C <= 64", "B == 0 or D == 1", "cdiv(C, A) % 2 == 0", "max(A, D) >= 1", "1 == 1"])
+    assert list(fam.valid_instances()) == _brute(fam)
+    assert len(_brute(fam)) > 5
+    for name in ("mma_sm80", "wgmma_skinny_sm90", "gemv_sm80"):
+        fam = load_families(names=[name])[0]
+        assert list(fam.valid_instances()) == _brute(fam), name
+
+
+def test_constraints_are_checked_where_their_last_parameter_is_set():
+    names = ["A", "B", "C"]
+    assert _last_named("A * 2 <= 8", names) == 0
+    assert _last_named("cdiv(C, A) > 1", names) == 2  # cdiv is a function, not a parameter
+    assert _last_named("B == 1 or 3 > 2", names) == 1
+    assert _last_named("1 == 1", names) == 0
+    assert _last_named("Q > 1", names) == 2           # names no parameter: waits for the last, fails there
+    assert _last_named("A >", names) == 2             # unreadable: the same
+
+
+def test_bad_constraint_still_fails_as_valid_does():
+    fam = _family({"A": [1, 2], "B": [1]}, ["A + Q > 0"])
+    with pytest.raises(EvoError, match="unknown name 'Q'"):
+        list(fam.valid_instances())
+    assert list(_family({}, []).valid_instances()) == [{}]
+
+
+def test_a_large_space_is_enumerated_fast():
+    fam = load_families(names=["mma_small_sm80"])[0]
+    t0 = time.monotonic()
+    n = sum(1 for _ in fam.valid_instances())
+    assert n > 20000 and time.monotonic() - t0 < 10.0  # brute force checks ~1.8M points (~20 s)
