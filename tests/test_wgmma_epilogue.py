@@ -113,7 +113,7 @@ def test_output_bound_smoke_plan():
     from bench.output_bound_smoke import CHECK_ONLY, INSTANCES, TIMED, plan
 
     items = plan(list(INSTANCES), TIMED + CHECK_ONLY)
-    assert {p["EPI"] for _, p, _ in items} == {0, 1, 2}  # today's epilogue next to both TMA-store variants
+    assert {p["EPI"] for _, p, _ in items} >= {0, 1, 2, 4}  # today's epilogue next to 1, 2 and 4 staging buffers
     for label, p, ks in items:
         for s in TIMED + CHECK_ONLY:
             assert ks.accepts(Problem(*(int(x) for x in s.split("x")))), (label, s)
