@@ -101,12 +101,15 @@ CLUSTER_PICKS = {
         dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLK=8),
     ],
     "4096x512x256": [
+        dict(_CW8, BM=128, BN=128, STAGES=5, SPLIT_K=1, CLK=1, EPI=1),   # a ring of 5 (160 KB): all 4 K tiles in flight
         dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=1, EPI=1),
         dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLK=1, EPI=1),
         dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=2),
         dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLK=1, EPI=1, OCC=2),
     ],
     "128x12288x256": [
+        dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=5, SPLIT_K=1, CLK=1, EPI=1),   # ring of 5 (140 KB)
+        dict(_CW8, BM=128, BN=128, STAGES=5, SPLIT_K=1, CLK=1, EPI=1),
         dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLK=1, EPI=1),
         dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLK=1, EPI=0),
         dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, BK=32, STAGES=6, SPLIT_K=1, CLK=1, EPI=1),
@@ -153,7 +156,8 @@ def cluster_estimate_us(p: dict, prob: Problem) -> float:
 
 def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
     """Up to n instances with tiles of 32x32..128x128 (8 warps from 64x128), CLK / SPLIT_K such that the CTAs
-    make about one wave: CLUSTER_PICKS, then the best of cluster_estimate_us; one per (tile, BK, CLK, SPLIT_K, OCC)."""
+    make about one wave: CLUSTER_PICKS, then the best of cluster_estimate_us (rings within 112 KB); one per
+    (tile, BK, CLK, SPLIT_K, OCC, ring, warps, EPI)."""
     kt_all = cdiv(prob.k, 64)
     out = []
     for bm in (32, 64, 128):
@@ -174,15 +178,15 @@ def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
                         for occ in ((1, 2) if wm * wn * wk == 8 and ctas > SMS // 2 else (1,)):
                             base = {"BM": bm, "BN": bn, "BK": 64, "WARPS_M": wm, "WARPS_N": wn, "WARPS_K": wk,
                                     "SPLIT_K": sk, "CLK": cl, "OCC": occ, "EPI": int(cl == 1 and sk == 1), "RED": 0}
-                            for stages in (8, 6, 4, 3, 2):  # the deepest ring that fits (a split's K tiles + 1 at most)
+                            for stages in (8, 6, 4, 3, 2):  # the deepest ring that fits in 112 KB (two CTAs per SM)
                                 q = dict(base, STAGES=stages)
-                                if fam.valid(q):
+                                if fam.valid(q) and stages * (bm + bn) * 64 * 2 <= 112 * 1024:
                                     out.append(q)
                                     break
     out.sort(key=lambda q: cluster_estimate_us(q, prob))
     picked, seen = [], set()
     for q in [fam.complete(q) for q in CLUSTER_PICKS.get(prob.key, [])] + out:
-        key = (q["BM"], q["BN"], q["BK"], q["CLK"], q["SPLIT_K"], q["OCC"])
+        key = (q["BM"], q["BN"], q["BK"], q["CLK"], q["SPLIT_K"], q["OCC"], q["STAGES"], q["WARPS_M"], q["EPI"])
         if key not in seen and fam.render(q, prob).accepts(prob, SMS):
             seen.add(key)
             picked.append(q)
