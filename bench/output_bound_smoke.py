@@ -65,10 +65,11 @@ INSTANCES: dict[str, dict] = {
     "co256x128 s3 epi2 hint g16": {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2, "EPI_HINT": 1, "GROUP": 16},
 }
 # what a run measures by default: the old epilogue (the family default, the old start), the family's TMA-store starts,
-# the runners-up of the first H200 run and the raster variants (--instances all: every entry above)
+# the runners-up of the first H200 run, the raster variants and one CTA-pair instance (--instances all: every entry above)
 DEFAULT = ["pp128x128 s6 epi0", "co128x256 s4 epi0", "co128x256 s3 epi1 hint", "co256x128 s3 epi2 hint",
            "pp128x128 s4 epi2 hint", "co256x128 s3 epi2", "pp64x256 s4 epi1", "co256x128 s4 epi1 hint",
-           "co128x256 s3 epi1 hint g16", "co128x256 s3 epi1 hint g4", "co256x128 s3 epi2 hint g16"]
+           "co128x256 s3 epi1 hint g16", "co128x256 s3 epi1 hint g4", "co256x128 s3 epi2 hint g16",
+           "co256x128 s4 epi1 cl2"]  # the multicast loss, with how many of its clusters fit at once
 TIMED = ["16384x16384x128", "2048x12288x128", "8192x8192x128", "4096x16384x256", "4096x4096x256"]
 CHECK_ONLY = ["2000x12000x128", "200x136x72"]  # off-tile M and N (TMA clips partial and whole boxes), partial K block
 
@@ -90,6 +91,38 @@ def plan(labels: list[str], shapes: list[str]) -> list[tuple[str, dict, object]]
     for s in shapes:
         parse_shape(s)
     return out
+
+
+def max_active_clusters(cubin: str, smem: int, threads: int, grid: int) -> str:
+    """How many thread-block clusters of this kernel (compile-time cluster dims) the GPU holds at once
+    (cuOccupancyMaxActiveClusters): a persistent grid of more clusters runs the rest as a second wave.
+    A diagnostic: any failure comes back as text, never as an exception."""
+    try:
+        from cuda.bindings import driver as cu
+
+        def ok(r):
+            err, *rest = r if isinstance(r, tuple) else (r,)
+            if err != cu.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(getattr(err, "name", str(err)))
+            return rest[0] if len(rest) == 1 else None
+
+        ok(cu.cuInit(0))
+        dev = ok(cu.cuDeviceGet(0))
+        ok(cu.cuCtxSetCurrent(ok(cu.cuDevicePrimaryCtxRetain(dev))))
+        mod = ok(cu.cuModuleLoad(cubin.encode()))
+        try:
+            fn = ok(cu.cuModuleGetFunction(mod, b"evo_gemm"))
+            ok(cu.cuFuncSetAttribute(fn, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
+            cfg = cu.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid, 1, 1
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+            cfg.sharedMemBytes = smem
+            cfg.numAttrs = 0  # the cluster size is compiled in (__cluster_dims__)
+            return str(ok(cu.cuOccupancyMaxActiveClusters(fn, cfg)))
+        finally:
+            cu.cuModuleUnload(mod)
+    except Exception as e:  # noqa: BLE001 - a diagnostic line, whatever went wrong
+        return f"query failed: {type(e).__name__}: {e}"[:200]
 
 
 def profile(a, items, results, summary, out: dict, t0: float) -> None:
@@ -235,6 +268,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         w.stop()
         save()
+    for label, p, ks in items:  # CLUSTER > 1: are all of the persistent grid's clusters resident at once?
+        if p.get("CLUSTER", 1) > 1 and results[ks.hash].ok:
+            spec = ks.launch(parse_shape(timed[0] if timed else "16384x16384x128"), info.sm_count)
+            n = max_active_clusters(results[ks.hash].cubin_path, spec.smem, spec.block[0], spec.grid[0])
+            out.setdefault("max_active_clusters", {})[label] = n
+            print(f"{label}: at most {n} clusters of {p['CLUSTER']} resident; its grid has {spec.grid[0] // p['CLUSTER']}",
+                  flush=True)
+    save()
     if a.profile:
         profile(a, items, results, summary, out, t0)
     print("| shape | best library | us | best EPI=0 | us | x lib | best EPI>0 | us | x lib |")

@@ -164,17 +164,21 @@ def test_output_bound_smoke_runs_with_stand_ins(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(evo.gpu.worker, "GpuWorker", FakeWorker)
     monkeypatch.setattr(evo.profile, "Profiler", _Profiler)
     rc = output_bound_smoke.main(["--shapes", "2048x12288x128", "--check-shapes", "200x136x72",
-                                  "--instances", "pp128x128 s6 epi0,pp128x128 s4 epi2", "--out", str(tmp_path),
+                                  "--instances", "pp128x128 s6 epi0,pp128x128 s4 epi2,co256x128 s4 epi1 cl2",
+                                  "--out", str(tmp_path),
                                   "--profile", "2048x12288x128"])
     assert rc == 0
     out = capsys.readouterr().out
     assert "| 2048x12288x128 | cublaslt_autotune | 45.00 | pp128x128 s6 epi0 |" in out
-    assert "pp128x128 s4 epi2" in out.split("| shape |")[1]
+    summary = out.split("| shape |")[1].splitlines()[2]
+    assert summary.split("|")[7].strip() in ("pp128x128 s4 epi2", "co256x128 s4 epi1 cl2")  # the best EPI > 0 column
     data = json.loads((tmp_path / "output_bound_smoke.json").read_text())
     assert set(data["shapes"]) == {"2048x12288x128", "200x136x72"}
     assert data["shapes"]["2048x12288x128"]["instances"]["pp128x128 s4 epi2"]["us"] > 0
-    assert [e for e, _ in profiled] == [2, 0] and "DRAM throughput, % of peak: 80.0%" in out
-    assert data["profile"]["pp128x128 s4 epi2"]["metrics"]["dram_pct"] == 80.0
+    assert [e > 0 for e, _ in profiled] == [True, False] and "DRAM throughput, % of peak: 80.0%" in out
+    # the cluster-residency query needs a GPU: here it reports its failure in the line instead of raising
+    assert "co256x128 s4 epi1 cl2: at most query failed" in out and "its grid has 66" in out
+    assert all(v["metrics"]["dram_pct"] == 80.0 for v in data["profile"].values())
 
 
 def test_cluster_pairs_share_a(fam, fam_cl):
