@@ -49,15 +49,8 @@ INSTANCES: dict[str, dict] = {
     "co256x128 s4 epi1 cl2": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1, "CLUSTER": 2},   # A multicast in CTA pairs
     "pp128x128 s4 epi2 cl2": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "CLUSTER": 2},
     "co256x128 s4 epi0 cl2": {"BM": 256, "BN": 128, "STAGES": 4, "CLUSTER": 2},
-    # more stores in flight per SM: a shorter ring (K = 128 is 2 k-blocks a tile) for more staging buffers
-    "co256x128 s2 epi4 hint": {"BM": 256, "BN": 128, "STAGES": 2, "EPI": 4, "EPI_HINT": 1},
-    "co256x128 s2 epi4": {"BM": 256, "BN": 128, "STAGES": 2, "EPI": 4},
-    "co256x128 s2 epi3 hint": {"BM": 256, "BN": 128, "STAGES": 2, "EPI": 3, "EPI_HINT": 1},
     "co256x128 s3 epi2 hint": {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2, "EPI_HINT": 1},
-    "co128x256 s2 epi2 hint": {"BM": 128, "BN": 256, "STAGES": 2, "EPI": 2, "EPI_HINT": 1},
     "co128x256 s3 epi1 hint": {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1},
-    "pp128x128 s2 epi4 hint": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 2, "EPI": 4, "EPI_HINT": 1},
-    "co128x128 s3 epi4 hint": {"BM": 128, "BN": 128, "STAGES": 3, "EPI": 4, "EPI_HINT": 1},
     "co128x64 s4 epi2": {"BM": 128, "BN": 64, "STAGES": 4, "EPI": 2},                      # K = 256 mid shapes
     # raster group around the best two (untimed before the final measurement)
     "co128x256 s3 epi1 hint g16": {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "GROUP": 16},

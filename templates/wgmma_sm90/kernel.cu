@@ -96,7 +96,7 @@ static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && EPI <= 4), "TMA-store epilogue: no split-K, no swap, 64-col boxes");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && EPI <= 2), "TMA-store epilogue: no split-K, no swap, 64-col boxes");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
               "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
