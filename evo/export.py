@@ -173,7 +173,9 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
 def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN",
                  only: set[str] | None = None) -> tuple[Path, list[TableRow]]:
     """Write the table for one GPU from the archive (idempotent). Kernel files are rewritten only for the
-    shapes in `only` (all when None) or where missing; table.csv/json always cover every shape."""
+    shapes in `only` (all when None) or where missing; table.csv/json cover every shape of the archive, and keep
+    the rows of the table already there for shapes this archive does not hold (a search on a fresh machine with
+    the committed table adds its shapes to it instead of replacing it)."""
     out = Path(out_dir)
     shapes = sorted({r[0] for r in store.rows(
         "SELECT shape FROM evaluations WHERE gpu=? AND layout=? UNION SELECT shape FROM baselines WHERE gpu=? AND layout=?",
@@ -182,6 +184,7 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
     floor = noise_floor()
     rows = [r for r in (row_for(store, parse_shape(s, layout), gpu, out, ceilings, only is None or s in only, floor)
                         for s in shapes) if r]
+    rows = _with_kept_rows(out / gpu, rows, layout)
     buf = io.StringIO()
     fields = list(TableRow.__dataclass_fields__)
     w = csv.DictWriter(buf, fieldnames=fields)
@@ -203,6 +206,21 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
     atomic_write(out / gpu / "table.json", json.dumps(doc, indent=2))
     write_readme(out)
     return out / gpu, rows
+
+
+def _with_kept_rows(table_dir: Path, rows: list[TableRow], layout: str) -> list[TableRow]:
+    """`rows` plus the existing table's rows (same layout) for shapes `rows` lacks, whose kernel file (if any) is
+    still there; sorted by M, N, K. An unreadable existing table keeps nothing (the archive's rows are written)."""
+    if not (table_dir / "table.json").is_file():
+        return rows
+    try:
+        _, old = read_table(table_dir)
+    except EvoError:
+        return rows
+    have = {r.shape for r in rows}
+    kept = [r for r in old if r.shape not in have and r.layout == layout
+            and (not r.kernel_path or (table_dir.parent / r.kernel_path).is_file())]
+    return sorted(rows + kept, key=lambda r: (r.m, r.n, r.k))
 
 
 def launch_floor_us(store: Store, gpu: str) -> float:

@@ -91,3 +91,24 @@ def test_refresh_recomputes_verdicts_from_the_table_alone(tmp_path, capsys):
     assert by["1x4096x4096"].winner == "evo" and by["1x4096x4096"].pct_of_datasheet_roof > 0
     assert "evo wins 2 beyond the noise band" in capsys.readouterr().out
     assert main(["--refresh", str(tmp_path / "nothing")]) == 2
+
+
+def test_an_export_keeps_the_rows_of_shapes_its_archive_lacks(tmp_path):
+    # a table exported from one archive, then a search of other shapes from a fresh archive into the same folder:
+    # the first table's rows (and kernel files) stay, the new shapes are added, a shape in both takes the new row
+    cfg, store = swept(tmp_path / "a", ["256x256x256", "512x512x2048"])
+    out, first = export_table(store, GPU, cfg.paths.out)
+    cfg2, store2 = swept(tmp_path / "b", ["512x512x2048", "1024x1024x1024"])
+    set_lead(store2, "512x512x2048", 1.25, 0.01)
+    _, rows = export_table(store2, GPU, cfg.paths.out)
+    by = {r.shape: r for r in rows}
+    assert list(by) == ["256x256x256", "512x512x2048", "1024x1024x1024"]
+    assert by["256x256x256"] == next(r for r in first if r.shape == "256x256x256")
+    assert (Path(cfg.paths.out) / by["256x256x256"].kernel_path).is_file()
+    assert by["512x512x2048"].speedup_best_library == 1.25
+    doc = json.loads((out / "table.json").read_text())
+    assert [r["shape"] for r in doc["rows"]] == list(by)
+    # a row whose kernel file is gone is not kept (the table never points at a missing kernel)
+    (Path(cfg.paths.out) / by["256x256x256"].kernel_path).unlink()
+    _, rows = export_table(store2, GPU, cfg.paths.out)
+    assert [r.shape for r in rows] == ["512x512x2048", "1024x1024x1024"]
