@@ -118,6 +118,9 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 }
 __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// Arrive without release: for a sync that publishes no data of its own (mbarrier init is
+// released by fence.mbarrier_init.release.cluster).
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
 __device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
@@ -153,6 +156,13 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// Global split-K ticket: one gpu-scope acq_rel atomic releases this CTA's slice (ordered before it
+// by the CTA barrier; release is cumulative) and acquires the earlier arrivals' (no SC fence).
+__device__ __forceinline__ int ticket_acq_rel(int* p) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+  return old;
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
@@ -282,7 +292,7 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   if constexpr (MC > 1) {  // peers arrive on / multicast into our barriers: they must be initialised
-    cluster_arrive();
+    cluster_arrive_relaxed();
     cluster_wait();
   } else {
     __syncthreads();
@@ -440,13 +450,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
     // ---- global split: the last of the G clusters to arrive sums the G slices in order.
     __syncthreads();
     if (threadIdx.x == 0) {
-      __threadfence();
-      const int arrived = atomicAdd(&counters[tile * CLK + kr], 1);
+      const int arrived = ticket_acq_rel(&counters[tile * CLK + kr]);
       s_last = (arrived == G - 1);
-      if (s_last) {
-        counters[tile * CLK + kr] = 0;  // every split has arrived: reset for the next launch
-        __threadfence();
-      }
+      if (s_last) counters[tile * CLK + kr] = 0;  // every split has arrived: reset for the next launch
     }
     __syncthreads();
     if (s_last) {
