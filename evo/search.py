@@ -297,7 +297,7 @@ class Search:
         children: list[Individual] = []
 
         def compiled(r: CompileResult) -> None:
-            # each candidate is evaluated as its compile finishes (proposal order), while later ones compile
+            # each candidate is evaluated as soon as its compile finishes (in the order compiles finish), while others compile
             store.add_compile(r)
             ks, prop = by_hash[r.hash]
             child = self._evaluate_compiled(ks, prop, r, worker, info, prog, out_of_budget, run_id)

@@ -113,3 +113,30 @@ def test_candidates_with_the_same_code_share_one_compile(tmp_path):
     assert res[a.hash].hash == a.hash and res[b.hash].hash == b.hash
     assert len(calls) == 2 and calls[0] == calls[1]          # both took the lock for one key...
     assert len(list((tmp_path / "sm_90a").glob("*.json"))) == 1   # ...and the second found the first's entry
+
+
+def test_compile_many_hands_over_results_as_they_finish(tmp_path):
+    """A slow compile at the head of the queue does not hold back the quick ones behind it: on_done sees them in the
+    order they finish, the returned list keeps the items' order."""
+    import threading
+    from evo.compile import CompileResult
+
+    release = threading.Event()
+
+    class Staged(Compiler):
+        def compile(self, ks, arch):
+            if ks == "slow":
+                release.wait(5)  # finishes only once the quick one has been handed over
+            return CompileResult(ks, arch, True)
+
+    comp = Staged(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                  reject_spills=True)
+    seen = []
+
+    def done(r):
+        seen.append(r.hash)
+        release.set()
+
+    out = comp.compile_many([("slow", "sm_90a"), ("quick", "sm_90a")], jobs=2, on_done=done)
+    assert seen == ["quick", "slow"]
+    assert [r.hash for r in out] == ["slow", "quick"]
