@@ -116,3 +116,20 @@ def test_archive_on_a_machine_without_its_cubins(tmp_path):
     assert Path(store.compile_result(s2.best_hash, "sm_90a").cubin_path).parent == tmp_path / "cache2"
     bad = store.db.execute("SELECT COUNT(*) FROM evaluations WHERE stage = 'recheck'").fetchone()[0]
     assert bad == 0
+
+
+def test_the_budget_starts_after_the_baselines(tmp_path):
+    # timing the baselines (cuBLASLt autotune) and the GPU's ceilings took 20-40 s on an H200 and ate a short budget
+    # before anything was compiled: the budget now counts the search itself, so a slow baseline call leaves it whole
+    import time
+
+    class SlowBaselines(FakeWorker):
+        def call(self, op, timeout_s, **kw):
+            if op == "baselines":
+                time.sleep(1.5)
+            return super().call(op, timeout_s, **kw)
+
+    cfg = make_cfg(tmp_path, budget_minutes=0.02, max_candidates=0)  # 1.2 s, shorter than the baselines
+    s = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=SlowBaselines, compiler=FakeCompiler())
+    summary = s.run()
+    assert summary.correct > 1 and summary.seconds >= 1.5  # more than generation 0's first correct kernel
