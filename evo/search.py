@@ -75,6 +75,12 @@ def build_proposers(cfg: Config, selector: Selector, store: Store | None = None,
     return out
 
 
+def quick_compiles_first(fresh: list, seconds: dict[str, float]) -> list:
+    """(KernelSource, Proposal) pairs ordered by their family's usual compile time (`Store.compile_seconds`; a family
+    never compiled here counts as quick), the proposal order kept within a family."""
+    return sorted(fresh, key=lambda kp: seconds.get(kp[0].meta.family, 0.0))
+
+
 def split_children(cfg: Config, proposers: list, n: int) -> list[int]:
     w = [float(cfg.search.proposer_weights.get(p.name, 1.0)) for p in proposers]
     total = sum(w) or 1.0
@@ -296,6 +302,9 @@ class Search:
 
     def _compile_and_evaluate(self, fresh, worker: GpuWorker, info: GpuInfo, prog: Progress, out_of_budget, run_id: int) -> list[Individual]:
         store = self.store
+        # quick compiles first (stable within a family): with results handed over as they finish, the first
+        # candidates are timed within seconds while a family that takes a minute per instance (CUTLASS) compiles
+        fresh = quick_compiles_first(fresh, store.compile_seconds(info.arch))
         items = [(ks, info.arch) for ks, _ in fresh]
         by_hash = {ks.hash: (ks, prop) for ks, prop in fresh}
         children: list[Individual] = []

@@ -118,6 +118,15 @@ class Store:
              r.seconds, r.cubin_path, time.time()),
         )
 
+    def compile_seconds(self, arch: str) -> dict[str, float]:
+        """Median nvcc seconds of one instance per family on this arch, over the compiles stored with a time: what a
+        search uses to start the quick compiles first."""
+        by: dict[str, list[float]] = {}
+        for fam, sec in self._exec("SELECT k.family, c.seconds FROM compiles c JOIN candidates k ON k.hash = c.hash "
+                                   "WHERE c.arch=? AND c.seconds > 0", (arch,)).fetchall():
+            by.setdefault(fam, []).append(float(sec))
+        return {f: sorted(v)[len(v) // 2] for f, v in by.items()}
+
     def compile_result(self, h: str, arch: str) -> CompileResult | None:
         row = self._exec("SELECT * FROM compiles WHERE hash=? AND arch=?", (h, arch)).fetchone()
         if row is None:

@@ -133,3 +133,23 @@ def test_the_budget_starts_after_the_baselines(tmp_path):
     s = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=SlowBaselines, compiler=FakeCompiler())
     summary = s.run()
     assert summary.correct > 1 and summary.seconds >= 1.5  # more than generation 0's first correct kernel
+
+
+def test_quick_compiles_are_started_first(tmp_path):
+    # the archive's compile times per family order a generation's compiles: CUTLASS instances (30-60 s each) go
+    # after the ones that take a second, so those are timed while CUTLASS compiles; within a family, proposal order
+    from types import SimpleNamespace
+
+    from evo.records import CompileResult
+    from evo.search import quick_compiles_first
+
+    store = Store(str(tmp_path / "evo.db"))
+    ks = lambda fam, h: SimpleNamespace(hash=h, meta=SimpleNamespace(family=fam, params={}), text=h)  # noqa: E731
+    for fam, h, sec in [("slow", "s0", 40.0), ("slow", "s1", 50.0), ("slow", "s2", 0.0), ("quick", "q0", 0.8)]:
+        store.db.execute("INSERT INTO candidates VALUES (?,?,?,?,?,?,?,?,?)", (h, fam, "{}", h, "", "", "", "", 0.0))
+        store.add_compile(CompileResult(h, "sm_90a", True, seconds=sec))
+    store.db.commit()
+    assert store.compile_seconds("sm_90a") == {"slow": 50.0, "quick": 0.8} and store.compile_seconds("sm_80") == {}
+    fresh = [(ks("slow", "a"), 1), (ks("quick", "b"), 2), (ks("new", "c"), 3), (ks("slow", "d"), 4), (ks("quick", "e"), 5)]
+    order = [k.hash for k, _ in quick_compiles_first(fresh, store.compile_seconds("sm_90a"))]
+    assert order == ["c", "b", "e", "a", "d"]
