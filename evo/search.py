@@ -192,8 +192,8 @@ class Search:
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
         # the budget is the search's own time (propose, compile, check, time): it starts here, after the one-off
-        # setup above (the GPU's ceilings, the baselines with cuBLASLt autotune, the prior's ranking), which took
-        # 20-40 s on an H200 and ate all of a short budget before any candidate was compiled
+        # setup above (the GPU's ceilings, the baselines with cuBLASLt autotune, the prior's ranking), so a short
+        # budget is not spent before any candidate is compiled
         t_search = time.monotonic()
         prog = Progress(budget_s=budget_s, stream=self.out, started=t_search)
         prog.best_lib_us = best_lib
