@@ -119,8 +119,8 @@ def test_archive_on_a_machine_without_its_cubins(tmp_path):
 
 
 def test_the_budget_starts_after_the_baselines(tmp_path):
-    # timing the baselines (cuBLASLt autotune) and the GPU's ceilings took 20-40 s on an H200 and ate a short budget
-    # before anything was compiled: the budget now counts the search itself, so a slow baseline call leaves it whole
+    # timing the baselines (cuBLASLt autotune) and the GPU's ceilings is one-off setup, not search: the budget counts
+    # the search itself, so a slow baseline call leaves it whole
     import time
 
     class SlowBaselines(FakeWorker):
