@@ -90,12 +90,14 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA).
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
+// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
+// (wgmma.wait_group) before it arrives, and nothing else is published.
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\n"
       "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive_local(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
@@ -284,12 +286,40 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   // (nk is identical for the MC CTAs of a multicast group: they share sidx)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
+  uint16_t mask = 0;  // the CTAs of this multicast group (same K rank)
+#pragma unroll
+  for (int j = 0; j < MC; ++j) mask |= static_cast<uint16_t>(1u << (j * CLK + kr));
+  int pi = 0, ps = 0;  // producer (lane 0 of the producer warp): next step, its ring slot and phase
+  uint32_t pphase = 0;
+  // Issue step pi's loads (waiting for its slot to be free); false once every step is issued.
+  auto produce_next = [&]() -> bool {
+    if (pi >= nk) return false;
+    const int kb = kb0 + pi * kstep;
+    mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
+    const uint32_t full = smem_u32(&full_bar[ps]);
+    mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box count too (zero-filled)
+    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    tma_load_2d(a_dst, map_rows, full, kb * BK, m0);
+    if constexpr (MC > 1)
+      tma_load_2d_mc(a_dst + A_STAGE_BYTES + nr * B_PIECE_ROWS * 128, map_cols, full, kb * BK, n0 + nr * B_PIECE_ROWS, mask);
+    else
+      tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, n0);
+    ++pi;
+    if (++ps == STAGES) { ps = 0; pphase ^= 1; }
+    return true;
+  };
+  if (warp == PRODUCER_WARP && lane == 0) {
+    tma_prefetch_desc(map_rows);  // the descriptors' fetch overlaps the barrier set-up
+    tma_prefetch_desc(map_cols);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), CONSUMERS * 4 * MC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    // Without multicast the first k block's loads leave before the block-wide barrier, within the kernel's
+    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
+    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
+    if constexpr (MC == 1) produce_next();
   }
   if constexpr (MC > 1) {  // peers arrive on / multicast into our barriers: they must be initialised
     cluster_arrive_relaxed();
@@ -300,28 +330,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
 
   if (warp == PRODUCER_WARP) {
     // ------------------------------------------------------------ producer warp
-    if (lane == 0) {
-      tma_prefetch_desc(map_rows);
-      tma_prefetch_desc(map_cols);
-      uint16_t mask = 0;
-#pragma unroll
-      for (int j = 0; j < MC; ++j) mask |= static_cast<uint16_t>(1u << (j * CLK + kr));
-      int s = 0;
-      uint32_t phase = 0;
-      for (int i = 0; i < nk; ++i) {
-        const int kb = kb0 + i * kstep;
-        mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);  // first pass: fresh barrier, returns at once
-        const uint32_t full = smem_u32(&full_bar[s]);
-        mbar_arrive_expect_tx(full, STAGE_BYTES);        // OOB parts of a box count too (zero-filled)
-        const uint32_t a_dst = tiles + s * STAGE_BYTES;
-        tma_load_2d(a_dst, map_rows, full, kb * BK, m0);
-        if constexpr (MC > 1)
-          tma_load_2d_mc(a_dst + A_STAGE_BYTES + nr * B_PIECE_ROWS * 128, map_cols, full, kb * BK, n0 + nr * B_PIECE_ROWS, mask);
-        else
-          tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, n0);
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+    if (lane == 0)
+      while (produce_next()) {
       }
-    }
     __syncwarp();
   } else {
     // ------------------------------------------------------------ consumer warpgroups
