@@ -26,15 +26,12 @@ from .families import Family
 from .kernel import KernelSource
 from .prior import INFEASIBLE, GpuSpec, Prior, competitive_families
 from .problem import GpuInfo, Problem
-from .proposers.base import Proposal
+from .proposers.base import Proposal, is_start
 from .records import Individual
 from .space import Enumerations
 
-SEED_IDEAS = ("default instance", "start instance")
-
-
 def is_seed(p: Proposal) -> bool:
-    return p.proposer == "seed" or p.idea.startswith("prior ") or any(s in p.idea for s in SEED_IDEAS)
+    return p.proposer == "seed" or p.idea.startswith("prior ") or is_start(p)
 
 
 class Guide:
@@ -108,7 +105,7 @@ class Guide:
         others = [(us, p) for us, _, p in rest if id(p) not in taken and us < INFEASIBLE]  # never what cannot launch
         picked += self.rng.sample(others, min(n_explore, len(others)))
         # defaults and known-good starts first (a candidate limit or the budget may cut the list), then fastest predicted
-        chosen = sorted(keep + picked, key=lambda x: (not any(s in x[1].idea for s in SEED_IDEAS), x[0]))
+        chosen = sorted(keep + picked, key=lambda x: (not is_start(x[1]), x[0]))
         self.proposed += len(proposals)
         self.chosen += len(chosen)
         return [p for _, p in chosen]

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import io
+import json
 import itertools
 import random
 import time
@@ -123,3 +124,32 @@ def test_budget_spent_during_generation_zero_still_yields_a_kernel(tmp_path):
     # evaluated as its compile finished: before the next compile
     first = log.index(("evaluate", evals[0]))
     assert log[first - 1] == ("compile", evals[0]) and first < len(log) - 1
+
+
+def test_generation_zero_times_every_known_good_start_even_past_the_budget(tmp_path):
+    # a fresh machine can spend a short budget on its first compiles and evaluation: the family's vetted starts
+    # are still timed (and nothing else past the budget once a kernel is correct)
+    import shutil
+
+    fams = tmp_path / "families"
+    shutil.copytree(Path(TOY), fams)
+    starts = [{"TILE": 8, "UNROLL": 2}, {"TILE": 16, "UNROLL": 1, "PAD": 2}, {"TILE": 8, "UNROLL": 4, "PAD": 1}]
+    with open(fams / "toy" / "family.yaml", "a") as f:
+        f.write("starts:\n" + "".join(f"  - {json.dumps(s)}\n" for s in starts))
+    log: list = []
+    _LoggingWorker.log = log
+    cfg = load_config(overrides={
+        "search": {"budget_minutes": 0.0005, "max_candidates": 0, "children": 8, "population": 8, "elites": 2,
+                   "initial_random": 4, "seed": 1},
+        "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": str(fams)}})
+    out = io.StringIO()
+    s = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=_LoggingWorker, compiler=_SlowCompiler(log))
+    summary = s.run()
+    assert summary.stop_reason == "time budget spent"
+
+    (fam,) = load_families(fams, names=["toy"])
+    start_hashes = {fam.render(fam.complete(p)).hash for p in [{}] + starts}  # the default instance is a start too
+    evals = [h for op, h in log if op == "evaluate"]
+    assert start_hashes <= set(evals), out.getvalue()
+    compiles = [h for op, h in log if op == "compile"]
+    assert len(evals) < len(compiles)  # the other compiled candidates wait for a later run

@@ -23,6 +23,16 @@ class Proposal:
     tokens_out: int = 0
 
 
+# what the mutate proposer calls a family's default and known-good starts (family.yaml `starts`)
+START_IDEAS = ("default instance", "start instance")
+
+
+def is_start(p: Proposal) -> bool:
+    """A family's default or known-good start: tried on every problem, and timed in generation 0 even past the
+    budget."""
+    return any(s in p.idea for s in START_IDEAS)
+
+
 @dataclass
 class ProposalContext:
     problem: Problem
