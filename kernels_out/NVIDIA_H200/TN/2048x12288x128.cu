@@ -1,7 +1,7 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 2, EPI_HINT: 0, GROUP: 16, PERSISTENT: 1,
+params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 2, EPI_HINT: 0, GROUP: 8, PERSISTENT: 1,
   PINGPONG: 0, SPLIT_K: 1, STAGES: 3, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -65,7 +65,7 @@ constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 3;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 16;
+constexpr int GROUP = 8;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
@@ -150,12 +150,14 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 // No data of its own to publish (mbarrier init is released by fence.mbarrier_init.release.cluster).
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA).
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
+// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
+// (wgmma.wait_group) before it arrives, and nothing else is published.
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\n"
       "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
 }
 // A consumer warp no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
 __device__ __forceinline__ void release_stage(uint32_t bar) {
@@ -210,8 +212,6 @@ template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
-// Wait until every bulk group of this thread has completed (its writes are done).
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Order this thread's generic-proxy smem writes before later async-proxy (TMA) reads of them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
@@ -381,24 +381,39 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
 // EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
 // `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
 // (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
+// Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
+// bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
+// instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
+constexpr int EPI_GRP = EPI == 0 ? 1 : (MT < EPI ? MT : EPI);
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
 __device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
                                                int row0, int col0, int& k) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  // stmatrix.x4: lanes 8i..8i+7 address the 8 rows of matrix i; matrix i = (rows +8 * (i & 1), column chunk +(i >> 1))
+  const int mi = lane / 8;
+  const int r = warp * 16 + (mi & 1) * 8 + lane % 8;  // row of the slice this lane addresses
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt, ++k) {
-    const uint32_t buf = stage + (k % EPI) * EPI_BUF_BYTES;
-    if (tid == 0) bulk_wait_read<EPI - 1>();  // the store that last read `buf` has finished reading it
+  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) {
+    // the round that last used these EPI_GRP buffers has finished reading them (EPI / EPI_GRP rounds rotate)
+    if (tid == 0) bulk_wait_read<EPI / EPI_GRP - 1>();
     warpgroup_sync(c);
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int g = 0; g < EPI_GRP; ++g) {
+      const int mt = mt0 + g;
+      const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = warp * 16 + lane / 4 + 8 * h;  // row in the slice; r % 8 == lane / 4
-        // box j / 8, row r, 16-byte chunk j % 8 swizzled by r % 8 (the map's 128-byte swizzle), word lane % 4:
-        // the 32 lanes of a store hit 32 distinct banks
-        const uint32_t addr = buf + (j / 8) * EPI_BOX_BYTES + r * 128 + (((j % 8) ^ (r % 8)) << 4) + (lane % 4) * 4;
-        const __half2 v = __floats2half2_rn(acc[mt][4 * j + 2 * h], acc[mt][4 * j + 2 * h + 1]);
-        asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(*reinterpret_cast<const uint32_t*>(&v)) : "memory");
+      for (int j = 0; j < BN / 8; j += 2) {
+        const int jj = j + (mi >> 1);
+        // box jj / 8, row r, 16-byte chunk jj % 8 swizzled by r % 8 (the map's 128-byte swizzle): the 8 rows of a
+        // matrix land in 8 distinct chunks, 32 distinct banks
+        const uint32_t addr = buf + (jj / 8) * EPI_BOX_BYTES + r * 128 + (((jj % 8) ^ (r % 8)) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                     "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
+                     "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
+                     : "memory");
       }
     }
     fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
@@ -406,9 +421,15 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], u
     if (tid == 0) {
       const uint64_t policy = policy_evict_first();
 #pragma unroll
-      for (int b = 0; b < BN / 64; ++b) tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * 64, row0 + mt * 64, policy);
+      for (int g = 0; g < EPI_GRP; ++g) {
+        const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
+#pragma unroll
+        for (int b = 0; b < BN / 64; ++b)
+          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * 64, row0 + (mt0 + g) * 64, policy);
+      }
       bulk_commit();
     }
+    k += EPI_GRP;
   }
 }
 
@@ -448,7 +469,42 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
+  const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
+
+  // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
+  int pu = blockIdx.x, pkb = 0, ps = 0;
+  uint32_t pphase = 0;
+  bool phave = false;
+  Work pw{};
+  // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
+  auto produce_next = [&]() -> bool {
+    while (!phave || pkb >= pw.kb1) {
+      if (phave) pu += gridDim.x;
+      if (pu >= units) return false;
+      pw = get_work(pu, Mk, Nk, K);
+      pkb = pw.kb0;
+      phave = true;
+    }
+    mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
+    const uint32_t full = smem_u32(&full_bar[ps]);
+    mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
+    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
+      const uint32_t rank = cluster_rank();
+      tma_load_2d_mc(a_dst + rank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + rank * (BM / CLUSTER),
+                     (1 << CLUSTER) - 1);
+    } else {
+      tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
+    }
+    tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, pkb * BK, pw.n0);
+    ++pkb;
+    if (++ps == STAGES) { ps = 0; pphase ^= 1; }
+    return true;
+  };
+
   if (threadIdx.x == 0) {
+    tma_prefetch_desc(map_rows);  // the descriptors' fetch overlaps the barrier set-up
+    tma_prefetch_desc(map_cols);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4 * CLUSTER);
@@ -456,6 +512,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_init(smem_u32(&order_bar[0]), 4);
     mbar_init(smem_u32(&order_bar[1]), 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
+    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
+    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
+    if (CLUSTER == 1) produce_next();
   }
   if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
     cluster_arrive_relaxed();
@@ -464,34 +524,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     __syncthreads();
   }
 
-  const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
-
   if (wg == 0) {
     // ------------------------------------------------------------ producer warpgroup
     if (CONSUMERS > 1) setmaxnreg_dec<40>();
-    if (tid == 0) {
-      tma_prefetch_desc(map_rows);
-      tma_prefetch_desc(map_cols);
-      const uint32_t rank = CLUSTER > 1 ? cluster_rank() : 0;
-      int s = 0;
-      uint32_t phase = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const Work w = get_work(u, Mk, Nk, K);
-        for (int kb = w.kb0; kb < w.kb1; ++kb) {
-          mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);  // first pass: fresh barrier, returns at once
-          const uint32_t full = smem_u32(&full_bar[s]);
-          mbar_arrive_expect_tx(full, STAGE_BYTES);        // OOB parts of a box still count (zero-filled)
-          const uint32_t a_dst = tiles + s * STAGE_BYTES;
-          if (CLUSTER > 1)  // our half of the A tile's rows, into the same place of every CTA of the cluster
-            tma_load_2d_mc(a_dst + rank * (BM / CLUSTER) * 128, map_rows, full, kb * BK, w.m0 + rank * (BM / CLUSTER),
-                           (1 << CLUSTER) - 1);
-          else
-            tma_load_2d(a_dst, map_rows, full, kb * BK, w.m0);
-          tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, w.n0);
-          if (++s == STAGES) { s = 0; phase ^= 1; }
-        }
+    if (tid == 0)
+      while (produce_next()) {
       }
-    }
   } else {
     // ------------------------------------------------------------ consumer warpgroups
     if (CONSUMERS > 1) setmaxnreg_inc<232>();
@@ -619,7 +657,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #endif
     }
 #if EVO_EPI
-    if (tid == 0) bulk_wait_all();  // the last stores have completed before the CTA's smem goes away
+    // the last stores have read their staging buffers before the CTA's smem goes away (their writes to C are
+    // performed by the time the kernel completes, as for every store of the grid)
+    if (tid == 0) bulk_wait_read<0>();
 #else
     (void)epi_k;
     (void)epi_stage_u32;
