@@ -1,16 +1,17 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 256, CONSUMERS: 2, GROUP: 16, PERSISTENT: 1, PINGPONG: 0, SPLIT_K: 1,
-  STAGES: 4, SWAP_AB: 0}
+params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, EPI: 1, EPI_HINT: 1, GROUP: 4, PERSISTENT: 1,
+  PINGPONG: 0, SPLIT_K: 1, STAGES: 3, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
-grid: ["min(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, NUM_SMS) if PERSISTENT else cdiv(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K, 1 + PINGPONG)", 1, 1]
-smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * 9216"
+grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
+smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216)"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
-requires: "K % 8 == 0"
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0)"   # EPI > 0: a TMA map of C (16-byte row stride)
 tensor_maps:
-  - {operand: A, box: ["BN if SWAP_AB else BM", 64], swizzle: 128}
+  - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
@@ -35,6 +36,22 @@ tensor_maps:
 //   writes C and resets the counter to 0.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
+// Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with ordinary
+//   16-byte stores, then goes on to its next unit.
+// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0, BN % 64 == 0): each consumer owns EPI staging buffers of
+//   64 x BN fp16 (BN/64 boxes of 64 x 64, 128-byte swizzled like the C tensor map: conflict-free fragment
+//   writes). Per 64-row slice it writes the fragments, fences them to the async proxy, syncs its
+//   warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group) and commits
+//   them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
+//   stores of unit i drain while the consumer runs the wgmmas of unit i+1. Stores past M or N are
+//   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
+//   and the producer runs ahead across units, so the next unit's loads are in flight during it.
+// CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
+//   same A tile: each CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA
+//   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
+//   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
+//   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
+//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -45,13 +62,16 @@ namespace evo_sm90 {
 constexpr int BM = 128;                 // tile rows (kernel view)
 constexpr int BN = 256;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 4;
+constexpr int STAGES = 3;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 16;
+constexpr int GROUP = 4;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
+constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
+constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
+constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -77,6 +97,14 @@ static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && EPI <= 2), "TMA-store epilogue: no split-K, no swap, 64-col boxes");
+static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
+              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
+// TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/64 boxes of 64 x 64 fp16 (8 KB, 1024-aligned).
+constexpr int EPI_BOX_BYTES = 64 * 64 * 2;
+constexpr int EPI_BUF_BYTES = (BN / 64) * EPI_BOX_BYTES;
+constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -112,6 +140,35 @@ __device__ __forceinline__ void warpgroup_sync(int c) {
   asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
 }
 
+// ---------------------------------------------------------------- cluster (CLUSTER > 1)
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
+// No data of its own to publish (mbarrier init is released by fence.mbarrier_init.release.cluster).
+__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
+// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
+// (wgmma.wait_group) before it arrives, and nothing else is published.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
+  asm volatile(
+      "{\n.reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
+}
+// A consumer warp no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
+__device__ __forceinline__ void release_stage(uint32_t bar) {
+  if (CLUSTER > 1) {
+#pragma unroll
+    for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(bar, r);
+  } else {
+    mbar_arrive(bar);
+  }
+}
+
 // ---------------------------------------------------------------- TMA
 __device__ __forceinline__ void tma_prefetch_desc(const TmaDesc* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
@@ -124,6 +181,40 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, ui
       : "memory");
 }
 
+// Same box, written at offset dst of every CTA in `mask` (completing their barriers at offset bar).
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const TmaDesc* map, uint32_t bar, int c0, int c1, uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
+      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
+      : "memory");
+}
+// TMA store (EPI > 0): the box at (row c1, col c0) of C from shared memory at src, in this thread's bulk group.
+__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c0, int c1, uint64_t policy) {
+  if (EPI_HINT) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;" ::"l"(map),
+                 "r"(src), "r"(c0), "r"(c1), "l"(policy)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
+                 "r"(c0), "r"(c1)
+                 : "memory");
+  }
+}
+// L2 policy for C's TMA stores (EPI_HINT): lines written once are evicted first.
+__device__ __forceinline__ uint64_t policy_evict_first() {
+  uint64_t p = 0;
+  if (EPI_HINT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+  return p;
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until at most N of this thread's bulk groups still read shared memory (their buffers are free).
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+// Order this thread's generic-proxy smem writes before later async-proxy (TMA) reads of them.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // ---------------------------------------------------------------- wgmma
 // Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
 // rows of 128 B, 8-row swizzle atoms 1024 B apart (stride byte offset), base 1024-aligned.
@@ -132,6 +223,13 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// Split-K ticket: one gpu-scope acq_rel atomic releases this CTA's partial (ordered before it by
+// the consumer barrier; release is cumulative) and acquires the earlier arrivals' (no SC fence).
+__device__ __forceinline__ int ticket_acq_rel(int* p) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+  return old;
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
@@ -209,13 +307,15 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   w.tile = u / SPLIT_K;
   w.split = u % SPLIT_K;
-  const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(Nk, BN);
+  // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
+  const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
+  const int pair = w.tile / CLUSTER, r = w.tile % CLUSTER;
   const int group_size = GROUP * tiles_n;
-  const int first_m = (w.tile / group_size) * GROUP;
+  const int first_m = (pair / group_size) * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
-  const int in_group = w.tile % group_size;
+  const int in_group = pair % group_size;
   w.m0 = (first_m + in_group % gm) * BM;
-  w.n0 = (in_group / gm) * BN;
+  w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
   const int per = cdiv(kblocks, SPLIT_K);
   w.kb0 = min(w.split * per, kblocks);
@@ -246,8 +346,9 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
           const int r = warp * 16 + lane / 4 + 8 * h, cc = 8 * jj + 2 * (lane % 4);
           const float v0 = acc[mt][4 * j + 2 * h], v1 = acc[mt][4 * j + 2 * h + 1];
           if (SWAP_AB) {
-            stage[cc * PITCH + r] = __float2half_rn(v0);
-            stage[(cc + 1) * PITCH + r] = __float2half_rn(v1);
+            const __half2 pr = __floats2half2_rn(v0, v1);
+            stage[cc * PITCH + r] = __low2half(pr);
+            stage[(cc + 1) * PITCH + r] = __high2half(pr);
           } else {
             *reinterpret_cast<__half2*>(&stage[r * PITCH + cc]) = __floats2half2_rn(v0, v1);
           }
@@ -277,12 +378,78 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
   }
 }
 
+// EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
+// `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
+// (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
+// Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
+// bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
+// instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
+constexpr int EPI_GRP = EPI == 0 ? 1 : (MT < EPI ? MT : EPI);
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
+                                               int row0, int col0, int& k) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  // stmatrix.x4: lanes 8i..8i+7 address the 8 rows of matrix i; matrix i = (rows +8 * (i & 1), column chunk +(i >> 1))
+  const int mi = lane / 8;
+  const int r = warp * 16 + (mi & 1) * 8 + lane % 8;  // row of the slice this lane addresses
+#pragma unroll
+  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) {
+    // the round that last used these EPI_GRP buffers has finished reading them (EPI / EPI_GRP rounds rotate)
+    if (tid == 0) bulk_wait_read<EPI / EPI_GRP - 1>();
+    warpgroup_sync(c);
+#pragma unroll
+    for (int g = 0; g < EPI_GRP; ++g) {
+      const int mt = mt0 + g;
+      const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
+#pragma unroll
+      for (int j = 0; j < BN / 8; j += 2) {
+        const int jj = j + (mi >> 1);
+        // box jj / 8, row r, 16-byte chunk jj % 8 swizzled by r % 8 (the map's 128-byte swizzle): the 8 rows of a
+        // matrix land in 8 distinct chunks, 32 distinct banks
+        const uint32_t addr = buf + (jj / 8) * EPI_BOX_BYTES + r * 128 + (((jj % 8) ^ (r % 8)) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                     "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
+                     "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
+                     : "memory");
+      }
+    }
+    fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
+    warpgroup_sync(c);
+    if (tid == 0) {
+      const uint64_t policy = policy_evict_first();
+#pragma unroll
+      for (int g = 0; g < EPI_GRP; ++g) {
+        const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
+#pragma unroll
+        for (int b = 0; b < BN / 64; ++b)
+          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * 64, row0 + (mt0 + g) * 64, policy);
+      }
+      bulk_commit();
+    }
+    k += EPI_GRP;
+  }
+}
+
 }  // namespace evo_sm90
 using namespace evo_sm90;
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#define EVO_EPI 1
+#if 1 > 1
+#define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
+#else
+#define EVO_CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     evo_gemm(const __half* A, const __half* B, __half* C, int M, int N, int K, float* workspace,
-             const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB) {
+             const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB
+#if EVO_EPI
+             , const __grid_constant__ TmaDesc tmC  // C (M x N), 64 x 64 boxes, 128-byte swizzle
+#endif
+             ) {
   // Kernel view: rows come from `map_rows` (BM boxes), columns from `map_cols` (BN boxes).
   const int Mk = SWAP_AB ? N : M;
   const int Nk = SWAP_AB ? M : N;
@@ -298,43 +465,71 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
+  const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
+  const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
+
+  // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
+  int pu = blockIdx.x, pkb = 0, ps = 0;
+  uint32_t pphase = 0;
+  bool phave = false;
+  Work pw{};
+  // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
+  auto produce_next = [&]() -> bool {
+    while (!phave || pkb >= pw.kb1) {
+      if (phave) pu += gridDim.x;
+      if (pu >= units) return false;
+      pw = get_work(pu, Mk, Nk, K);
+      pkb = pw.kb0;
+      phave = true;
+    }
+    mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
+    const uint32_t full = smem_u32(&full_bar[ps]);
+    mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
+    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
+      const uint32_t rank = cluster_rank();
+      tma_load_2d_mc(a_dst + rank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + rank * (BM / CLUSTER),
+                     (1 << CLUSTER) - 1);
+    } else {
+      tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
+    }
+    tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, pkb * BK, pw.n0);
+    ++pkb;
+    if (++ps == STAGES) { ps = 0; pphase ^= 1; }
+    return true;
+  };
+
   if (threadIdx.x == 0) {
+    tma_prefetch_desc(map_rows);  // the descriptors' fetch overlaps the barrier set-up
+    tma_prefetch_desc(map_cols);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4);
+      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4 * CLUSTER);
     }
     mbar_init(smem_u32(&order_bar[0]), 4);
     mbar_init(smem_u32(&order_bar[1]), 4);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
+    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
+    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
+    if (CLUSTER == 1) produce_next();
   }
-  __syncthreads();
-
-  const int units = cdiv(Mk, BM) * cdiv(Nk, BN) * SPLIT_K;
+  if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
+    cluster_arrive_relaxed();
+    cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
   if (wg == 0) {
     // ------------------------------------------------------------ producer warpgroup
     if (CONSUMERS > 1) setmaxnreg_dec<40>();
-    if (tid == 0) {
-      tma_prefetch_desc(map_rows);
-      tma_prefetch_desc(map_cols);
-      int s = 0;
-      uint32_t phase = 0;
-      for (int u = blockIdx.x; u < units; u += gridDim.x) {
-        const Work w = get_work(u, Mk, Nk, K);
-        for (int kb = w.kb0; kb < w.kb1; ++kb) {
-          mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);  // first pass: fresh barrier, returns at once
-          const uint32_t full = smem_u32(&full_bar[s]);
-          mbar_arrive_expect_tx(full, STAGE_BYTES);        // OOB parts of a box still count (zero-filled)
-          const uint32_t a_dst = tiles + s * STAGE_BYTES;
-          tma_load_2d(a_dst, map_rows, full, kb * BK, w.m0);
-          tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, w.n0);
-          if (++s == STAGES) { s = 0; phase ^= 1; }
-        }
+    if (tid == 0)
+      while (produce_next()) {
       }
-    }
   } else {
     // ------------------------------------------------------------ consumer warpgroups
     if (CONSUMERS > 1) setmaxnreg_inc<232>();
@@ -346,6 +541,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
     uint32_t phase = 0;
     int j = 0;  // this CTA's unit counter
     int t = 0;  // PINGPONG: units this consumer has done
+    int epi_k = 0;  // EPI > 0: 64-row slices this consumer has staged (picks the staging buffer)
+#if EVO_EPI
+    if (tid == 0) tma_prefetch_desc(&tmC);
+#endif
     for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
@@ -380,7 +579,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         wgmma_commit();
         if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
           wgmma_wait<1>();
-          if (lane == 0) mbar_arrive(smem_u32(&empty_bar[prev]));
+          if (lane == 0) release_stage(smem_u32(&empty_bar[prev]));
         }
         prev = s;
         if (++s == STAGES) { s = 0; phase ^= 1; }
@@ -391,7 +590,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
         ++t;
       }
       wgmma_wait<0>();
-      if (nk > 0 && lane == 0) mbar_arrive(smem_u32(&empty_bar[prev]));
+      if (nk > 0 && lane == 0) release_stage(smem_u32(&empty_bar[prev]));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -412,17 +611,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
           for (int j = 0; j < BN / 8; ++j)
             __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
                    make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        // Publish: CTA barrier, then one thread fences (cumulative: orders every consumer's
-        // partial stores before the counter bump) and takes a ticket; the last ticket reduces.
+        // Publish: consumer barrier, then one thread takes a ticket with an acq_rel atomic (its
+        // release is cumulative: it orders every consumer's partial stores; its acquire makes
+        // the earlier splits' partials visible to the last one); the last ticket reduces.
         consumer_sync();
         if (threadIdx.x == 128) {
-          __threadfence();
-          const int arrived = atomicAdd(&counters[w.tile], 1);
+          const int arrived = ticket_acq_rel(&counters[w.tile]);
           s_last = (arrived == SPLIT_K - 1);
-          if (s_last) {
-            counters[w.tile] = 0;  // every split has arrived: reset for the next launch
-            __threadfence();       // acquire side: the partials are read after the ticket
-          }
+          if (s_last) counters[w.tile] = 0;  // every split has arrived: reset for the next launch
         }
         consumer_sync();
         if (!s_last) continue;
@@ -454,7 +650,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
       }
 
       // -------------------------------------------------------- epilogue: registers -> smem -> C
+#if EVO_EPI
+      store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+#else
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
+#endif
     }
+#if EVO_EPI
+    // the last stores have read their staging buffers before the CTA's smem goes away (their writes to C are
+    // performed by the time the kernel completes, as for every store of the grid)
+    if (tid == 0) bulk_wait_read<0>();
+#else
+    (void)epi_k;
+    (void)epi_stage_u32;
+#endif
+  }
+  if (CLUSTER > 1) {  // no CTA leaves while its peer may still arrive on its barriers
+    cluster_arrive();
+    cluster_wait();
   }
 }
