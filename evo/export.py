@@ -171,19 +171,31 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
 
 
 def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN",
-                 only: set[str] | None = None) -> tuple[Path, list[TableRow]]:
+                 only: set[str] | None = None, keep_better: bool = True) -> tuple[Path, list[TableRow]]:
     """Write the table for one GPU from the archive (idempotent). Kernel files are rewritten only for the
     shapes in `only` (all when None) or where missing; table.csv/json cover every shape of the archive, and keep
     the rows of the table already there for shapes this archive does not hold (a search on a fresh machine with
-    the committed table adds its shapes to it instead of replacing it)."""
+    the committed table adds its shapes to it instead of replacing it). With `keep_better`, a row already there
+    also stays where its kernel (another one than the archive's best) was measured faster against the best
+    library than the archive's best was in its own side-by-side run: a short search does not replace a
+    better kernel."""
     out = Path(out_dir)
     shapes = sorted({r[0] for r in store.rows(
         "SELECT shape FROM evaluations WHERE gpu=? AND layout=? UNION SELECT shape FROM baselines WHERE gpu=? AND layout=?",
         (gpu, layout, gpu, layout))}, key=lambda s: tuple(int(x) for x in s.split("x")))
     ceilings = store.ceilings(gpu)
     floor = noise_floor()
-    rows = [r for r in (row_for(store, parse_shape(s, layout), gpu, out, ceilings, only is None or s in only, floor)
-                        for s in shapes) if r]
+    there = _existing_rows(out / gpu, layout) if keep_better else {}
+    rows = []
+    for s in shapes:
+        old = there.get(s)
+        r = row_for(store, parse_shape(s, layout), gpu, out, ceilings, False, floor) if old else None
+        if old and (r is None or better_row(old, r)):
+            rows.append(old)
+            continue
+        r = row_for(store, parse_shape(s, layout), gpu, out, ceilings, only is None or s in only, floor)
+        if r:
+            rows.append(r)
     rows = _with_kept_rows(out / gpu, rows, layout)
     buf = io.StringIO()
     fields = list(TableRow.__dataclass_fields__)
@@ -206,6 +218,23 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
     atomic_write(out / gpu / "table.json", json.dumps(doc, indent=2))
     write_readme(out)
     return out / gpu, rows
+
+
+def better_row(old: TableRow, new: TableRow) -> bool:
+    """Whether the table's row `old` beats the archive's `new` for the same shape: another evo kernel, measured
+    faster against the best library (each ratio from its own side-by-side run)."""
+    return bool(old.hash) and old.hash != new.hash and old.speedup_best_library > (new.speedup_best_library or 0.0)
+
+
+def _existing_rows(table_dir: Path, layout: str) -> dict[str, TableRow]:
+    """The table's rows already there (this layout) whose kernel file is still there; none if it is unreadable."""
+    if not (table_dir / "table.json").is_file():
+        return {}
+    try:
+        _, old = read_table(table_dir)
+    except EvoError:
+        return {}
+    return {r.shape: r for r in old if r.layout == layout and r.kernel_path and (table_dir.parent / r.kernel_path).is_file()}
 
 
 def _with_kept_rows(table_dir: Path, rows: list[TableRow], layout: str) -> list[TableRow]:

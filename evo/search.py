@@ -364,7 +364,7 @@ class Search:
                           compile_log=r.log if not r.ok else "")
 
     def _finish(self, worker, info: GpuInfo, run_id: int, stop: str, prog: Progress, t_start: float, proposers) -> SearchSummary:
-        from .export import export_table
+        from .export import export_table, row_for
         from .sanitize import vet_champion
 
         p, store, gpu = self.problem, self.store, info.key
@@ -392,6 +392,11 @@ class Search:
                 print(f"  re-timing failed: {e}", file=self.out)
         out_dir, rows = export_table(store, gpu, self.cfg.paths.out, p.layout, only={p.key})
         row = next((r for r in rows if r.shape == p.key), None)
+        kept = None
+        if row is not None and best is not None and row.hash and row.hash != best["hash"]:
+            # the table kept a kernel measured faster against the libraries than this search's best
+            kept = row
+            row = row_for(store, p, gpu, Path(self.cfg.paths.out), store.ceilings(gpu), write=False)
         counts = store.counts(p.key, p.layout, gpu, info.arch)
         summary.compiled, summary.correct, summary.rejected = counts["compiled"], counts["correct"], counts["rejected"]
         summary.compile_failed = prog.compile_failed
@@ -403,10 +408,14 @@ class Search:
             summary.best_hash, summary.best_us = row.hash, row.time_us
             summary.baselines = {"cublas": row.cublas_us, "cublaslt_heuristic": row.cublaslt_heuristic_us,
                                  "cublaslt_autotune": row.cublaslt_autotune_us}
-            summary.kernel_path = str(Path(self.cfg.paths.out) / row.kernel_path) if row.kernel_path else ""
+            summary.kernel_path = str(Path(self.cfg.paths.out) / row.kernel_path) if row.kernel_path and kept is None else ""
         store.finish_run(run_id, "done", {"best": summary.best_hash, "best_us": summary.best_us, "stop": stop,
                                           "seconds": summary.seconds})
         print_table(summary, row, self.out, info)
+        if kept is not None:
+            print(f"the table keeps its kernel {kept.hash[:10]} ({kept.family}, {kept.speedup_best_library:.3f}x the best library "
+                  f"in its run) for this shape: this search's best was {row.speedup_best_library if row else 0.0:.3f}x; "
+                  f"its source is {Path(self.cfg.paths.out) / kept.kernel_path}", file=self.out)
         return summary
 
 

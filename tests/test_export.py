@@ -115,3 +115,32 @@ def test_an_export_keeps_the_rows_of_shapes_its_archive_lacks(tmp_path):
     (Path(cfg.paths.out) / by["256x256x256"].kernel_path).unlink()
     _, rows = export_table(store2, GPU, cfg.paths.out)
     assert [r.shape for r in rows] == ["512x512x2048", "1024x1024x1024"]
+
+
+def test_an_export_keeps_a_row_whose_kernel_beat_the_library_by_more(tmp_path):
+    # the table's kernel for a shape was measured 1.20x the best library; a later, short search of the shape ends
+    # with another kernel at 0.90x: the table keeps its row and kernel file (keep_better=False replaces them)
+    cfg, store = swept(tmp_path / "a", ["512x512x2048"])
+    set_lead(store, "512x512x2048", 1.20, 0.01)
+    out, first = export_table(store, GPU, cfg.paths.out)
+    doc = json.loads((out / "table.json").read_text())
+    doc["rows"][0]["hash"] = "0123456789abcdef"  # another kernel than the second archive's best
+    (out / "table.json").write_text(json.dumps(doc))
+    kernel = Path(cfg.paths.out) / first[0].kernel_path
+    kernel.write_text(kernel.read_text() + "\n// the table's kernel\n")
+    cfg2, store2 = swept(tmp_path / "b", ["512x512x2048", "1024x1024x1024"])
+    set_lead(store2, "512x512x2048", 0.90, 0.01)
+    _, rows = export_table(store2, GPU, cfg.paths.out, only={"512x512x2048"})
+    by = {r.shape: r for r in rows}
+    assert by["512x512x2048"].hash == "0123456789abcdef" and by["512x512x2048"].speedup_best_library == 1.20
+    assert kernel.read_text().endswith("// the table's kernel\n")  # not overwritten
+    assert "1024x1024x1024" in by
+    # a better kernel than the table's replaces it
+    set_lead(store2, "512x512x2048", 1.30, 0.01)
+    _, rows = export_table(store2, GPU, cfg.paths.out, only={"512x512x2048"})
+    assert next(r for r in rows if r.shape == "512x512x2048").speedup_best_library == 1.30
+    assert not kernel.read_text().endswith("// the table's kernel\n")
+    # keep_better=False: the archive's row, whatever the table held
+    set_lead(store2, "512x512x2048", 0.90, 0.01)
+    _, rows = export_table(store2, GPU, cfg.paths.out, only={"512x512x2048"}, keep_better=False)
+    assert next(r for r in rows if r.shape == "512x512x2048").speedup_best_library == 0.90

@@ -153,3 +153,25 @@ def test_quick_compiles_are_started_first(tmp_path):
     fresh = [(ks("slow", "a"), 1), (ks("quick", "b"), 2), (ks("new", "c"), 3), (ks("slow", "d"), 4), (ks("quick", "e"), 5)]
     order = [k.hash for k, _ in quick_compiles_first(fresh, store.compile_seconds("sm_90a"))]
     assert order == ["c", "b", "e", "a", "d"]
+
+
+def test_a_search_does_not_replace_a_better_table_kernel(tmp_path):
+    # the table already holds another kernel for the shape, measured 9x the best library: a new search (fresh
+    # archive, same table folder) that ends slower says so and leaves the table's row and kernel file as they were
+    _, _, _, cfg = run(tmp_path / "first", max_candidates=0)
+    out_dir = Path(cfg.paths.out)
+    table = out_dir / "Fake_GPU" / "table.json"
+    doc = json.loads(table.read_text())
+    doc["rows"][0].update(hash="0123456789abcdef", speedup_best_library=9.0)
+    table.write_text(json.dumps(doc))
+    kernel = out_dir / doc["rows"][0]["kernel_path"]
+    before = kernel.read_text()
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=3)
+    cfg2.paths.out = str(out_dir)
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), cfg2, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    text = out.getvalue()
+    assert "the table keeps its kernel 0123456789 (toy, 9.000x the best library in its run)" in text
+    assert "exported kernel:" not in text and summary.kernel_path == ""
+    assert kernel.read_text() == before
+    assert json.loads(table.read_text())["rows"][0]["hash"] == "0123456789abcdef"
