@@ -1,0 +1,123 @@
+"""A/B of a kernel-template change on a GPU: each instance rendered from an older templates folder ("old") and
+from templates/ ("new"), both checked, then timed interleaved with the libraries in one measurement.
+
+    git archive HEAD~1 templates | tar -x -C .ab-old          # the templates before the change (untracked)
+    python -m bench.template_ab --family wgmma_sm90 --old .ab-old/templates \\
+        --shapes 2048x12288x128,16384x16384x128 '{"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2}' ...
+
+Every instance is checked on --check shapes (off-tile) and on the timed shapes (fp32 reference, NaN-poisoned C);
+one that fails is reported and left out of the timing. Timing: the worker's side-by-side measurement (median of
+--reps L2-flushed calls, libraries and instances interleaved). --new-only times the current templates alone (a
+sweep of instances); --plan-only renders and lists, without a GPU. An instance may set a value outside its
+family's declared space (e.g. a parameter kept out of the search): the space is widened for this run only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def plan(family: str, old_root: str | None, instances: list[dict]) -> list[tuple[str, object]]:
+    """(label, KernelSource) for every instance and side."""
+    from evo.families import load_families
+
+    sides = [("new", load_families(ROOT / "templates", names=[family])[0])]
+    if old_root:
+        sides.insert(0, ("old", load_families(Path(old_root), names=[family])[0]))
+    items = []
+    for p in instances:
+        tag = "/".join(f"{k}{v}" for k, v in p.items())
+        for side, fam in sides:
+            for k, v in p.items():  # values outside the declared space (e.g. a parameter kept out of the search)
+                if k in fam.space and v not in fam.space[k]:
+                    fam.space[k] = tuple(fam.space[k]) + (v,)
+            items.append((f"{side} {tag}", fam.render(fam.complete(p))))
+    return items
+
+
+def _main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", required=True)
+    ap.add_argument("--old", help="an older templates folder (git archive REF templates | tar -x -C DIR)")
+    ap.add_argument("--new-only", action="store_true", help="time the current templates alone")
+    ap.add_argument("--shapes", required=True, help="comma-separated timed shapes")
+    ap.add_argument("--check", default="200x136x72,130x260x1000", help="comma-separated shapes only checked")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--eval-timeout", type=float, default=60.0)
+    ap.add_argument("--plan-only", action="store_true")
+    ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
+    a = ap.parse_args(argv)
+    from evo.errors import EvoError
+    from evo.problem import parse_shape
+
+    if not a.old and not a.new_only:
+        raise EvoError("give --old DIR (the templates before the change) or --new-only")
+    try:
+        instances = [json.loads(x) for x in a.instances]
+    except ValueError as e:
+        raise EvoError(f"an instance is not a JSON object: {e}") from None
+    shapes = [s for s in a.shapes.split(",") if s]
+    checks = [s for s in a.check.split(",") if s]
+    for s in shapes + checks:
+        parse_shape(s)
+    items = plan(a.family, None if a.new_only else a.old, instances)
+    if a.plan_only:
+        for label, ks in items:
+            print(f"{ks.hash}  {label}")
+        return 0
+
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.gpu.worker import GpuWorker
+
+    cfg = load_config(overrides={"compile": {"cache_dir": "/tmp/evo_ab_cache"},
+                                 "paths": {"db": "/tmp/evo_ab.db", "out": "/tmp/evo_ab_out"}})
+    comp = Compiler.from_config(cfg.compile)
+    res = {r.hash: r for r in comp.compile_many([(ks, "sm_90a" if "sm_90a" in ks.meta.archs else ks.meta.archs[0])
+                                                 for _, ks in items], 0)}
+    for label, ks in items:
+        r = res[ks.hash]
+        print(f"compiled {label}: {'ok' if r.ok else 'FAILED ' + r.error[:300]} ({r.registers} regs, "
+              f"{r.spill_bytes} B spilled)", flush=True)
+    w = GpuWorker(cfg)
+    info = w.start()
+    print(f"GPU: {info.name}, driver {info.driver}", flush=True)
+    bad: set[str] = set()
+    for shape in checks + shapes:
+        prob = parse_shape(shape)
+        for label, ks in items:
+            r = res[ks.hash]
+            if not r.ok or label in bad or not ks.accepts(prob, info.sm_count):
+                continue
+            ev = w.call("evaluate", timeout_s=a.eval_timeout, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+            if not ev.ok:
+                bad.add(label)
+                print(f"{shape} {label}: FAILED at {ev.stage}: {ev.error[:200]}", flush=True)
+        print(f"{shape}: checked", flush=True)
+    for shape in shapes:
+        prob = parse_shape(shape)
+        src = {lb: (ks.text, res[ks.hash].cubin_path) for lb, ks in items
+               if lb not in bad and res[ks.hash].ok and ks.accepts(prob, info.sm_count)}
+        t = w.call("baselines", timeout_s=600, problem=prob, extra=src, reps=a.reps)["results"]
+        libs = {k: v.time_us for k, v in t.items() if k not in src and v.time_us > 0}
+        best = min(libs.values()) if libs else 0.0
+        print(f"\n{shape} on {info.name}: median of {a.reps} L2-flushed calls, interleaved; best library {best:.2f} us")
+        for name, b in sorted(t.items(), key=lambda kv: kv[1].time_us):
+            ratio = f"{best / b.time_us:6.3f}x" if best and b.time_us > 0 else "      -"
+            wrong = " WRONG" if b.detail.startswith("WRONG") else ""
+            print(f"  {b.time_us:9.2f} us  {ratio}  spread {b.spread:.3f}  {name}{wrong}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from evo.errors import cli_entry
+
+    return cli_entry(_main)(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
