@@ -30,7 +30,7 @@ from .problem import Problem, parse_shape
 
 # parameters that name the same thing across families; the rest of a family's parameters go by name
 PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "GROUP_M", "KI", "MC",
-                  "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
+                  "NC", "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
                   "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP", "SPLITS")
 MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
 MIN_FAILS = 20  # failures needed before a classifier of "will it compile and be correct" is fitted

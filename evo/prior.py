@@ -8,7 +8,7 @@ and fixed costs (launch, pipeline fill per wave, split-K fix-up). It ranks insta
 the cost model (evo.cost_model) learns what it gets wrong from the archive's measurements.
 
 Parameter names it understands (where a family has them): BM, BN or TILE_M, TILE_N (tile, kernel view), TILE
-(square tile), SWAP_AB (the kernel computes C^T), SPLIT_K, G, CLK, SPLITS (K splits over CTAs), MC, CLK, CLUSTER_M,
+(square tile), SWAP_AB (the kernel computes C^T), SPLIT_K, G, CLK, SPLITS (K splits over CTAs), MC, NC, CLK, CLUSTER_M,
 CLUSTER_N (cluster size), BK or TILE_K; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .space import Enumerations, FamilySpace, Geometry, params_key
 FAMILY_EFFICIENCY = {"wgmma_sm90": 1.0, "cutlass_sm90": 1.0, "wgmma_skinny_sm90": 0.9, "mma_sm80": 0.62,
                      "mma_small_sm80": 0.62, "cute_sm80": 0.6, "gemv_sm80": 0.5, "simt": 0.06}
 SPLIT_PARAMS = ("SPLIT_K", "G", "CLK", "SPLITS")  # K splits over CTAs (KS of gemv splits inside one CTA)
-CLUSTER_PARAMS = ("CLK", "MC", "CLUSTER_M", "CLUSTER_N")  # thread-block cluster size
+CLUSTER_PARAMS = ("CLK", "MC", "NC", "CLUSTER_M", "CLUSTER_N")  # thread-block cluster size
 DEFAULT_EFFICIENCY = 0.5
 INTENSITY_K = 2.0  # main-loop efficiency of a tile = intensity / (intensity + INTENSITY_K) (flops per byte of a k step)
 

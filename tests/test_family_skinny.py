@@ -94,5 +94,67 @@ def test_constraints_reject(fam):
     assert not fam.valid(fam.complete({**ok, "BM": 256, "BN": 256}))               # 256 accumulators / thread
     assert not fam.valid(fam.complete({**ok, "BM": 256, "BN": 256, "STAGES": 6}))  # smem
     assert not fam.valid(fam.complete({**ok, "CONSUMERS": 2, "BM": 64}))           # a consumer owns >= 64 rows
+    assert not fam.valid(fam.complete({**ok, "CLK": 4, "MC": 2, "NC": 2}))         # cluster of 16
+    assert fam.valid(fam.complete({**ok, "BM": 64, "CONSUMERS": 1, "CLK": 1, "NC": 4}))  # 16-row row-operand pieces
 
-# Compiling the CI instances through evo.compile (with its gates) is tests/test_families_compile.py.
+
+def test_two_way_multicast_launch(fam):
+    # 128x128x16384 as one 2x2 cluster of 64x64 tiles, both operands multicast, 2 K ranks on chip, 16 global splits
+    ks = fam.render({"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 2, "MC": 2, "NC": 2, "G": 16, "SWAP_AB": 0})
+    l = ks.launch(Problem(128, 128, 16384), num_sms=132)
+    assert l.grid == (128, 1, 1)
+    assert [(t.operand, t.box_rows) for t in l.tensor_maps] == [("A", 32), ("B", 32)]  # half of each tile per CTA
+    assert l.workspace == 256 + 4 * 16 * 64 * 64 * 4
+    # off-tile: 3 row tiles padded to 4 (MC 2), 4 column tiles (NC 4): 2 x 1 cluster groups
+    ks = fam.render({"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 1, "MC": 2, "NC": 4, "G": 2, "SWAP_AB": 0})
+    assert ks.launch(Problem(130, 200, 1000), 132).grid == (2 * 4 * 2 * 2 * 1, 1, 1)
+
+
+@pytest.mark.parametrize("clk,mc,nc,g", [(1, 2, 4, 2), (2, 2, 2, 3), (2, 1, 4, 1), (1, 4, 2, 1), (8, 1, 1, 2)])
+def test_cluster_index_model_covers_every_tile_and_split_once(clk, mc, nc, g):
+    # the kernel's block -> (row tile, column tile, K split) map, and its multicast groups: CTAs that share a row
+    # tile (same nr, kr) and a column tile (same nc, kr) are in one cluster and take the same K range
+    tiles_m, tiles_n = 5, 7
+    tmg_count, tng_count = cdiv(tiles_m, mc), cdiv(tiles_n, nc)
+    cs = clk * mc * nc
+    grid = cs * g * tmg_count * tng_count
+    seen, clusters = {}, {}
+    for b in range(grid):
+        rank, cid = b % cs, b // cs
+        kr, nr, ncx = rank % clk, (rank // clk) % mc, rank // (clk * mc)
+        gg, cid2 = cid % g, cid // g
+        tm, tn = (cid2 % tmg_count) * mc + nr, (cid2 // tmg_count) * nc + ncx
+        key = (tm, tn, gg * clk + kr)
+        assert key not in seen
+        seen[key] = b
+        clusters.setdefault(cid, []).append((rank, tm, tn, kr))
+    assert len(seen) == mc * tmg_count * nc * tng_count * g * clk  # padded tiles x K splits, each once
+    for members in clusters.values():
+        by_rank = {r: (tm, tn, kr) for r, tm, tn, kr in members}
+        for r, (tm, tn, kr) in by_rank.items():
+            nr, ncx = (r // clk) % mc, r // (clk * mc)
+            row_group = [(j * mc + nr) * clk + kr for j in range(nc)]   # the kernel's row_mask
+            col_group = [(ncx * mc + j) * clk + kr for j in range(mc)]  # its mask
+            assert {by_rank[x][0] for x in row_group} == {tm} and {by_rank[x][2] for x in row_group} == {kr}
+            assert {by_rank[x][1] for x in col_group} == {tn} and {by_rank[x][2] for x in col_group} == {kr}
+            assert len(set(row_group) | set(col_group)) == mc + nc - 1  # PEERS: the empty barrier's arrivals / 4
+
+
+@pytest.mark.nvcc
+def test_ptx_two_way_multicast(fam, tmp_path):
+    import subprocess
+
+    def ptx(params):
+        cu, out = tmp_path / "k.cu", tmp_path / "k.ptx"
+        cu.write_text(fam.render(params).text)
+        r = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(out), str(cu)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return out.read_text()
+
+    base = {"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 2, "MC": 2, "G": 16, "SWAP_AB": 0}
+    both, cols = ptx({**base, "NC": 2}), ptx({**base, "NC": 1})
+    assert re.search(r"\.reqnctapercluster\s+8,\s*1,\s*1", both) and re.search(r"\.reqnctapercluster\s+4,\s*1,\s*1", cols)
+    loads = lambda t: len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes\.multicast::cluster", t))
+    assert loads(cols) > 0 and loads(both) > loads(cols)  # the row piece is multicast too
+    assert "mbarrier.arrive.shared::cluster.b64" in both and "arrive.release.cluster" not in both
