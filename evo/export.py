@@ -185,18 +185,21 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
         (gpu, layout, gpu, layout))}, key=lambda s: tuple(int(x) for x in s.split("x")))
     ceilings = store.ceilings(gpu)
     floor = noise_floor()
-    there = _existing_rows(out / gpu, layout) if keep_better else {}
+    existing = _existing_rows(out / gpu, layout)  # the table already there, read once
+    there = {r.shape: r for r in existing if r.kernel_path} if keep_better else {}
     rows = []
     for s in shapes:
-        old = there.get(s)
-        r = row_for(store, parse_shape(s, layout), gpu, out, ceilings, False, floor) if old else None
+        prob, old, write = parse_shape(s, layout), there.get(s), only is None or s in only
+        r = row_for(store, prob, gpu, out, ceilings, write and old is None, floor)
         if old and (r is None or better_row(old, r)):
             rows.append(old)
             continue
-        r = row_for(store, parse_shape(s, layout), gpu, out, ceilings, only is None or s in only, floor)
+        if old and write and r is not None:  # the archive's row wins: now its kernel file is written
+            r = row_for(store, prob, gpu, out, ceilings, True, floor)
         if r:
             rows.append(r)
-    rows = _with_kept_rows(out / gpu, rows, layout)
+    have = {r.shape for r in rows}
+    rows = sorted(rows + [r for r in existing if r.shape not in have], key=lambda r: (r.m, r.n, r.k))
     buf = io.StringIO()
     fields = list(TableRow.__dataclass_fields__)
     w = csv.DictWriter(buf, fieldnames=fields)
@@ -226,30 +229,16 @@ def better_row(old: TableRow, new: TableRow) -> bool:
     return bool(old.hash) and old.hash != new.hash and old.speedup_best_library > (new.speedup_best_library or 0.0)
 
 
-def _existing_rows(table_dir: Path, layout: str) -> dict[str, TableRow]:
-    """The table's rows already there (this layout) whose kernel file is still there; none if it is unreadable."""
+def _existing_rows(table_dir: Path, layout: str) -> list[TableRow]:
+    """The rows of the table already there (this layout) whose kernel file, if they name one, is still there; none
+    if it is missing or unreadable (the archive's rows are written)."""
     if not (table_dir / "table.json").is_file():
-        return {}
+        return []
     try:
         _, old = read_table(table_dir)
     except EvoError:
-        return {}
-    return {r.shape: r for r in old if r.layout == layout and r.kernel_path and (table_dir.parent / r.kernel_path).is_file()}
-
-
-def _with_kept_rows(table_dir: Path, rows: list[TableRow], layout: str) -> list[TableRow]:
-    """`rows` plus the existing table's rows (same layout) for shapes `rows` lacks, whose kernel file (if any) is
-    still there; sorted by M, N, K. An unreadable existing table keeps nothing (the archive's rows are written)."""
-    if not (table_dir / "table.json").is_file():
-        return rows
-    try:
-        _, old = read_table(table_dir)
-    except EvoError:
-        return rows
-    have = {r.shape for r in rows}
-    kept = [r for r in old if r.shape not in have and r.layout == layout
-            and (not r.kernel_path or (table_dir.parent / r.kernel_path).is_file())]
-    return sorted(rows + kept, key=lambda r: (r.m, r.n, r.k))
+        return []
+    return [r for r in old if r.layout == layout and (not r.kernel_path or (table_dir.parent / r.kernel_path).is_file())]
 
 
 def launch_floor_us(store: Store, gpu: str) -> float:

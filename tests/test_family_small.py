@@ -198,6 +198,18 @@ def _model_small(p, M, N, K, seed, clusters=True):
                                 acc[wmn, i, j, ln] += red[(((wk - 1) * WARPS_MN + wmn) * MI + i) * NI * 32 + j * 32 + ln]
         return acc
 
+    def stage_fragments(acc, pitch):  # a CTA's fp32 fragments -> smem tile [BM][pitch] (padding never written)
+        s = np.full(BM * pitch, np.nan)
+        for wmn in range(WARPS_MN):
+            wm, wn = wmn // WARPS_N, wmn % WARPS_N
+            for ln in range(32):
+                for i in range(MI):
+                    for j in range(NI):
+                        r, c = wm * WM + i * 16 + (ln >> 2), wn * WN + j * 8 + (ln & 3) * 2
+                        s[r * pitch + c: r * pitch + c + 2] = acc[wmn, i, j, ln, 0:2]
+                        s[(r + 8) * pitch + c: (r + 8) * pitch + c + 2] = acc[wmn, i, j, ln, 2:4]
+        return s
+
     def finish(bx, by, bz, acc):  # global split-K ticket (GSPLIT > 1) and the epilogue
         m0, n0 = by * BM, bx * BN
         if GSPLIT > 1:  # tickets: per (tile, group), then per tile over the group sums (RED)
@@ -239,15 +251,7 @@ def _model_small(p, M, N, K, seed, clusters=True):
                 ticket[tile] = 0
         if p.get("EPI", 0) == 1 and N % 8 == 0:  # staged: fragments -> sC[BM][BN + 8] -> 16-byte row chunks
             SC_LD = BN + 8
-            sC = np.full(BM * SC_LD, np.nan)
-            for wmn in range(WARPS_MN):
-                wm, wn = wmn // WARPS_N, wmn % WARPS_N
-                for ln in range(32):
-                    for i in range(MI):
-                        for j in range(NI):
-                            r, c = wm * WM + i * 16 + (ln >> 2), wn * WN + j * 8 + (ln & 3) * 2
-                            sC[r * SC_LD + c: r * SC_LD + c + 2] = acc[wmn, i, j, ln, 0:2]
-                            sC[(r + 8) * SC_LD + c: (r + 8) * SC_LD + c + 2] = acc[wmn, i, j, ln, 2:4]
+            sC = stage_fragments(acc, SC_LD)
             banks = [((ln >> 2) * SC_LD + (ln & 3) * 2) // 2 % 32 for ln in range(32)]
             assert len(set(banks)) == 32, "half2 fragment stores hit 32 distinct banks"
             for idx in range(BM * BN // 8):
@@ -288,16 +292,7 @@ def _model_small(p, M, N, K, seed, clusters=True):
             red = []  # each rank's smem: [BM][RP] fp32, padding never written
             for rank in range(CL):
                 acc = cta_acc(bx, by, g * CL + rank)
-                s = np.full(BM * RP, np.nan)
-                for wmn in range(WARPS_MN):
-                    wm, wn = wmn // WARPS_N, wmn % WARPS_N
-                    for ln in range(32):
-                        for i in range(MI):
-                            for j in range(NI):
-                                r, c = wm * WM + i * 16 + (ln >> 2), wn * WN + j * 8 + (ln & 3) * 2
-                                s[r * RP + c: r * RP + c + 2] = acc[wmn, i, j, ln, 0:2]
-                                s[(r + 8) * RP + c: (r + 8) * RP + c + 2] = acc[wmn, i, j, ln, 2:4]
-                red.append(s)
+                red.append(stage_fragments(acc, RP))
             banks = [((ln >> 2) * RP + (ln & 3) * 2) % 32 for ln in range(16)]  # float2: a half-warp per wavefront
             assert len(set(banks)) == 16, "float2 partial stores: conflict-free half-warps"
 

@@ -19,15 +19,16 @@ tensor_maps:
 // One thread-block cluster of CS = CLK * MC * NC CTAs (compile-time __cluster_dims__(CS,1,1)):
 //   rank = (nc * MC + nr) * CLK + kr; the MC * NC CTAs with the same kr own MC consecutive row
 //   tiles x NC consecutive column tiles (BM x BN each) over the same K range, the CLK CTAs with
-//   the same (nc, nr) own one tile and split its K range CLK ways. On top, G clusters split K again ("global" split). K split index
-//   sidx = g * CLK + kr of S = G * CLK, balanced: k blocks [sidx*KB/S, (sidx+1)*KB/S).
+//   the same (nc, nr) own one tile and split its K range CLK ways. On top, G clusters split K
+//   again ("global" split). K split index sidx = g * CLK + kr of S = G * CLK, balanced: k blocks
+//   [sidx*KB/S, (sidx+1)*KB/S).
 // Main loop (per CTA): 1 producer warp (last warp) issues TMA loads (128B swizzle, BK = 64) of
 //   the row tile (BM x 64) and the column tile (BN x 64) into a STAGES-deep smem ring; with
 //   MC > 1 each of the MC CTAs on one column tile loads BN/MC rows of the column tile and
 //   multicasts them to those MC CTAs (the column operand is shared by the group's row tiles);
 //   with NC > 1 each of the NC CTAs on one row tile loads BM/NC rows of the row tile and
-//   multicasts them to those NC CTAs (the row operand is shared by the group's column tiles). CONSUMERS
-//   warpgroups each own BM/CONSUMERS rows and issue wgmma.m64nBNk16 from smem.
+//   multicasts them to those NC CTAs (the row operand is shared by the group's column tiles).
+//   CONSUMERS warpgroups each own BM/CONSUMERS rows and issue wgmma.m64nBNk16 from smem.
 //   full[s]: producer arms it with the stage bytes, TMA completes it (all pieces, ours and the peers').
 //   empty[s]: every consumer warp of every CTA this CTA multicasts into (and that multicasts into
 //   it: the same MC + NC - 1 CTAs) arrives (remote arrive).
@@ -294,7 +295,7 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   const int kstep = KI ? S : 1;
   const int nk = KI ? (sidx < kblocks ? (kblocks - 1 - sidx) / S + 1 : 0)
                     : static_cast<int>(static_cast<long long>(sidx + 1) * kblocks / S) - kb0;
-  // (nk is identical for the MC CTAs of a multicast group: they share sidx)
+  // (nk is identical for the CTAs of a cluster with the same kr, so for every multicast group: they share sidx)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   uint16_t mask = 0, row_mask = 0;  // the CTAs sharing our column tile / our row tile (same K rank)

@@ -39,9 +39,9 @@ tensor_maps:
 //   16-byte stores, then goes on to its next unit.
 // EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0, BN % 64 == 0): each consumer owns EPI staging buffers of
 //   64 x BN fp16 (BN/64 boxes of 64 x 64, 128-byte swizzled like the C tensor map: conflict-free fragment
-//   writes). Per 64-row slice it writes the fragments, fences them to the async proxy, syncs its
-//   warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group) and commits
-//   them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
+//   writes). Per round of min(MT, EPI) 64-row slices it writes the fragments (stmatrix), fences them to the
+//   async proxy, syncs its warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group)
+//   and commits them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
 //   stores of unit i drain while the consumer runs the wgmmas of unit i+1. Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
@@ -475,6 +475,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   uint32_t pphase = 0;
   bool phave = false;
   Work pw{};
+  const uint32_t prank = CLUSTER > 1 ? cluster_rank() : 0;  // CLUSTER > 1: which half of the A tile we load
   // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
   auto produce_next = [&]() -> bool {
     while (!phave || pkb >= pw.kb1) {
@@ -489,8 +490,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
     const uint32_t a_dst = tiles + ps * STAGE_BYTES;
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
-      const uint32_t rank = cluster_rank();
-      tma_load_2d_mc(a_dst + rank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + rank * (BM / CLUSTER),
+      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
                      (1 << CLUSTER) - 1);
     } else {
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
