@@ -4,9 +4,9 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * (BM + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216)"
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0)"   # EPI > 0: a TMA map of C (16-byte row stride)
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
@@ -35,6 +35,12 @@ tensor_maps:
 //   writes C and resets the counter to 0.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
+// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
+//   block (column tiles fastest), and keeps the row operand's whole-K panel (BM x K) in shared memory
+//   across the units of one row block: only the column tiles stream through the ring (per 256x128 tile
+//   at K = 128: 32 KB loaded instead of 96 KB), so the ring holds several units' loads ahead.
+//   panel_full: the producer arms it with the panel's bytes, TMA completes it; panel_empty: every
+//   consumer warp arrives after its last wgmma of the row block; both waited by parity (one phase per panel).
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with ordinary
 //   16-byte stores, then goes on to its next unit.
 // EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0, BN % 64 == 0): each consumer owns EPI staging buffers of
@@ -42,7 +48,9 @@ tensor_maps:
 //   writes). Per round of min(MT, EPI) 64-row slices it writes the fragments (stmatrix), fences them to the
 //   async proxy, syncs its warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group)
 //   and commits them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
-//   stores of unit i drain while the consumer runs the wgmmas of unit i+1. Stores past M or N are
+//   stores of unit i drain while the consumer runs the wgmmas of unit i+1. With EPI = 2 * min(MT, 2) buffers
+//   (MT = 1: 2, MT = 2: 4) the rounds of two consecutive units use different buffers: unit i+1's epilogue waits
+//   for unit i-1's stores, not unit i's (PANEL leaves the smem for it). Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
 // CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
@@ -71,14 +79,16 @@ constexpr int PINGPONG = {{PINGPONG}};
 constexpr int EPI = {{EPI}};                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
+constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
 constexpr int STAGE_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each stage
 constexpr int MT = WM / 64;                // m64 wgmmas per consumer per k16 slice
-constexpr int A_STAGE_BYTES = BM * BK * 2;
+constexpr int A_STAGE_BYTES = PANEL ? 0 : BM * BK * 2;  // PANEL: the row tiles live in the panel, not the ring
 constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
+constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel (a BM x 64 swizzled box)
 // Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
 // smem buffer (rows padded by 8 halves: conflict-free fragment writes), then writes it out with
 // coalesced 16-byte stores. 9216 B = 64 x (64 + 8) halves, the largest chunk.
@@ -96,8 +106,11 @@ static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && EPI <= 2), "TMA-store epilogue: no split-K, no swap, 64-col boxes");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
+              "TMA-store epilogue: no split-K, no swap, 64-col boxes, 1, 2 or 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
+static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
+              "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
               "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/64 boxes of 64 x 64 fp16 (8 KB, 1024-aligned).
@@ -306,6 +319,14 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   w.tile = u / SPLIT_K;
   w.split = u % SPLIT_K;
+  if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
+    const int tn = cdiv(Nk, BN);
+    w.m0 = (u / tn) * BM;
+    w.n0 = (u % tn) * BN;
+    w.kb0 = 0;
+    w.kb1 = cdiv(K, BK);
+    return w;
+  }
   // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
   const int pair = w.tile / CLUSTER, r = w.tile % CLUSTER;
@@ -321,6 +342,15 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   w.kb1 = min(w.kb0 + per, kblocks);
   return w;
 }
+
+// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
+__device__ __forceinline__ int unit_first(int units) {
+  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
+}
+__device__ __forceinline__ int unit_end(int units) {
+  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x + 1) * units / gridDim.x) : units;
+}
+__device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>(gridDim.x); }
 
 // Epilogue of one consumer: its 64-row slices of the tile, registers -> smem (fp16) -> C.
 // Kernel element (r, c) is C[r][c] (C has Nk columns), or C[c][r] with SWAP_AB (C has Mk columns).
@@ -459,37 +489,54 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t full_bar[STAGES];
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
+  __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
+  // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
+  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
   const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
+  const int u_end = unit_end(units);
 
   // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
-  int pu = blockIdx.x, pkb = 0, ps = 0;
+  int pu = unit_first(units), pkb = 0, ps = 0;
   uint32_t pphase = 0;
   bool phave = false;
   Work pw{};
+  int panel_m0 = -1;          // PANEL: the row block whose panel the producer loaded last
+  uint32_t panel_phase = 0;   // PANEL: panels loaded so far, mod 2
   const uint32_t prank = CLUSTER > 1 ? cluster_rank() : 0;  // CLUSTER > 1: which half of the A tile we load
   // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
   auto produce_next = [&]() -> bool {
     while (!phave || pkb >= pw.kb1) {
-      if (phave) pu += gridDim.x;
-      if (pu >= units) return false;
+      if (phave) pu += unit_step();
+      if (pu >= u_end) return false;
       pw = get_work(pu, Mk, Nk, K);
       pkb = pw.kb0;
       phave = true;
+      if (PANEL && pw.m0 != panel_m0) {  // a new row block: its whole-K panel, once the last one is read
+        mbar_wait(smem_u32(&panel_empty), panel_phase ^ 1);  // first panel: fresh barrier, returns at once
+        const uint32_t pf = smem_u32(&panel_full);
+        mbar_arrive_expect_tx(pf, (pw.kb1 - pw.kb0) * PANEL_KB_BYTES);
+        for (int kb = pw.kb0; kb < pw.kb1; ++kb)
+          tma_load_2d(panel + kb * PANEL_KB_BYTES, map_rows, pf, kb * BK, pw.m0);
+        panel_m0 = pw.m0;
+        panel_phase ^= 1;
+      }
     }
     mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
     const uint32_t full = smem_u32(&full_bar[ps]);
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
     const uint32_t a_dst = tiles + ps * STAGE_BYTES;
-    if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
+    if (PANEL) {
+      // the row tile is in the panel
+    } else if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
       tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
                      (1 << CLUSTER) - 1);
     } else {
@@ -510,6 +557,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     }
     mbar_init(smem_u32(&order_bar[0]), 4);
     mbar_init(smem_u32(&order_bar[1]), 4);
+    if (PANEL) {
+      mbar_init(smem_u32(&panel_full), 1);
+      mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
     // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
@@ -544,9 +595,16 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #if EVO_EPI
     if (tid == 0) tma_prefetch_desc(&tmC);
 #endif
-    for (int u = blockIdx.x; u < units; u += gridDim.x, ++j) {
+    int cpanel_m0 = -1;         // PANEL: the row block of the panel this consumer reads
+    uint32_t cpanel_phase = 0;
+    for (int u = unit_first(units); u < u_end; u += unit_step(), ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
+      if (PANEL && w.m0 != cpanel_m0) {  // this row block's panel has landed
+        mbar_wait(smem_u32(&panel_full), cpanel_phase);
+        cpanel_phase ^= 1;
+        cpanel_m0 = w.m0;
+      }
       if (PINGPONG && (j & 1) != c) {  // the other consumer's unit: step over its stages of the ring
         s += nk;
         while (s >= STAGES) { s -= STAGES; phase ^= 1; }
@@ -565,7 +623,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       int prev = 0;
       for (int i = 0; i < nk; ++i) {
         mbar_wait(smem_u32(&full_bar[s]), phase);
-        const uint32_t a_base = tiles + s * STAGE_BYTES + row_off * 128;
+        const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
         const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
         wgmma_fence();
 #pragma unroll
@@ -590,6 +648,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       }
       wgmma_wait<0>();
       if (nk > 0 && lane == 0) release_stage(smem_u32(&empty_bar[prev]));
+      // PANEL: the row block's last unit of this CTA: its panel may be overwritten
+      if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
+        mbar_arrive(smem_u32(&panel_empty));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
