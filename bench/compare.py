@@ -1,6 +1,10 @@
 """Side-by-side benchmark: the best stored kernel per shape against cuBLAS and cuBLASLt, in one process.
 
-    python -m bench.compare --shapes shapes/bench.yaml [--db .evo/evo.db] [--modes cold,b2b,server] [--out-dir DIR]
+    python -m bench.compare --shapes shapes/bench.yaml [--db .evo/evo.db | --table kernels_out/NVIDIA_H200]
+        [--modes cold,b2b,server] [--out-dir DIR]
+
+evo's contender per shape is the archive's vetted champion, or with --table the kernel the committed kernel table
+publishes for the shape (its exported source, what programs load): a benchmark of the table itself.
 
 Ceilings P (8192^3 cuBLAS) and BW (1 GiB copy) are measured at the start of the run on the same GPU;
 the roofline bound of a shape is max(2MNK/P, 2(MK+NK+MN)/BW). Three timing modes:
@@ -75,6 +79,24 @@ def _time_server(contenders, reps: int, timer, rng: random.Random) -> dict[str, 
     return {n: float(np.median(s)) for n, s in samples.items()}
 
 
+def table_kernels(table_dir: str) -> dict[str, dict[str, str]]:
+    """shape -> {"source", "family"} of every row of a kernel table that carries a kernel file."""
+    from evo.export import read_table
+
+    base = Path(table_dir)
+    _, rows = read_table(base)
+    out = {}
+    for r in rows:
+        if not r.kernel_path:
+            continue
+        path = base.parent / r.kernel_path
+        try:
+            out[r.shape] = {"source": path.read_text(), "family": r.family}
+        except OSError:
+            raise EvoError(f"the table's kernel for {r.shape} is missing: {path}") from None
+    return out
+
+
 def geomean(xs: list[float]) -> float:
     xs = [x for x in xs if x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
@@ -118,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", required=True, help="a shape set YAML (shapes/bench.yaml)")
     ap.add_argument("--db", help="the archive (default: paths.db of the config, .evo/evo.db)")
+    ap.add_argument("--table", help="take evo's kernels from this kernel table folder (kernels_out/<GPU>), not the archive")
     ap.add_argument("--config")
     ap.add_argument("--modes", default="cold,b2b,server")
     ap.add_argument("--reps", type=int, default=50)
@@ -134,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     from evo.store import Store
 
     problems = load_shapes(args.shapes)
+    published = table_kernels(args.table) if args.table else {}  # read before the GPU: a bad path is one line
     cfg = load_config(args.config, {"paths": {"db": args.db}})
     from evo.gpu.device import gpu_info
 
@@ -146,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     from evo.gpu.session import Session
 
     session = Session(cfg)
-    store = Store(cfg.paths.db)
+    store = None if args.table else Store(cfg.paths.db)
     compiler = Compiler.from_config(cfg.compile)
     ceil = session.handle_ceilings()
     peak, bw = ceil["peak_tflops"], ceil["bw_gbs"]
@@ -155,11 +179,12 @@ def main(argv: list[str] | None = None) -> int:
               f"Driver {info.driver}, CUDA runtime {info.cuda_runtime}, cupy {info.extra.get('cupy')}; "
               f"{info.sm_count} SMs. Ceilings measured in this run: P = {peak:.0f} TFLOP/s (8192³ cuBLAS fp16), "
               f"BW = {bw:.0f} GB/s (1 GiB copy). Medians of {args.reps} repetitions per mode, contenders interleaved.\n"
-              f"Command: `python -m bench.compare --shapes {args.shapes} --modes {args.modes} --reps {args.reps}`\n")
+              f"Command: `python -m bench.compare --shapes {args.shapes}{' --table ' + args.table if args.table else ''} "
+              f"--modes {args.modes} --reps {args.reps}`\n")
     print(header, flush=True)
     results: dict[str, list[dict]] = {m: [] for m in modes}
     for p in problems:
-        best = store.champion(p.key, p.layout, info.key)  # the vetted winner the table publishes
+        best = published.get(p.key) if args.table else store.champion(p.key, p.layout, info.key)  # the vetted winner
         rs = cupy.random.RandomState(rng.randrange(1 << 30))
         a, b = random_inputs(p, rs)
         c = cupy.empty((p.m, p.n), dtype=cupy.float16)

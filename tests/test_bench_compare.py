@@ -1,6 +1,12 @@
 """bench.compare's markdown: every row has the header's columns, speedups are library time / evo time,
 host-bound b2b figures are marked, and a shape without an evo kernel shows '-' and stays out of the geomeans."""
+from pathlib import Path
+
+import pytest
+
 from bench.compare import render_markdown
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _row(shape, evo, lib, hb=()):
@@ -40,3 +46,25 @@ def test_plot_marks_host_bound_bars_and_missing_kernels(tmp_path):
     assert plot_bars([_row("1x1x1", 10.0, 20.0, hb=("cublas",))])[0][1] == ""  # not the best library: no mark
     _plot(res, tmp_path / "b.png", "Fake GPU")
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_table_kernels_are_the_published_sources(tmp_path):
+    """--table benchmarks what the committed table publishes: each row's exported kernel file and family."""
+    import shutil
+
+    from bench.compare import table_kernels
+    from evo.errors import EvoError
+    from evo.export import read_table
+
+    table = ROOT / "kernels_out" / "NVIDIA_H200"
+    _, rows = read_table(table)
+    got = table_kernels(str(table))
+    with_files = [r for r in rows if r.kernel_path]
+    assert with_files and set(got) == {r.shape for r in with_files}
+    r = with_files[0]
+    assert got[r.shape] == {"source": (table.parent / r.kernel_path).read_text(), "family": r.family}
+    copy = tmp_path / "NVIDIA_H200"
+    shutil.copytree(table, copy)
+    (tmp_path / r.kernel_path).unlink()
+    with pytest.raises(EvoError, match="missing"):
+        table_kernels(str(copy))
