@@ -206,6 +206,20 @@ def templates_root() -> Path:
     return packaged if packaged.is_dir() else here.parent / "templates"
 
 
+def fingerprint(families: list[Family]) -> str:
+    """A short hash of the families' template folders (every file's path and bytes): a shape searched under another
+    fingerprint was searched with other kernels, so a sweep counts it as due again (evo.sweep)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for fam in sorted(families, key=lambda f: f.name):
+        for f in sorted(p for p in Path(fam.path).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            h.update(f"{fam.name}/{f.relative_to(fam.path).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+            h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
 def load_families(root: Path | None = None, names: list[str] | None = None, arch: str | None = None) -> list[Family]:
     root = Path(root) if root else templates_root()
     if not root.is_dir():

@@ -74,6 +74,7 @@ class ShapeResult:
     compile_seconds_saved: float = 0.0  # what those compiles took when they ran
     error: str = ""
     stop: str = ""  # why its search stopped ("time budget spent" = still improving, "converged: ...")
+    templates: str = ""  # evo.families.fingerprint of the families it was searched with
 
 
 class SweepLog:
@@ -87,9 +88,13 @@ class SweepLog:
             if f.name not in have:
                 store.db.execute(f"ALTER TABLE sweep_shapes ADD COLUMN {f.name} {'REAL' if f.type in ('float', float) else 'TEXT'}")
 
-    def done(self, gpu: str, layout: str = "TN") -> set[str]:
+    def done(self, gpu: str, layout: str = "TN", templates: str | None = None) -> set[str]:
+        """Shapes finished on this GPU; with `templates`, only those searched with that template fingerprint."""
         q = "SELECT shape FROM sweep_shapes WHERE gpu=? AND layout=? AND status='done'"
-        return {r[0] for r in self.store.db.execute(q, (gpu, layout))}
+        args: tuple = (gpu, layout)
+        if templates is not None:
+            q, args = q + " AND templates=?", args + (templates,)
+        return {r[0] for r in self.store.db.execute(q, args)}
 
     def record(self, r: ShapeResult) -> None:
         names = [f.name for f in fields(ShapeResult)]
@@ -455,12 +460,12 @@ def geomean(xs: list[float]) -> float:
 
 
 def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[ShapeResult], wall_s: float, n_gpus: int,
-              shapes_file: str, out_dir: str, interrupted: bool = False) -> str:
-    """The one paragraph a cron log keeps."""
+              shapes_file: str, out_dir: str, interrupted: bool = False, templates: str | None = None) -> str:
+    """The one paragraph a cron log keeps. With `templates`, a shape counts as done only if searched with them."""
     keys = {p.key for p in shapes}
     layout = shapes[0].layout if shapes else "TN"
     recs = {r.shape: r for r in SweepLog(store).results(gpu, layout) if r.shape in keys}
-    done = [r for r in recs.values() if r.status == "done"]
+    done = [r for r in recs.values() if r.status == "done" and (templates is None or r.templates == templates)]
     failed_now = [r for r in this_run if r.status != "done"]
     done_now = [r for r in this_run if r.status == "done"]
     left = len(shapes) - len(done)
@@ -500,8 +505,10 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
 def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", device_ids: list[int] | None = None,
               worker_factory: Callable | None = None, compiler: Any = None, ray: bool = False,
               ray_address: str | None = None, ray_actors: int = 0, gpus_per_actor: float = 1.0,
-              budget_gpu_hours: float = 0.0, out=sys.stdout) -> SweepOutcome:
+              budget_gpu_hours: float = 0.0, keep_stale: bool = False, out=sys.stdout) -> SweepOutcome:
     """Search every shape not yet done for this GPU, longest first; print a line per shape and the summary paragraph.
+    A shape done with other templates (another evo.families.fingerprint of the searched families) is due again,
+    unless ``keep_stale``: a nightly run after a template change searches with the new kernels.
 
     With ``budget_gpu_hours``: a first round gives every pending shape ``search.first_round_share`` of the budget
     (evenly; a shape that converges early hands its rest back), then rounds share what is left among the shapes
@@ -533,6 +540,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
     results: list[ShapeResult] = []
     interrupted = False
     gpu = ""
+    templates = ""
     outcome = SweepOutcome(len(shapes), 0, 0, len(shapes))
     try:
         infos = backend.start()
@@ -542,13 +550,19 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         gpu = gpus[0]
         if hasattr(backend, "attach"):
             backend.attach(store, gpu)
-        done = sweep_log.done(gpu, shapes[0].layout)
+        from .families import fingerprint, load_families
+        from .search import cfg_names
+
+        templates = fingerprint(load_families(cfg.paths.templates or None, cfg_names(cfg), arch=infos[0].arch))
+        done = sweep_log.done(gpu, shapes[0].layout, None if keep_stale else templates)
+        stale = len({p.key for p in shapes} & (sweep_log.done(gpu, shapes[0].layout) - done))
         pending = [p for p in shapes if p.key not in done]
         n_workers = len(infos)
         per_shape = cfg.search.budget_minutes * 60.0
         est = f", about {_clock(len(pending) * per_shape / n_workers)} at {cfg.search.budget_minutes:g} min per shape" if per_shape else ""
+        again = f" ({stale} of them done with older templates: searched again)" if stale else ""
         print(f"evo sweep {shapes_file or ''}: {len(shapes)} shapes selected, {len(shapes) - len(pending)} already done, "
-              f"{len(pending)} to search on {n_workers} x {infos[0].name}{est}", file=out)
+              f"{len(pending)} to search{again} on {n_workers} x {infos[0].name}{est}", file=out)
         print(f"  archive {Path(cfg.paths.db).resolve()}, per-shape logs {log_dir.resolve()}", file=out, flush=True)
         pending = longest_first(pending)
         budget_s = budget_gpu_hours * 3600.0
@@ -584,6 +598,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
                 n_round += 1
                 if not r.gpu:
                     r.gpu = gpu
+                r.templates = templates
                 spent[r.shape] = spent.get(r.shape, 0.0) + r.seconds
                 r.seconds = round(spent[r.shape], 3)  # every round of this run on the shape
                 last_stop[r.shape] = r.stop
@@ -619,10 +634,11 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         except Exception:  # noqa: BLE001
             pass
         if gpu:
+            current = None if keep_stale or not templates else templates
             text = summarize(store, gpu, shapes, results, time.monotonic() - t0, backend.n_gpus,
-                             shapes_file or "the shape set", cfg.paths.out, interrupted)
+                             shapes_file or "the shape set", cfg.paths.out, interrupted, current)
             print("\n" + text, file=out, flush=True)
-            done_set = sweep_log.done(gpu, shapes[0].layout)
+            done_set = sweep_log.done(gpu, shapes[0].layout, current)
             sel = {p.key for p in shapes}
             outcome = SweepOutcome(len(shapes), len(done_set & sel), sum(r.status != "done" for r in results),
                                    len(sel - done_set), results, text, interrupted)
@@ -646,6 +662,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ray", action="store_true", help="run the searches on a Ray cluster (pip install -e .[ray])")
     ap.add_argument("--ray-address", help="Ray cluster address (default: auto, i.e. the cluster `ray start --head` started)")
     ap.add_argument("--ray-actors", type=int, help="searches at once (default: the cluster's GPU count)")
+    ap.add_argument("--keep-stale", action="store_true", help="count shapes searched with older templates as done "
+                    "(default: a template change makes them due again)")
     from .search import add_llm_flags, apply_llm_flags, llm_preflight
 
     add_llm_flags(ap)
@@ -680,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
     llm_preflight(cfg)  # a wrong LLM endpoint ends the sweep before any GPU work
     outcome = run_sweep(shapes, cfg, shapes_file=args.shapes, device_ids=device_ids, ray=args.ray,
                         ray_address=args.ray_address, ray_actors=args.ray_actors or 0,
-                        budget_gpu_hours=args.budget_gpu_hours or 0.0)
+                        budget_gpu_hours=args.budget_gpu_hours or 0.0, keep_stale=args.keep_stale)
     return outcome.exit_code
 
 

@@ -436,3 +436,33 @@ def test_each_family_is_enumerated_once_per_sweep(tmp_path, monkeypatch):
     outcome, _, _ = sweep(tmp_path)
     assert outcome.exit_code == 0
     assert calls and len(calls) == len(set(calls)), calls  # every family once, not once per shape
+
+
+def test_a_template_change_makes_done_shapes_due_again(tmp_path):
+    """A nightly rerun after a template change searches the done shapes again (with the new kernels); a rerun with
+    the same templates searches nothing; --keep-stale keeps the old behaviour."""
+    import shutil
+
+    tpl = tmp_path / "templates"
+    shutil.copytree(TOY, tpl)
+    shapes = [parse_shape(s) for s in SHAPES]
+
+    def run(**kw):
+        cfg = make_cfg(tmp_path, templates=tpl)
+        out = io.StringIO()
+        o = run_sweep(shapes, cfg, shapes_file="test.yaml", device_ids=[0], worker_factory=ShapeFake,
+                      compiler=CachingFakeCompiler(), out=out, **kw)
+        return o, out.getvalue(), cfg
+
+    first, _, cfg = run()
+    assert first.done == 4 and len({r.templates for r in sweep_rows(cfg).values()}) == 1
+    again, text, _ = run()
+    assert "4 already done, 0 to search" in text and again.this_run == []
+    kernel = next(tpl.glob("*/kernel.cu"))
+    kernel.write_text(kernel.read_text() + "\n// changed\n")
+    kept, text, _ = run(keep_stale=True)
+    assert "4 already done, 0 to search" in text and kept.this_run == []
+    redone, text, cfg = run()
+    assert "0 already done, 4 to search (4 of them done with older templates: searched again)" in text
+    assert len(redone.this_run) == 4 and redone.exit_code == 0 and "4 of 4 shapes done" in redone.summary
+    assert len({r.templates for r in sweep_rows(cfg).values()}) == 1 and first.this_run[0].templates != redone.this_run[0].templates
