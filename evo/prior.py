@@ -43,7 +43,8 @@ class GpuSpec:
     peak_tflops: float = 700.0  # measured 8192^3 cuBLAS rate is used when known
     bw_gbs: float = 4000.0  # measured copy bandwidth is used when known
     # launch_us, fill_us and INTENSITY_K: fitted to the 34 evo kernels of the committed H200 table (their measured
-    # times against the estimate: RMS log error 0.24 before, 0.095 after; docs/perf-search.md)
+    # times against the estimate: RMS log error 0.24 before, 0.095 after; docs/perf-search.md); a persistent grid fills
+    # once (0.145 on the 37 rows of the table as of docs/perf-hopper.md Run 6, 0.200 with a fill per wave)
     launch_us: float = 4.5  # event window of a kernel beyond its work (empty kernel 3.4 us + prologue/epilogue)
     fill_us: float = 1.6  # first loads of a wave (DRAM latency + pipeline fill)
     fixup_us: float = 1.5  # serial split-K reduction step
@@ -155,7 +156,10 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     busy_sms = min(slot_sms, units)
     bw = gpu.bw_gbs * 1e3 * min(1.0, busy_sms / (0.5 * sms))  # bytes per us
     memory_us = max(dram / bw, l2 / (busy_sms * gpu.l2_gbs_per_sm * 1e3))
-    overhead_us = gpu.launch_us + math.ceil(waves) * gpu.fill_us + (gpu.fixup_us if split > 1 else 0.0)
+    # a grid of fewer CTAs than units is persistent: its producers run ahead across units, so the pipeline fills
+    # once per CTA; a grid of one CTA per unit fills once per wave
+    fills = 1 if geo.ctas < units else math.ceil(waves)
+    overhead_us = gpu.launch_us + fills * gpu.fill_us + (gpu.fixup_us if split > 1 else 0.0)
     us = max(compute_us, memory_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
                     compute_us, memory_us, overhead_us, intensity)
