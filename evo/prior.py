@@ -44,9 +44,10 @@ class GpuSpec:
     bw_gbs: float = 4000.0  # measured copy bandwidth is used when known
     # launch_us, fill_us and INTENSITY_K: fitted to the 34 evo kernels of the committed H200 table (their measured
     # times against the estimate: RMS log error 0.24 before, 0.095 after; docs/perf-search.md); a persistent grid fills
-    # once (0.145 on the 37 rows of the table as of docs/perf-hopper.md Run 6, 0.200 with a fill per wave)
-    launch_us: float = 4.5  # event window of a kernel beyond its work (empty kernel 3.4 us + prologue/epilogue)
-    fill_us: float = 1.6  # first loads of a wave (DRAM latency + pipeline fill)
+    # once, and launch + fill refitted on the 37 rows of the table as of docs/perf-hopper.md Run 6 (4.5 + 1.6 -> 4.0 + 1.0
+    # us: RMS 0.200 with a fill per wave, 0.145 with one per persistent grid, 0.111 refitted; docs/perf-search.md)
+    launch_us: float = 4.0  # event window of a kernel beyond its work (empty kernel 3.4 us + prologue/epilogue)
+    fill_us: float = 1.0  # first loads of a wave (DRAM latency + pipeline fill)
     fixup_us: float = 1.5  # serial split-K reduction step
     l2_gbs_per_sm: float = 150.0  # what one SM draws from L2
 
