@@ -158,38 +158,3 @@ def test_ptx_two_way_multicast(fam, tmp_path):
     loads = lambda t: len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes\.multicast::cluster", t))
     assert loads(cols) > 0 and loads(both) > loads(cols)  # the row piece is multicast too
     assert "mbarrier.arrive.shared::cluster.b64" in both and "arrive.release.cluster" not in both
-
-
-def test_bulk_reduce_smem_holds_the_slices_past_the_reduce_tile(fam):
-    import dataclasses
-
-    wide = dataclasses.replace(fam, space={**fam.space, "GR": (0, 1)})  # built, not yet in the search space
-    base = {"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 2, "MC": 2, "NC": 2, "G": 16, "STAGES": 8, "SWAP_AB": 0}
-    assert fam.space["GR"] == (0,)
-    off, on = (wide.render({**base, "GR": g}).launch(Problem(128, 128, 16384), 132) for g in (0, 1))
-    red = 64 * 72 * 4  # 64 C rows of 64 + 8 floats
-    assert off.smem == max(8 * 128 * 128, red) + 1024
-    assert on.smem == max(8 * 128 * 128, -(-red // 128) * 128 + 16 * (64 // 2) * 64 * 4) + 1024  # 16 slices of 32 rows
-    assert not wide.valid(wide.complete({**base, "G": 1, "GR": 1}))  # nothing to reduce across clusters
-
-
-@pytest.mark.nvcc
-def test_ptx_bulk_reduce(fam, tmp_path):
-    import dataclasses
-    import subprocess
-
-    wide = dataclasses.replace(fam, space={**fam.space, "GR": (0, 1)})
-    texts = []
-    for g in (0, 1):
-        cu, out = tmp_path / f"k{g}.cu", tmp_path / f"k{g}.ptx"
-        cu.write_text(wide.render({"BM": 64, "BN": 48, "CLK": 8, "CONSUMERS": 1, "G": 2, "STAGES": 8, "GR": g}).text)
-        r = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(out), str(cu)],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        texts.append(out.read_text())
-    loads, bulk = texts
-    assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in bulk
-    assert "fence.proxy.async.global" in bulk  # the acquired slices are read by the async proxy
-    assert "cp.async.bulk.shared::cluster.global" not in loads
-    for t in texts:
-        assert "atom.add.acq_rel.gpu" in t and "membar.gl" not in t and "fence.sc" not in t

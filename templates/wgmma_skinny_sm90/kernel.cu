@@ -4,7 +4,7 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * CONSUMERS + 32", 1, 1]
 grid: ["CLK * MC * NC * G * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(cdiv(M if SWAP_AB else N, BN), NC)", 1, 1]
-smem: "max(STAGES * (BM + BN) * 128, round_up((BN if SWAP_AB else BM) * ((BM + 4) if SWAP_AB else (BN + 8)) * 4, 128) + GR * G * (BN if SWAP_AB else BM) // CLK * (BM if SWAP_AB else BN) * 4) + 1024"
+smem: "max(STAGES * (BM + BN) * 128, (BN if SWAP_AB else BM) * ((BM + 4) if SWAP_AB else (BN + 8)) * 4) + 1024"
 workspace: "(round_up(MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * CLK * 4, 256) + MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * G * BM * BN * 4) if G > 1 else 0"
 requires: "K % 8 == 0"
 tensor_maps:
@@ -57,7 +57,6 @@ constexpr int NC = {{NC}};            // CTAs of a cluster on consecutive column
 constexpr int G = {{G}};              // global K splits (clusters) on top of CLK
 constexpr int SWAP_AB = {{SWAP_AB}};
 constexpr int KI = {{KI}};            // 1: split s takes k blocks s, s+S, s+2S, ... (all splits sweep K together)
-constexpr int GR = {{GR}};            // G > 1: the last arrival reads the G slices with bulk copies into smem (1) or loads (0)
 
 constexpr int CS = CLK * MC * NC;     // cluster size
 constexpr int PEERS = MC + NC - 1;    // CTAs that write into this CTA's ring (itself included)
@@ -77,8 +76,6 @@ constexpr int P = SWAP_AB ? BM + 4 : BN + 8;     // conflict-free fragment store
 constexpr int RS = R / CLK;                      // C-rows of the slice each K-rank reduces
 constexpr int ITEMS = RS * CC / 4;               // float4s of one slice
 constexpr int U = (16 / CLK) < 1 ? 1 : 16 / CLK; // float4 items per thread per round (loads in flight)
-constexpr int SLICE_BYTES = RS * CC * 4;         // one split's fp32 slice of C rows in the workspace
-constexpr int RED_SPAN = (R * P * 4 + 127) / 128 * 128;  // the reduce tile; GR puts the G slices after it
 
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
@@ -269,7 +266,6 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   __shared__ alignas(8) uint64_t full_bar[STAGES];
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
   __shared__ int s_last;
-  __shared__ alignas(8) uint64_t gr_bar;  // GR: the G slices have landed
   const uint32_t base_u32 = smem_u32(smem_raw);
   const uint32_t tiles = (base_u32 + 1023u) & ~1023u;  // ring (and, after the main loop, the reduce tile)
   float* red = reinterpret_cast<float*>(smem_raw + (tiles - base_u32));
@@ -332,7 +328,6 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), CONSUMERS * 4 * PEERS);
     }
-    if constexpr (GR) mbar_init(smem_u32(&gr_bar), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // Without multicast the first k block's loads leave before the block-wide barrier, within the kernel's
     // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
@@ -487,31 +482,7 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
       if (s_last) counters[tile * CLK + kr] = 0;  // every split has arrived: reset for the next launch
     }
     __syncthreads();
-    if (GR && s_last) {
-      // The G slices through shared memory: one bulk copy per slice, all in flight at once (the loads below keep
-      // at most 16 float4 per thread in flight: latency-bound for large G), into the smem past the reduce tile
-      // (peers may still read that through DSMEM), then summed in order g = 0..G-1.
-      const uint32_t gbar = smem_u32(&gr_bar), dst0 = tiles + RED_SPAN;
-      if (threadIdx.x == 0) {
-        asm volatile("fence.proxy.async.global;" ::: "memory");  // the slices acquired above, to the async proxy
-        mbar_arrive_expect_tx(gbar, G * SLICE_BYTES);
-#pragma unroll 1
-        for (int q = 0; q < G; ++q)
-          asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                           dst0 + q * SLICE_BYTES),
-                       "l"(parts + static_cast<size_t>(q) * (RS * CC)), "n"(SLICE_BYTES), "r"(gbar)
-                       : "memory");
-      }
-      mbar_wait(gbar, 0);
-      const float4* slices = reinterpret_cast<const float4*>(smem_raw + (dst0 - base_u32));
-#pragma unroll 1
-      for (int idx = threadIdx.x; idx < ITEMS; idx += THREADS) {
-        float4 sum = slices[idx];
-#pragma unroll 4
-        for (int q = 1; q < G; ++q) add4(sum, slices[q * ITEMS + idx]);
-        store4(C, M, N, crow0 + idx / (CC / 4), ccol0 + 4 * (idx % (CC / 4)), sum);
-      }
-    } else if (s_last) {
+    if (s_last) {
       const float4* src = reinterpret_cast<const float4*>(parts);
       constexpr int NI = cdiv(ITEMS, THREADS);           // items per thread
       constexpr int IU = NI >= 4 ? 4 : NI >= 2 ? 2 : 1;  // items per round (power of two)
