@@ -129,28 +129,12 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
     kernel_path = ""
     if best is not None:
         kernel_path = str(rel_dir / f"{problem.key}.cu")
-    if best is not None and (write or not (out_dir / kernel_path).is_file()):
-        ks = KernelSource.parse(best["source"])
-        atomic_write(out_dir / kernel_path, best["source"])
-        meta = {
-            "shape": problem.key, "layout": problem.layout, "gpu": gpu, "hash": h, "family": best["family"],
-            "params": json.loads(best["params"]), "launch": asdict(ks.launch(problem, 132)),
-            "launch_rules": {"grid": ks.meta.grid, "block": ks.meta.block, "smem": ks.meta.smem,
-                             "workspace": ks.meta.workspace, "requires": ks.meta.requires,
-                             "tensor_maps": list(ks.meta.tensor_maps), "archs": ks.meta.archs},
-            "time_us": time_us, "baselines_us": libs, "timing_source": source,
-            "lineage": lineage(store, h), "cuda": best["cuda"], "driver": best["driver"],
-        }
-        if ks.meta.launch == "host":  # "launch" above is the front matter's estimate; the kernel's host code decides
-            meta["launch_abi"] = "host"
-            meta["host_args"] = list(ks.host_arg_values(problem, 132))
-        atomic_write(out_dir / rel_dir / f"{problem.key}.json", json.dumps(meta, indent=2, default=str))
     roof = problem.roofline_us(*ceilings) if ceilings else 0.0
     ds = datasheet(gpu)
     ds_roof = problem.roofline_us(ds.peak_tflops_fp16_dense, ds.dram_gbs) if ds else 0.0
     shown = time_us if evo_wins else best_lib_us
     sp = lambda lib: (libs[lib] / time_us) if time_us and lib in libs else 0.0  # noqa: E731
-    return TableRow(
+    row = TableRow(
         gpu=gpu, shape=problem.key, layout=problem.layout, m=problem.m, n=problem.n, k=problem.k,
         winner="evo" if evo_wins else best_lib, family=best["family"] if best else "", hash=h,
         kernel_path=kernel_path, time_us=round(time_us, 3), tflops=round(problem.tflops(time_us), 2) if time_us else 0.0,
@@ -168,6 +152,31 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
         verdict=verdict, library_algorithms=algos, datasheet_roof_us=round(ds_roof, 3),
         pct_of_datasheet_roof=round(100.0 * ds_roof / shown, 1) if ds_roof and shown else 0.0,
     )
+    if best is not None and (write or not (out_dir / kernel_path).is_file()):
+        write_kernel_files(store, problem, row, out_dir, best)
+    return row
+
+
+def write_kernel_files(store: Store, problem: Problem, row: TableRow, out_dir: Path, best=None) -> None:
+    """A row's evo kernel (the archive's champion for its shape) as <kernel_path> and the JSON beside it: source,
+    parameters, launch rules, the row's times and the kernel's lineage."""
+    best = best if best is not None else store.champion(problem.key, problem.layout, row.gpu)
+    ks = KernelSource.parse(best["source"])
+    atomic_write(out_dir / row.kernel_path, best["source"])
+    libs = {lib: getattr(row, f"{lib}_us") for lib in LIBRARIES if getattr(row, f"{lib}_us")}
+    meta = {
+        "shape": problem.key, "layout": problem.layout, "gpu": row.gpu, "hash": row.hash, "family": best["family"],
+        "params": json.loads(best["params"]), "launch": asdict(ks.launch(problem, 132)),
+        "launch_rules": {"grid": ks.meta.grid, "block": ks.meta.block, "smem": ks.meta.smem,
+                         "workspace": ks.meta.workspace, "requires": ks.meta.requires,
+                         "tensor_maps": list(ks.meta.tensor_maps), "archs": ks.meta.archs},
+        "time_us": row.time_us, "baselines_us": libs, "timing_source": row.timing_source,
+        "lineage": lineage(store, row.hash), "cuda": best["cuda"], "driver": best["driver"],
+    }
+    if ks.meta.launch == "host":  # "launch" above is the front matter's estimate; the kernel's host code decides
+        meta["launch_abi"] = "host"
+        meta["host_args"] = list(ks.host_arg_values(problem, 132))
+    atomic_write(out_dir / Path(row.kernel_path).with_suffix(".json"), json.dumps(meta, indent=2, default=str))
 
 
 def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN",
@@ -194,8 +203,8 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
         if old and (r is None or better_row(old, r)):
             rows.append(old)
             continue
-        if old and write and r is not None:  # the archive's row wins: now its kernel file is written
-            r = row_for(store, prob, gpu, out, ceilings, True, floor)
+        if old and write and r is not None and r.kernel_path:  # the archive's row wins: now its kernel file is written
+            write_kernel_files(store, prob, r, out)
         if r:
             rows.append(r)
     have = {r.shape for r in rows}
