@@ -142,15 +142,10 @@ def test_cluster_index_model_covers_every_tile_and_split_once(clk, mc, nc, g):
 
 @pytest.mark.nvcc
 def test_ptx_two_way_multicast(fam, tmp_path):
-    import subprocess
+    from evo.testing.ptx import ptx_of
 
     def ptx(params):
-        cu, out = tmp_path / "k.cu", tmp_path / "k.ptx"
-        cu.write_text(fam.render(params).text)
-        r = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(out), str(cu)],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        return out.read_text()
+        return ptx_of(fam.render(params).text, tmp_path)
 
     base = {"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 2, "MC": 2, "G": 16, "SWAP_AB": 0}
     both, cols = ptx({**base, "NC": 2}), ptx({**base, "NC": 1})

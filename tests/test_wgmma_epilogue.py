@@ -3,7 +3,6 @@
 Whether the stores land where they should (swizzle, clipping at M and N) is proven on a GPU only:
 bench/output_bound_smoke.py checks every instance through the evaluator on off-tile shapes.
 """
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from evo.errors import EvoError
 from evo.families import load_families
 from evo.kernel import KernelSource
 from evo.problem import Problem
+from evo.testing.ptx import ptx_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PP = {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4}
@@ -78,12 +78,7 @@ def test_when_selects_tensor_maps(naive_source):
 
 
 def _ptx(ks: KernelSource, tmp_path: Path) -> str:
-    cu, ptx = tmp_path / "k.cu", tmp_path / "k.ptx"
-    cu.write_text(ks.text)
-    r = subprocess.run(["nvcc", "-ptx", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a", "-O3", "-o", str(ptx), str(cu)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return ptx.read_text()
+    return ptx_of(ks.text, tmp_path)
 
 
 @pytest.mark.nvcc

@@ -3,13 +3,13 @@
 That the panel is loaded once per row block and reused correctly is proven on a GPU only: the CI instance runs
 through the checker on off-tile shapes in tests/test_gpu_pipeline.py (1030x4104x136: CTAs cross row blocks).
 """
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from evo.families import load_families
 from evo.problem import Problem
+from evo.testing.ptx import ptx_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PANEL = {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "PANEL": 1, "GROUP": 1}
@@ -49,23 +49,16 @@ def test_panel_constraints(fam):
     assert any(p.get("PANEL") for p in fam.instances_for_ci())  # CI compiles it and the GPU test checks it
 
 
-def _ptx(ks, tmp_path):
-    src = tmp_path / f"{ks.hash}.cu"
-    src.write_text(ks.text)
-    out = tmp_path / f"{ks.hash}.ptx"
-    subprocess.run(["nvcc", "-arch=sm_90a", "-std=c++17", "-ptx", str(src), "-o", str(out)], check=True,
-                   capture_output=True)
-    return out.read_text()
 
 
 @pytest.mark.nvcc
 def test_ptx_panel_loads(fam, tmp_path):
-    panel = _ptx(fam.render(fam.complete(PANEL)), tmp_path)
-    ring = _ptx(fam.render(fam.complete({**PANEL, "PANEL": 0, "STAGES": 3})), tmp_path)
+    panel = ptx_of(fam.render(fam.complete(PANEL)).text, tmp_path, name="panel")
+    ring = ptx_of(fam.render(fam.complete({**PANEL, "PANEL": 0, "STAGES": 3})).text, tmp_path, name="ring")
     # full + empty per ring stage, the two ping-pong order barriers, and (panel) the panel's full and empty
     assert ring.count("mbarrier.init.shared::cta.b64") == 2 * 3 + 2
     assert panel.count("mbarrier.init.shared::cta.b64") == 2 * 5 + 2 + 2
     assert "membar.gl" not in panel and "fence.sc" not in panel
     # four staging buffers (two 64-row slices per consumer a round): a round waits for the round before last
-    four = _ptx(fam.render(fam.complete({**PANEL, "STAGES": 2, "EPI": 4})), tmp_path)
+    four = ptx_of(fam.render(fam.complete({**PANEL, "STAGES": 2, "EPI": 4})).text, tmp_path, name="four")
     assert "cp.async.bulk.wait_group.read 1" in four
