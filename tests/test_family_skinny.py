@@ -51,7 +51,7 @@ def test_launch_rules(fam):
 
 
 def test_grids_are_whole_clusters_and_workspace_covers_the_slices(fam):
-    for clk, mc, g, swap in [(8, 1, 1, 1), (4, 2, 2, 1), (2, 4, 4, 0), (1, 2, 8, 0), (8, 1, 16, 0)]:
+    for clk, mc, g, swap in [(8, 1, 1, 1), (4, 2, 2, 1), (2, 4, 4, 0), (1, 2, 8, 0), (8, 1, 16, 0), (16, 1, 2, 0)]:
         p = fam.complete({"BM": 128, "BN": 64, "CLK": clk, "MC": mc, "G": g, "SWAP_AB": swap})
         assert fam.valid(p), p
         ks = fam.render(p)
@@ -153,3 +153,13 @@ def test_ptx_two_way_multicast(fam, tmp_path):
     loads = lambda t: len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::cluster\.global\.mbarrier::complete_tx::bytes\.multicast::cluster", t))
     assert loads(cols) > 0 and loads(both) > loads(cols)  # the row piece is multicast too
     assert "mbarrier.arrive.shared::cluster.b64" in both and "arrive.release.cluster" not in both
+
+
+def test_sixteen_k_ranks_only_without_multicast(fam):
+    """A cluster of 16 CTAs (non-portable) is 16 K ranks of one tile; multicast groups stay within 8 CTAs."""
+    assert fam.valid(fam.complete({"BM": 64, "BN": 48, "CONSUMERS": 1, "CLK": 16, "G": 1, "STAGES": 8}))
+    for extra in ({"MC": 2}, {"NC": 2}):
+        assert not fam.valid(fam.complete({"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 16, "G": 1, **extra}))
+    assert not fam.valid(fam.complete({"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 8, "MC": 2, "G": 1}))
+    ks = fam.render(fam.complete({"BM": 64, "BN": 48, "CONSUMERS": 1, "CLK": 16, "G": 1, "STAGES": 8}))
+    assert ks.launch(Problem(128, 128, 16384), 132).grid == (96, 1, 1)  # 2 x 3 tiles x 16 K ranks

@@ -7,12 +7,14 @@ import numpy as np
 from ..errors import EvoError
 from ..kernel import ENTRY, KernelSource, LaunchSpec
 from ..problem import Problem
+from .module import FreshModule, allow_large_cluster
 
 
 # driver errors of a launch that was refused before it ran; the context stays usable
 _LAUNCH_REFUSED = ("CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_RESOURCES", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
                    "CUDA_ERROR_INVALID_CONFIGURATION", "CUDA_ERROR_NOT_FOUND", "CUDA_ERROR_INVALID_IMAGE",
-                   "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED")
+                   "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
+                   "CUDA_ERROR_INVALID_CLUSTER_SIZE")
 
 
 MAP_CACHE = 8  # tensor-map sets kept per kernel: encoding them is host work that must stay out of timed windows
@@ -34,8 +36,6 @@ class LoadedKernel:
         if threads > 1024:
             raise EvoError(f"block of {threads} threads exceeds 1024")
         if fresh:
-            from .module import FreshModule
-
             self.module = FreshModule(cubin_path)
             self.fn = self.module.function(ENTRY)
         else:
@@ -57,6 +57,7 @@ class LoadedKernel:
                 self.fn.max_dynamic_shared_size_bytes = self.spec.smem
             except cupy.cuda.driver.CUDADriverError as e:
                 raise EvoError(f"cannot grant {self.spec.smem} bytes of dynamic shared memory: {e}") from None
+        allow_large_cluster(int(self.fn.fn.ptr if fresh else self.fn.ptr))
         # the workspace is zeroed once; kernels must leave their counters at zero
         self.workspace = cupy.zeros(max(self.spec.workspace, 16) // 4 + 1, dtype=cupy.float32)
         self._maps: dict[tuple, list] = {}

@@ -20,6 +20,8 @@ from ..errors import EvoError
 
 from .host_launch import CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES as ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES
 from .host_launch import CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK as ATTR_MAX_THREADS_PER_BLOCK
+from .host_launch import CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED as ATTR_NON_PORTABLE_CLUSTER
+from .host_launch import CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH as ATTR_CLUSTER_WIDTH
 from .host_launch import CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES as ATTR_SHARED_SIZE_BYTES
 
 
@@ -51,6 +53,27 @@ class FreshModule:
     @property
     def closed(self) -> bool:
         return self._module is None
+
+
+def required_cluster_size(fn_ptr: int) -> int:
+    """CTAs per cluster a kernel fixed at compile time (``__cluster_dims__``); 1 without (or before sm_90)."""
+    size = 1
+    for attr in range(ATTR_CLUSTER_WIDTH, ATTR_CLUSTER_WIDTH + 3):
+        try:
+            size *= max(int(cupy.cuda.driver.funcGetAttribute(attr, fn_ptr)), 1)
+        except cupy.cuda.driver.CUDADriverError:
+            return 1
+    return size
+
+
+def allow_large_cluster(fn_ptr: int) -> None:
+    """Opt a kernel whose cluster has more than 8 CTAs (non-portable; Hopper runs 16 where a GPC has the SMs
+    free) in to launching; raises EvoError if the driver refuses."""
+    try:
+        if required_cluster_size(fn_ptr) > 8:
+            cupy.cuda.driver.funcSetAttribute(fn_ptr, ATTR_NON_PORTABLE_CLUSTER, 1)
+    except cupy.cuda.driver.CUDADriverError as e:
+        raise EvoError(f"cannot allow a cluster of {required_cluster_size(fn_ptr)} CTAs: {e}") from None
 
 
 class ModuleFunction:

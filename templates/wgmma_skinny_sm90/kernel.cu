@@ -16,7 +16,8 @@ tensor_maps:
 //
 // Work decomposition. Kernel view: rows come from the "row operand" (A, or B with SWAP_AB),
 // columns from the "column operand" (B, or A with SWAP_AB: a small M then sits in wgmma's N).
-// One thread-block cluster of CS = CLK * MC * NC CTAs (compile-time __cluster_dims__(CS,1,1)):
+// One thread-block cluster of CS = CLK * MC * NC CTAs (compile-time __cluster_dims__(CS,1,1); CLK = 16 is
+// a non-portable cluster of 16 K ranks, which Hopper schedules on a GPC with 16 free SMs):
 //   rank = (nc * MC + nr) * CLK + kr; the MC * NC CTAs with the same kr own MC consecutive row
 //   tiles x NC consecutive column tiles (BM x BN each) over the same K range, the CLK CTAs with
 //   the same (nc, nr) own one tile and split its K range CLK ways. On top, G clusters split K
@@ -80,7 +81,7 @@ constexpr int U = (16 / CLK) < 1 ? 1 : 16 / CLK; // float4 items per thread per 
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
-static_assert(CS >= 1 && CS <= 8, "portable cluster size");
+static_assert(CS >= 1 && (CS <= 8 || (CS == 16 && CLK == 16)), "portable cluster size, or 16 K ranks (non-portable: the launcher opts in)");
 static_assert(B_PIECE_ROWS % 8 == 0 && A_PIECE_ROWS % 8 == 0, "multicast pieces are whole 1024-byte swizzle atoms");
 static_assert(R % CLK == 0, "the tile's C rows split evenly over the K ranks");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
