@@ -21,9 +21,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def plan(family: str, old_root: str | None, instances: list[dict]) -> list[tuple[str, object]]:
-    """(label, KernelSource) for every instance and side."""
+def plan(family: str, old_root: str | None, instances: list[dict], shapes: list[str] = ()) -> list[tuple[str, object]]:
+    """(label, KernelSource) for every instance and side; a family that compiles the shape in gets one rendering
+    per timed shape (each accepts only its own shape, so it is checked and timed on that shape alone)."""
     from evo.families import load_families
+    from evo.problem import parse_shape
 
     sides = [("new", load_families(ROOT / "templates", names=[family])[0])]
     if old_root:
@@ -35,7 +37,10 @@ def plan(family: str, old_root: str | None, instances: list[dict]) -> list[tuple
             for k, v in p.items():  # values outside the declared space (e.g. a parameter kept out of the search)
                 if k in fam.space and v not in fam.space[k]:
                     fam.space[k] = tuple(fam.space[k]) + (v,)
-            items.append((f"{side} {tag}", fam.render(fam.complete(p))))
+            if fam.shape_specialized:
+                items += [(f"{side} {tag}", fam.render(fam.complete(p), parse_shape(sh))) for sh in shapes]
+            else:
+                items.append((f"{side} {tag}", fam.render(fam.complete(p))))
     return items
 
 
@@ -64,7 +69,7 @@ def _main(argv: list[str] | None = None) -> int:
     checks = [s for s in a.check.split(",") if s]
     for s in shapes + checks:
         parse_shape(s)
-    items = plan(a.family, None if a.new_only else a.old, instances)
+    items = plan(a.family, None if a.new_only else a.old, instances, shapes)
     if a.plan_only:
         for label, ks in items:
             print(f"{ks.hash}  {label}")
@@ -81,7 +86,7 @@ def _main(argv: list[str] | None = None) -> int:
                                                  for _, ks in items], 0)}
     for label, ks in items:
         r = res[ks.hash]
-        print(f"compiled {label}: {'ok' if r.ok else 'FAILED ' + r.error[:300]} ({r.registers} regs, "
+        print(f"compiled {label} [{ks.hash}]: {'ok' if r.ok else 'FAILED ' + r.error[:300]} ({r.registers} regs, "
               f"{r.spill_bytes} B spilled)", flush=True)
     w = GpuWorker(cfg)
     info = w.start()
@@ -91,17 +96,17 @@ def _main(argv: list[str] | None = None) -> int:
         prob = parse_shape(shape)
         for label, ks in items:
             r = res[ks.hash]
-            if not r.ok or label in bad or not ks.accepts(prob, info.sm_count):
+            if not r.ok or ks.hash in bad or not ks.accepts(prob, info.sm_count):
                 continue
             ev = w.call("evaluate", timeout_s=a.eval_timeout, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
             if not ev.ok:
-                bad.add(label)
+                bad.add(ks.hash)
                 print(f"{shape} {label}: FAILED at {ev.stage}: {ev.error[:200]}", flush=True)
         print(f"{shape}: checked", flush=True)
     for shape in shapes:
         prob = parse_shape(shape)
         src = {lb: (ks.text, res[ks.hash].cubin_path) for lb, ks in items
-               if lb not in bad and res[ks.hash].ok and ks.accepts(prob, info.sm_count)}
+               if ks.hash not in bad and res[ks.hash].ok and ks.accepts(prob, info.sm_count)}
         t = w.call("baselines", timeout_s=600, problem=prob, extra=src, reps=a.reps)["results"]
         libs = {k: v.time_us for k, v in t.items() if k not in src and v.time_us > 0}
         best = min(libs.values()) if libs else 0.0

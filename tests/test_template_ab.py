@@ -28,3 +28,15 @@ def test_bad_input_is_one_line(capsys):
     assert template_ab.main(["--family", "wgmma_sm90", "--new-only", "--shapes", "64x64x64", "{not json"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+
+
+def test_a_shape_specialized_family_is_rendered_per_timed_shape():
+    from evo.problem import parse_shape
+
+    p = {"BM": 32, "BN": 32, "BK": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "SPLIT_K": 1, "CLK": 16}
+    items = template_ab.plan("mma_small_sm80", None, [p], ["64x128x2048", "128x64x4096"])
+    assert [lb for lb, _ in items] == ["new " + "/".join(f"{k}{v}" for k, v in p.items())] * 2
+    (_, a), (_, b) = items
+    assert a.hash != b.hash
+    assert a.accepts(parse_shape("64x128x2048")) and not a.accepts(parse_shape("128x64x4096"))
+    assert b.accepts(parse_shape("128x64x4096")) and not b.accepts(parse_shape("64x128x2048"))
