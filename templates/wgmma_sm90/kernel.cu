@@ -5,7 +5,7 @@ params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
 requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
@@ -58,8 +58,6 @@ tensor_maps:
 //   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
-//   With SPLIT_K > 1 the two CTAs of a cluster take the same K slice of their two column tiles (the shared A
-//   k blocks are the same), each with its own partial and ticket.
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -113,8 +111,8 @@ static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && (EPI 
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
-              "A multicast: pairs of CTAs on adjacent column tiles, 8-row swizzle atoms per half");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
+              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/64 boxes of 64 x 64 fp16 (8 KB, 1024-aligned).
 constexpr int EPI_BOX_BYTES = 64 * 64 * 2;
 constexpr int EPI_BUF_BYTES = (BN / 64) * EPI_BOX_BYTES;
@@ -316,13 +314,11 @@ struct Work {
 };
 
 // Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units. CLUSTER > 1: the units
-// of a cluster's CTAs (consecutive, rank = u % CLUSTER) are the same split of adjacent column tiles:
-// u = (tile pair * SPLIT_K + split) * CLUSTER + rank.
+// CTAs in flight share B column panels in L2; splits of one tile are adjacent units.
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
-  w.tile = (u / CLUSTER / SPLIT_K) * CLUSTER + u % CLUSTER;
-  w.split = (u / CLUSTER) % SPLIT_K;
+  w.tile = u / SPLIT_K;
+  w.split = u % SPLIT_K;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
     w.m0 = (u / tn) * BM;
@@ -660,7 +656,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 
       if (SPLIT_K > 1) {
         // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // column tiles padded to pairs
+        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
         int* counters = reinterpret_cast<int*>(workspace);
         float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
