@@ -53,6 +53,8 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", default="200x136x72,130x260x1000", help="comma-separated shapes only checked")
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--eval-timeout", type=float, default=60.0)
+    ap.add_argument("--profile", metavar="SHAPE", help="one of --shapes: after timing, Nsight Compute metrics of every "
+                    "checked instance and of cuBLAS on it (evo.profile)")
     ap.add_argument("--plan-only", action="store_true")
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
@@ -69,6 +71,8 @@ def _main(argv: list[str] | None = None) -> int:
     checks = [s for s in a.check.split(",") if s]
     for s in shapes + checks:
         parse_shape(s)
+    if a.profile and a.profile not in shapes:
+        raise EvoError(f"--profile {a.profile} is not one of --shapes")
     items = plan(a.family, None if a.new_only else a.old, instances, shapes)
     if a.plan_only:
         for label, ks in items:
@@ -115,7 +119,24 @@ def _main(argv: list[str] | None = None) -> int:
             ratio = f"{best / b.time_us:6.3f}x" if best and b.time_us > 0 else "      -"
             wrong = " WRONG" if b.detail.startswith("WRONG") else ""
             print(f"  {b.time_us:9.2f} us  {ratio}  spread {b.spread:.3f}  {name}{wrong}", flush=True)
+    if a.profile:
+        profile(parse_shape(a.profile), [(lb, ks, res[ks.hash].cubin_path) for lb, ks in items
+                                         if ks.hash not in bad and res[ks.hash].ok and ks.accepts(parse_shape(a.profile), info.sm_count)])
     return 0
+
+
+def profile(problem, items: list[tuple[str, object, str]]) -> None:
+    """Print evo.profile's metrics (duration, tensor pipe, L2, DRAM, stalls) of each instance and of cuBLAS."""
+    from evo.profile import Profiler, describe
+
+    prof = Profiler(timeout_s=120.0, say=lambda s: print(s, flush=True))
+    runs = [(label, lambda ks=ks, cubin=cubin: prof.profile_kernel(ks.text, cubin, problem)) for label, ks, cubin in items]
+    runs.append(("cublas", lambda: prof.profile_library(problem, "cublas")))
+    for label, run in runs:
+        r = run()
+        print(f"\nncu {problem.m}x{problem.n}x{problem.k} {label}: " + (r.kernel if r.ok else f"failed: {r.detail}"), flush=True)
+        for line in describe(r.metrics) if r.ok else []:
+            print(f"  {line}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:

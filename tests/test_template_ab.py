@@ -26,8 +26,11 @@ def test_bad_input_is_one_line(capsys):
     assert template_ab.main(["--family", "wgmma_sm90", "--shapes", "64x64x64", "{}"]) == 2
     assert template_ab.main(["--family", "wgmma_sm90", "--new-only", "--shapes", "64x64", "{}"]) == 2
     assert template_ab.main(["--family", "wgmma_sm90", "--new-only", "--shapes", "64x64x64", "{not json"]) == 2
+    assert template_ab.main(["--family", "wgmma_sm90", "--new-only", "--shapes", "64x64x64", "--profile", "128x128x128",
+                             "{}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 3 and all(line.startswith("error: ") for line in err)
+    assert len(err) == 4 and all(line.startswith("error: ") for line in err)
+    assert "not one of --shapes" in err[-1]
 
 
 def test_a_shape_specialized_family_is_rendered_per_timed_shape():
