@@ -1,33 +1,38 @@
 /*---evo
 family: wgmma_skinny_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 48, CLK: 8, CONSUMERS: 1, G: 2, KI: 0, MC: 1, STAGES: 8, SWAP_AB: 1}
+params: {BM: 64, BN: 48, CLK: 16, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, STAGES: 6, SWAP_AB: 1}
 block: ["128 * CONSUMERS + 32", 1, 1]
-grid: ["CLK * MC * G * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(M if SWAP_AB else N, BN)", 1, 1]
+grid: ["CLK * MC * NC * G * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(cdiv(M if SWAP_AB else N, BN), NC)", 1, 1]
 smem: "max(STAGES * (BM + BN) * 128, (BN if SWAP_AB else BM) * ((BM + 4) if SWAP_AB else (BN + 8)) * 4) + 1024"
-workspace: "(round_up(MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(M if SWAP_AB else N, BN) * CLK * 4, 256) + MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(M if SWAP_AB else N, BN) * G * BM * BN * 4) if G > 1 else 0"
+workspace: "(round_up(MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * CLK * 4, 256) + MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * G * BM * BN * 4) if G > 1 else 0"
 requires: "K % 8 == 0"
 tensor_maps:
-  - {operand: A, box: ["(BN // MC) if SWAP_AB else BM", 64], swizzle: 128}
-  - {operand: B, box: ["BM if SWAP_AB else (BN // MC)", 64], swizzle: 128}
+  - {operand: A, box: ["(BN // MC) if SWAP_AB else (BM // NC)", 64], swizzle: 128}
+  - {operand: B, box: ["(BM // NC) if SWAP_AB else (BN // MC)", 64], swizzle: 128}
 ---*/
 // Hopper (sm_90a) HGEMM for skinny / small-output shapes: C[M,N] = A[M,K] * B[N,K]^T,
 // fp16 in/out, fp32 accumulation.
 //
 // Work decomposition. Kernel view: rows come from the "row operand" (A, or B with SWAP_AB),
 // columns from the "column operand" (B, or A with SWAP_AB: a small M then sits in wgmma's N).
-// One thread-block cluster of CS = CLK * MC CTAs (compile-time __cluster_dims__(CS,1,1)):
-//   rank = nr * CLK + kr; the MC CTAs with the same kr own MC consecutive row tiles (BM x BN
-//   each) over the same K range, the CLK CTAs with the same nr own one tile and split its K
-//   range CLK ways. On top, G clusters split K again ("global" split). K split index
-//   sidx = g * CLK + kr of S = G * CLK, balanced: k blocks [sidx*KB/S, (sidx+1)*KB/S).
+// One thread-block cluster of CS = CLK * MC * NC CTAs (compile-time __cluster_dims__(CS,1,1); CLK = 16 is
+// a non-portable cluster of 16 K ranks, which Hopper schedules on a GPC with 16 free SMs):
+//   rank = (nc * MC + nr) * CLK + kr; the MC * NC CTAs with the same kr own MC consecutive row
+//   tiles x NC consecutive column tiles (BM x BN each) over the same K range, the CLK CTAs with
+//   the same (nc, nr) own one tile and split its K range CLK ways. On top, G clusters split K
+//   again ("global" split). K split index sidx = g * CLK + kr of S = G * CLK, balanced: k blocks
+//   [sidx*KB/S, (sidx+1)*KB/S).
 // Main loop (per CTA): 1 producer warp (last warp) issues TMA loads (128B swizzle, BK = 64) of
 //   the row tile (BM x 64) and the column tile (BN x 64) into a STAGES-deep smem ring; with
-//   MC > 1 each of the MC CTAs loads BN/MC rows of the column tile and multicasts them to all
-//   MC CTAs of its group (the column operand is shared by the group's row tiles). CONSUMERS
-//   warpgroups each own BM/CONSUMERS rows and issue wgmma.m64nBNk16 from smem.
-//   full[s]: producer arms it with the stage bytes, TMA completes it (all MC pieces).
-//   empty[s]: every consumer warp of every CTA of the multicast group arrives (remote arrive).
+//   MC > 1 each of the MC CTAs on one column tile loads BN/MC rows of the column tile and
+//   multicasts them to those MC CTAs (the column operand is shared by the group's row tiles);
+//   with NC > 1 each of the NC CTAs on one row tile loads BM/NC rows of the row tile and
+//   multicasts them to those NC CTAs (the row operand is shared by the group's column tiles).
+//   CONSUMERS warpgroups each own BM/CONSUMERS rows and issue wgmma.m64nBNk16 from smem.
+//   full[s]: producer arms it with the stage bytes, TMA completes it (all pieces, ours and the peers').
+//   empty[s]: every consumer warp of every CTA this CTA multicasts into (and that multicasts into
+//   it: the same MC + NC - 1 CTAs) arrives (remote arrive).
 // Split-K reduce, on chip: each CTA stages its fp32 accumulator tile in its own smem (in C
 //   orientation, padded rows), cluster barrier, then CTA kr sums C-row slice kr of the tile
 //   over the CLK CTAs of its K group through distributed shared memory (ld.shared::cluster),
@@ -45,15 +50,17 @@ namespace evo_skinny {
 constexpr int BM = 64;            // tile rows (kernel view), CONSUMERS * 64 * MT
 constexpr int BN = 48;            // tile cols = wgmma N
 constexpr int BK = 64;                // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 8;
+constexpr int STAGES = 6;
 constexpr int CONSUMERS = 1;
-constexpr int CLK = 8;          // CTAs of a cluster that split one tile's K (DSMEM reduce)
+constexpr int CLK = 16;          // CTAs of a cluster that split one tile's K (DSMEM reduce)
 constexpr int MC = 1;            // CTAs of a cluster on consecutive row tiles (column operand multicast)
-constexpr int G = 2;              // global K splits (clusters) on top of CLK
+constexpr int NC = 1;            // CTAs of a cluster on consecutive column tiles (row operand multicast)
+constexpr int G = 1;              // global K splits (clusters) on top of CLK
 constexpr int SWAP_AB = 1;
 constexpr int KI = 0;            // 1: split s takes k blocks s, s+S, s+2S, ... (all splits sweep K together)
 
-constexpr int CS = CLK * MC;          // cluster size
+constexpr int CS = CLK * MC * NC;     // cluster size
+constexpr int PEERS = MC + NC - 1;    // CTAs that write into this CTA's ring (itself included)
 constexpr int THREADS = 128 * CONSUMERS + 32;
 constexpr int PRODUCER_WARP = 4 * CONSUMERS;
 constexpr int WM = BM / CONSUMERS;
@@ -61,6 +68,7 @@ constexpr int MT = WM / 64;
 constexpr int A_STAGE_BYTES = BM * BK * 2;       // row-operand tile
 constexpr int B_STAGE_BYTES = BN * BK * 2;       // column-operand tile
 constexpr int B_PIECE_ROWS = BN / MC;            // rows of the column tile this CTA loads
+constexpr int A_PIECE_ROWS = BM / NC;            // rows of the row tile this CTA loads
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
 // Reduce staging tile, in C orientation: R C-rows x CC C-cols of fp32, row pitch P floats.
 constexpr int R = SWAP_AB ? BN : BM;
@@ -73,8 +81,8 @@ constexpr int U = (16 / CLK) < 1 ? 1 : 16 / CLK; // float4 items per thread per 
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
-static_assert(CS >= 1 && CS <= 8, "portable cluster size");
-static_assert(B_PIECE_ROWS % 8 == 0, "multicast pieces are whole 1024-byte swizzle atoms");
+static_assert(CS >= 1 && (CS <= 8 || (CS == 16 && CLK == 16)), "portable cluster size, or 16 K ranks (non-portable: the launcher opts in)");
+static_assert(B_PIECE_ROWS % 8 == 0 && A_PIECE_ROWS % 8 == 0, "multicast pieces are whole 1024-byte swizzle atoms");
 static_assert(R % CLK == 0, "the tile's C rows split evenly over the K ranks");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 
@@ -90,12 +98,14 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA).
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
+// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
+// (wgmma.wait_group) before it arrives, and nothing else is published.
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\n"
       "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
+      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive_local(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
@@ -263,15 +273,16 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
 
   // ---- which tile / K range
   const uint32_t rank = CS > 1 ? cluster_rank() : 0;
-  const int kr = rank % CLK, nr = rank / CLK;
+  const int kr = rank % CLK, nr = (rank / CLK) % MC, nc = rank / (CLK * MC);
+  const int grp = rank / CLK;                   // this tile's CLK CTAs are ranks grp * CLK + 0..CLK-1
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(Nk, BN);
-  const int tmg_count = cdiv(tiles_m, MC);
+  const int tmg_count = cdiv(tiles_m, MC), tng_count = cdiv(tiles_n, NC);
   int cid = blockIdx.x / CS;
   const int g = cid % G;
   cid /= G;
-  const int tmg = cid % tmg_count, tn = cid / tmg_count;
+  const int tmg = cid % tmg_count, tn = (cid / tmg_count) * NC + nc;
   const int tm = tmg * MC + nr;
-  const int tile = tm * tiles_n + tn;           // over padded row tiles (MC * tmg_count)
+  const int tile = tm * (NC * tng_count) + tn;  // over padded tiles (MC * tmg_count x NC * tng_count)
   const int m0 = tm * BM, n0 = tn * BN;         // kernel-view origin
   const int kblocks = cdiv(K, BK);
   const int sidx = g * CLK + kr;
@@ -281,17 +292,50 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   const int kstep = KI ? S : 1;
   const int nk = KI ? (sidx < kblocks ? (kblocks - 1 - sidx) / S + 1 : 0)
                     : static_cast<int>(static_cast<long long>(sidx + 1) * kblocks / S) - kb0;
-  // (nk is identical for the MC CTAs of a multicast group: they share sidx)
+  // (nk is identical for the CTAs of a cluster with the same kr, so for every multicast group: they share sidx)
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
+  uint16_t mask = 0, row_mask = 0;  // the CTAs sharing our column tile / our row tile (same K rank)
+#pragma unroll
+  for (int j = 0; j < MC; ++j) mask |= static_cast<uint16_t>(1u << ((nc * MC + j) * CLK + kr));
+#pragma unroll
+  for (int j = 0; j < NC; ++j) row_mask |= static_cast<uint16_t>(1u << ((j * MC + nr) * CLK + kr));
+  int pi = 0, ps = 0;  // producer (lane 0 of the producer warp): next step, its ring slot and phase
+  uint32_t pphase = 0;
+  // Issue step pi's loads (waiting for its slot to be free); false once every step is issued.
+  auto produce_next = [&]() -> bool {
+    if (pi >= nk) return false;
+    const int kb = kb0 + pi * kstep;
+    mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
+    const uint32_t full = smem_u32(&full_bar[ps]);
+    mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box count too (zero-filled)
+    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    if constexpr (NC > 1)
+      tma_load_2d_mc(a_dst + nc * A_PIECE_ROWS * 128, map_rows, full, kb * BK, m0 + nc * A_PIECE_ROWS, row_mask);
+    else
+      tma_load_2d(a_dst, map_rows, full, kb * BK, m0);
+    if constexpr (MC > 1)
+      tma_load_2d_mc(a_dst + A_STAGE_BYTES + nr * B_PIECE_ROWS * 128, map_cols, full, kb * BK, n0 + nr * B_PIECE_ROWS, mask);
+    else
+      tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, n0);
+    ++pi;
+    if (++ps == STAGES) { ps = 0; pphase ^= 1; }
+    return true;
+  };
+  if (warp == PRODUCER_WARP && lane == 0) {
+    tma_prefetch_desc(map_rows);  // the descriptors' fetch overlaps the barrier set-up
+    tma_prefetch_desc(map_cols);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), CONSUMERS * 4 * MC);
+      mbar_init(smem_u32(&empty_bar[s]), CONSUMERS * 4 * PEERS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    // Without multicast the first k block's loads leave before the block-wide barrier, within the kernel's
+    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
+    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
+    if constexpr (PEERS == 1) produce_next();
   }
-  if constexpr (MC > 1) {  // peers arrive on / multicast into our barriers: they must be initialised
+  if constexpr (PEERS > 1) {  // peers arrive on / multicast into our barriers: they must be initialised
     cluster_arrive_relaxed();
     cluster_wait();
   } else {
@@ -300,28 +344,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
 
   if (warp == PRODUCER_WARP) {
     // ------------------------------------------------------------ producer warp
-    if (lane == 0) {
-      tma_prefetch_desc(map_rows);
-      tma_prefetch_desc(map_cols);
-      uint16_t mask = 0;
-#pragma unroll
-      for (int j = 0; j < MC; ++j) mask |= static_cast<uint16_t>(1u << (j * CLK + kr));
-      int s = 0;
-      uint32_t phase = 0;
-      for (int i = 0; i < nk; ++i) {
-        const int kb = kb0 + i * kstep;
-        mbar_wait(smem_u32(&empty_bar[s]), phase ^ 1);  // first pass: fresh barrier, returns at once
-        const uint32_t full = smem_u32(&full_bar[s]);
-        mbar_arrive_expect_tx(full, STAGE_BYTES);        // OOB parts of a box count too (zero-filled)
-        const uint32_t a_dst = tiles + s * STAGE_BYTES;
-        tma_load_2d(a_dst, map_rows, full, kb * BK, m0);
-        if constexpr (MC > 1)
-          tma_load_2d_mc(a_dst + A_STAGE_BYTES + nr * B_PIECE_ROWS * 128, map_cols, full, kb * BK, n0 + nr * B_PIECE_ROWS, mask);
-        else
-          tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, n0);
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+    if (lane == 0)
+      while (produce_next()) {
       }
-    }
     __syncwarp();
   } else {
     // ------------------------------------------------------------ consumer warpgroups
@@ -349,9 +374,12 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
       if (i > 0) {  // one wgmma group in flight; the previous stage is free now
         wgmma_wait<1>();
         if (lane == 0) {
-          if constexpr (MC > 1) {
+          if constexpr (PEERS > 1) {
 #pragma unroll
-            for (int j = 0; j < MC; ++j) mbar_arrive_cluster(smem_u32(&empty_bar[prev]), j * CLK + kr);
+            for (int j = 0; j < MC; ++j) mbar_arrive_cluster(smem_u32(&empty_bar[prev]), (nc * MC + j) * CLK + kr);
+#pragma unroll
+            for (int j = 0; j < NC; ++j)
+              if (j != nc) mbar_arrive_cluster(smem_u32(&empty_bar[prev]), (j * MC + nr) * CLK + kr);
           } else {
             mbar_arrive_local(smem_u32(&empty_bar[prev]));
           }
@@ -399,12 +427,12 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   const uint32_t red_u32 = tiles;
   uint32_t peer[CLK];
 #pragma unroll
-  for (int j = 0; j < CLK; ++j) peer[j] = CLK > 1 ? map_rank(red_u32, nr * CLK + j) : red_u32;
+  for (int j = 0; j < CLK; ++j) peer[j] = CLK > 1 ? map_rank(red_u32, grp * CLK + j) : red_u32;
   constexpr int ROUNDS = cdiv(ITEMS, THREADS * U);
   float* parts = nullptr;
   int* counters = nullptr;
   if constexpr (G > 1) {
-    const int tiles_total = MC * tmg_count * tiles_n;
+    const int tiles_total = MC * tmg_count * NC * tng_count;
     counters = reinterpret_cast<int*>(workspace);
     parts = workspace + ((tiles_total * CLK * 4 + 255) / 256) * 64 +
             (static_cast<size_t>(tile * CLK + kr) * G) * (RS * CC);
