@@ -30,12 +30,9 @@ tensor_maps:
 //   empty[s] mbarrier: every consumer warp arrives once it no longer reads stage s.
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
 // Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
-// SPLIT_K > 1: the units of splits 0..SPLIT_K-2 write an fp32 partial tile to `workspace` and count
-//   themselves in on a per-tile counter with a release reduction (no reply awaited: the CTA goes on). The unit
-//   of the tile's last split keeps its partial in registers, waits (acquire) until the counter reaches
-//   SPLIT_K-1, adds partials 0..SPLIT_K-2 to it in that order (deterministic), writes C and resets the counter.
-//   It waits only on units of lower index (the same tile's earlier splits), which never wait themselves and
-//   are started before it (persistent CTAs stride the units in order; a unit per CTA otherwise).
+// SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
+//   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
+//   writes C and resets the counter to 0.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
@@ -238,16 +235,12 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
          (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-// Split-K counter: a gpu-scope release reduction publishes this CTA's partial (ordered before it by the
-// consumer barrier; release is cumulative) without waiting for a reply; the reducing unit polls it with
-// acquire loads (no SC fence on either side).
-__device__ __forceinline__ void count_in_release(int* p) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(p) : "memory");
-}
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
+// Split-K ticket: one gpu-scope acq_rel atomic releases this CTA's partial (ordered before it by
+// the consumer barrier; release is cumulative) and acquires the earlier arrivals' (no SC fence).
+__device__ __forceinline__ int ticket_acq_rel(int* p) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
+  return old;
 }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -497,6 +490,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
+  __shared__ int s_last;  // split-K: this CTA is the last of its tile
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
@@ -667,47 +661,49 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
-        if (w.split != SPLIT_K - 1) {
-          // Splits 0..SPLIT_K-2: publish the partial, count it in, go on to the next unit.
-          float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
-                                                   static_cast<size_t>(c) * WM * BN);
+        float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
+                                                 static_cast<size_t>(c) * WM * BN);
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-          consumer_sync();  // every consumer's partial stores precede the release below
-          if (threadIdx.x == 128) count_in_release(&counters[w.tile]);
-          continue;
-        }
-        // The tile's last split: wait for the other partials, then add them to ours in split order.
+          for (int j = 0; j < BN / 8; ++j)
+            __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                   make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
+        // Publish: consumer barrier, then one thread takes a ticket with an acq_rel atomic (its
+        // release is cumulative: it orders every consumer's partial stores; its acquire makes
+        // the earlier splits' partials visible to the last one); the last ticket reduces.
+        consumer_sync();
         if (threadIdx.x == 128) {
-          while (load_acquire(&counters[w.tile]) != SPLIT_K - 1) __nanosleep(64);
-          counters[w.tile] = 0;  // every split has arrived: reset for the next launch
+          const int arrived = ticket_acq_rel(&counters[w.tile]);
+          s_last = (arrived == SPLIT_K - 1);
+          if (s_last) counters[w.tile] = 0;  // every split has arrived: reset for the next launch
         }
         consumer_sync();
+        if (!s_last) continue;
+        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
         const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
                                                              static_cast<size_t>(c) * WM * BN);
 #pragma unroll 1
-        for (int sp0 = 0; sp0 < SPLIT_K - 1; sp0 += RU) {  // RU splits' loads in flight at once
+        for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
           float4 v[RU][CHUNKS];
 #pragma unroll
           for (int r = 0; r < RU; ++r)
-            if (sp0 + r < SPLIT_K - 1)
 #pragma unroll
-              for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
+            for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
           for (int r = 0; r < RU; ++r)
-            if (sp0 + r < SPLIT_K - 1)
 #pragma unroll
-              for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                  const float4 x = v[r][mt * (BN / 8) + j];
-                  float* a = &acc[mt][4 * j];
+              for (int j = 0; j < BN / 8; ++j) {
+                const float4 x = v[r][mt * (BN / 8) + j];
+                float* a = &acc[mt][4 * j];
+                if (sp0 + r == 0) {
+                  a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
+                } else {
                   a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
                 }
+              }
         }
       }
 
