@@ -243,10 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cubin", help="its compiled cubin")
     ap.add_argument("--library", choices=["cublas"], help="profile the library's kernel instead")
     ap.add_argument("--ncu", help="the Nsight Compute command (default: the config's llm.ncu)")
+    ap.add_argument("--sass", type=int, metavar="N", help="instead of the metrics: the N SASS instructions where the "
+                    "kernel's warps wait most (ncu source page, warp-state sampling; evo.profile_sass)")
     args = ap.parse_args(argv)
     problem = parse_shape(args.shape)
     llm = load_config(args.config).llm
     prof = Profiler(args.ncu or llm.ncu, llm.profile_timeout_s)
+    if args.sass is not None:
+        return _sass(prof, args, problem)
     if args.library:
         res = prof.profile_library(problem, args.library)
     else:
@@ -263,6 +267,25 @@ def main(argv: list[str] | None = None) -> int:
         from .library_kernel import parse_kernel_name
 
         print(f"  {parse_kernel_name(res.kernel).summary()}")
+    print(f"({res.seconds:.1f} s: {res.command})")
+    return 0
+
+
+def _sass(prof: Profiler, args, problem: Problem) -> int:
+    from .profile_sass import hotspots, profile_sass
+
+    if args.library or not (args.source and args.cubin):
+        raise EvoError("--sass needs --source and --cubin (a candidate; the library's SASS is not sampled)")
+    if args.sass < 1:
+        raise EvoError("--sass takes a count of instructions, at least 1")
+    if not prof.available():
+        raise EvoError(prof.disabled)
+    with open(args.source) as f:
+        res = profile_sass(prof.ncu, prof.python, f.read(), args.cubin, problem, max(prof.timeout_s, 240.0), prof.env)
+    if not res.ok:
+        raise EvoError(f"profile failed: {res.detail}")
+    for line in hotspots(res.lines, args.sass):
+        print(line)
     print(f"({res.seconds:.1f} s: {res.command})")
     return 0
 

@@ -174,3 +174,42 @@ def test_real_ncu(tmp_path):
     for ln in describe(lib.metrics):
         print("  " + ln)
     assert lib.ok and lib.kernel and lib.metrics["duration_us"] > 0
+    from evo.profile_sass import hotspots, profile_sass
+
+    sass = profile_sass(prof.ncu, sys.executable, src, r.cubin_path, problem)
+    print("\n".join(hotspots(sass.lines, 5)) if sass.ok else sass.detail)
+    assert sass.ok and sum(ln.samples for ln in sass.lines) > 0, sass.detail
+
+
+def test_source_page_hot_spots():
+    """The SASS lines of a real ncu source page (trimmed) and the hot spots made of them."""
+    from evo.profile_sass import hotspots, parse_source_csv
+
+    lines = parse_source_csv((DATA / "ncu_source_page.csv").read_text())
+    assert len(lines) == 21 and lines[0].sass.startswith("LDC R1")
+    top = max(lines, key=lambda ln: ln.samples)
+    assert top.sass.startswith("HGMMA.64x128x16") and top.samples == 231 and top.executed == 12288
+    depbar = next(ln for ln in lines if ln.sass.startswith("WARPGROUP.DEPBAR.LE gsb0, 0x0"))
+    assert depbar.stalls["barrier"] == 181 and depbar.samples == 182
+    total = sum(ln.samples for ln in lines)
+    out = hotspots(lines, top=3)
+    assert len(out) == 4 and out[0].startswith(f"{total} samples over 21 SASS instructions")
+    assert "HGMMA.64x128x16" in out[1] and f"{100 * 231 / total:5.1f}%" in out[1] and "x12288" in out[1]
+    assert "WARPGROUP.DEPBAR" in out[2] and "[barrier 181" in out[2] and "after:" in out[2]
+    assert parse_source_csv("==PROF== nothing\n") == [] and hotspots([]) == ["no warp-state samples on this kernel"]
+
+
+def test_cli_sass_with_a_stand_in_ncu(monkeypatch, tmp_path, capsys):
+    from evo.profile import main
+
+    _profiler(monkeypatch, tmp_path)
+    src, cubin = tmp_path / "k.cu", tmp_path / "k.cubin"
+    src.write_text("/*---evo ...*/")
+    assert main(["--shape", "256x256x256", "--source", str(src), "--cubin", str(cubin), "--ncu", FAKE_NCU, "--sass", "4"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "HGMMA.64x128x16" in out[1] and len(out) == 6  # summary, 4 hot spots, the command
+    cmd = calls(tmp_path)[-1]
+    assert "--page source --print-source sass" in cmd and "--section SourceCounters" in cmd
+    assert main(["--shape", "256x256x256", "--library", "cublas", "--ncu", FAKE_NCU, "--sass", "4"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--sass needs --source and --cubin" in err[0]

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""A stand-in for Nsight Compute's command line in tests: prints what `ncu --csv --metrics ...` prints.
+"""A stand-in for Nsight Compute's command line in tests: prints what `ncu --csv --metrics ...` prints, or for
+`--page source` a trimmed capture of a real source page (ncu_source_page.csv: a wgmma_sm90 kernel on an H200).
 
 FAKE_NCU_MODE: ok (default) | perm (counters not permitted) | unknown (refuses the wgmma tensor-pipe metric)
 FAKE_NCU_LOG: a file that receives one line per call (the arguments).
@@ -22,6 +23,10 @@ if "--query-metrics" in args:  # base names, as ncu lists them (without the wgmm
     bases += ("sm__pipe_tensor_op_gmma_cycles_active",) if mode != "unknown" else ()
     for base in bases:
         print(f"{base:<45} some description")
+    sys.exit(0)
+if "--page" in args and args[args.index("--page") + 1] == "source":  # the source page: a trimmed real capture
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ncu_source_page.csv")) as f:
+        sys.stdout.write(f.read())
     sys.exit(0)
 metrics = args[args.index("--metrics") + 1].split(",") if "--metrics" in args else []
 print("==PROF== Connected to process 4242 (python)")
