@@ -14,6 +14,7 @@ left as they are (``--clock-control none``). Where ncu is missing or not permitt
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
@@ -138,20 +139,47 @@ class Profiler:
         self.ncu = exe
         return True
 
-    def command(self, problem: Problem, target: list[str], metrics: list[str]) -> list[str]:
+    def command(self, problem: Problem, target: list[str], metrics: list[str], pages: list[str] | None = None) -> list[str]:
+        """ncu on evo.gpu.profile_target: the given metrics, or (pages) other sections/pages instead."""
+        what = pages if pages is not None else ["--metrics", ",".join(metrics)]
         return [self.ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all",
-                "--metrics", ",".join(metrics), "--csv", self.python, "-m", "evo.gpu.profile_target",
+                *what, "--csv", self.python, "-m", "evo.gpu.profile_target",
                 "--shape", f"{problem.m}x{problem.n}x{problem.k}", *target]
 
     def profile_kernel(self, source: str, cubin: str, problem: Problem) -> ProfileResult:
         """Metrics of one launch of a candidate (its source gives the launch rules, its cubin the code)."""
         if not self.available():
             return ProfileResult(False, detail=self.disabled)
-        with tempfile.TemporaryDirectory(prefix="evo-profile-") as d:
-            src = os.path.join(d, "kernel.cu")
-            with open(src, "w") as f:
-                f.write(source)
+        with _source_file(source) as src:
             return self._run(problem, ["--source", src, "--cubin", cubin], kernel="")
+
+    def sass(self, source: str, cubin: str, problem: Problem):
+        """The SASS lines of one launch of a candidate with their warp-state samples (evo.profile_sass)."""
+        from .profile_sass import SECTIONS, SassProfile, parse_source_csv
+
+        if not self.available():
+            return SassProfile(False, detail=self.disabled)
+        t0 = time.monotonic()
+        with _source_file(source) as src:
+            cmd = self.command(problem, ["--source", src, "--cubin", cubin], [], pages=SECTIONS)
+            self.runs += 1
+            try:
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s, env=self.env)
+            except FileNotFoundError:
+                return SassProfile(False, detail=self._disable(f"Nsight Compute ({self.ncu}) not found").detail)
+            except subprocess.TimeoutExpired:
+                return SassProfile(False, detail=f"ncu timed out after {self.timeout_s:g} s", command=shlex.join(cmd),
+                                   seconds=time.monotonic() - t0)
+        out = (p.stdout or "") + "\n" + (p.stderr or "")
+        if any(s in out for s in _NOT_PERMITTED):
+            return SassProfile(False, detail=self._disable("Nsight Compute is not permitted to read the GPU's "
+                                                           "performance counters (ERR_NVGPUCTRPERM)").detail)
+        lines = parse_source_csv(p.stdout or "")
+        if p.returncode != 0 or not lines:
+            tail = " ".join(ln.strip() for ln in out.strip().splitlines()[-3:])[:300]
+            return SassProfile(False, detail=f"ncu exit {p.returncode}, no source page: {tail}", command=shlex.join(cmd),
+                               seconds=time.monotonic() - t0)
+        return SassProfile(True, lines, "", shlex.join(cmd), time.monotonic() - t0)
 
     def profile_library(self, problem: Problem, library: str = "cublas") -> ProfileResult:
         """Metrics and name of the kernel the library runs for this problem."""
@@ -202,6 +230,16 @@ class Profiler:
             return ProfileResult(True, hit[0], hit[1], detail, shlex.join(cmd), time.monotonic() - t0,
                                  [k[0] for k in kernels])
         return ProfileResult(False, detail="ncu kept refusing metrics: " + ", ".join(dropped), seconds=time.monotonic() - t0)
+
+
+@contextlib.contextmanager
+def _source_file(source: str):
+    """The candidate's source in a temporary kernel.cu (profile_target reads its launch rules from it)."""
+    with tempfile.TemporaryDirectory(prefix="evo-profile-") as d:
+        src = os.path.join(d, "kernel.cu")
+        with open(src, "w") as f:
+            f.write(source)
+        yield src
 
 
 def find_ncu(ncu: str = "ncu") -> str:
@@ -272,16 +310,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _sass(prof: Profiler, args, problem: Problem) -> int:
-    from .profile_sass import hotspots, profile_sass
+    from .profile_sass import hotspots
 
     if args.library or not (args.source and args.cubin):
         raise EvoError("--sass needs --source and --cubin (a candidate; the library's SASS is not sampled)")
     if args.sass < 1:
         raise EvoError("--sass takes a count of instructions, at least 1")
-    if not prof.available():
-        raise EvoError(prof.disabled)
     with open(args.source) as f:
-        res = profile_sass(prof.ncu, prof.python, f.read(), args.cubin, problem, max(prof.timeout_s, 240.0), prof.env)
+        res = prof.sass(f.read(), args.cubin, problem)
     if not res.ok:
         raise EvoError(f"profile failed: {res.detail}")
     for line in hotspots(res.lines, args.sass):

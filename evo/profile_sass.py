@@ -7,20 +7,14 @@ sampling, reduced to the hot spots.
 Each SASS line carries the warp-state samples taken on it and their reasons (long scoreboard: waiting on
 memory or an mbarrier poll; barrier: bar.sync or wgmma.wait_group; wait: a fixed-latency dependency; ...). The hot
 spots are the lines with the most samples, each with its share of all samples, its top reasons, how often it
-ran and the instructions just before it (what it waits for). ``python -m evo.profile --sass N`` prints them.
+ran and the instructions just before it (what it waits for). ``evo.profile.Profiler.sass`` runs ncu;
+``python -m evo.profile --sass N`` prints the hot spots.
 """
 from __future__ import annotations
 
 import csv
 import io
-import os
-import shlex
-import subprocess
-import tempfile
-import time
 from dataclasses import dataclass, field
-
-from .problem import Problem
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 SECTIONS = ["--section", "SourceCounters", "--section", "WarpStateStats", "--page", "source", "--print-source", "sass"]
@@ -92,29 +86,3 @@ class SassProfile:
     detail: str = ""
     command: str = ""
     seconds: float = 0.0
-
-
-def profile_sass(ncu: str, python: str, source: str, cubin: str, problem: Problem, timeout_s: float = 240.0,
-                 env: dict | None = None) -> SassProfile:
-    """Run ncu's source page on one launch of a candidate (evo.gpu.profile_target). `ncu` is the executable."""
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="evo-sass-") as d:
-        src = os.path.join(d, "kernel.cu")
-        with open(src, "w") as f:
-            f.write(source)
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--target-processes", "all", *SECTIONS,
-               "--csv", python, "-m", "evo.gpu.profile_target", "--shape", f"{problem.m}x{problem.n}x{problem.k}",
-               "--source", src, "--cubin", cubin]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
-        except FileNotFoundError:
-            return SassProfile(False, detail=f"Nsight Compute ({ncu}) not found", command=shlex.join(cmd))
-        except subprocess.TimeoutExpired:
-            return SassProfile(False, detail=f"ncu timed out after {timeout_s:g} s", command=shlex.join(cmd),
-                               seconds=time.monotonic() - t0)
-    lines = parse_source_csv(p.stdout or "")
-    if p.returncode != 0 or not lines:
-        tail = " ".join(ln.strip() for ln in ((p.stdout or "") + (p.stderr or "")).strip().splitlines()[-3:])[:300]
-        return SassProfile(False, detail=f"ncu exit {p.returncode}, no source page: {tail}", command=shlex.join(cmd),
-                           seconds=time.monotonic() - t0)
-    return SassProfile(True, lines, "", shlex.join(cmd), time.monotonic() - t0)

@@ -174,9 +174,9 @@ def test_real_ncu(tmp_path):
     for ln in describe(lib.metrics):
         print("  " + ln)
     assert lib.ok and lib.kernel and lib.metrics["duration_us"] > 0
-    from evo.profile_sass import hotspots, profile_sass
+    from evo.profile_sass import hotspots
 
-    sass = profile_sass(prof.ncu, sys.executable, src, r.cubin_path, problem)
+    sass = prof.sass(src, r.cubin_path, problem)
     print("\n".join(hotspots(sass.lines, 5)) if sass.ok else sass.detail)
     assert sass.ok and sum(ln.samples for ln in sass.lines) > 0, sass.detail
 

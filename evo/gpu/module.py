@@ -69,11 +69,13 @@ def required_cluster_size(fn_ptr: int) -> int:
 def allow_large_cluster(fn_ptr: int) -> None:
     """Opt a kernel whose cluster has more than 8 CTAs (non-portable; Hopper runs 16 where a GPC has the SMs
     free) in to launching; raises EvoError if the driver refuses."""
+    size = required_cluster_size(fn_ptr)
+    if size <= 8:
+        return
     try:
-        if required_cluster_size(fn_ptr) > 8:
-            cupy.cuda.driver.funcSetAttribute(fn_ptr, ATTR_NON_PORTABLE_CLUSTER, 1)
+        cupy.cuda.driver.funcSetAttribute(fn_ptr, ATTR_NON_PORTABLE_CLUSTER, 1)
     except cupy.cuda.driver.CUDADriverError as e:
-        raise EvoError(f"cannot allow a cluster of {required_cluster_size(fn_ptr)} CTAs: {e}") from None
+        raise EvoError(f"cannot allow a cluster of {size} CTAs: {e}") from None
 
 
 class ModuleFunction:
