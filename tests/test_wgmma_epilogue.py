@@ -42,6 +42,18 @@ def test_c_map_only_with_tma_store(fam):
     assert old.smem == 4 * (128 + 128) * 128 + 1024 + 2 * 9216
 
 
+def test_c_map_of_32_column_boxes(fam):
+    """BN % 64 != 0 (96, 32): C goes out in 64 x 32 boxes with 64-byte rows, so the map's swizzle is 64 bytes."""
+    prob = Problem(128, 12288, 256)
+    for bn in (96, 32):
+        p = {"BM": 128, "BN": bn, "STAGES": 4, "EPI": 2}
+        assert fam.valid(fam.complete(p)), p
+        launch = fam.render(p).launch(prob, num_sms=132)
+        assert [(t.operand, t.box_rows, t.box_cols, t.swizzle) for t in launch.tensor_maps] == [
+            ("A", 128, 64, 128), ("B", bn, 64, 128), ("C", 64, 32, 64)]
+        assert launch.smem == 4 * (128 + bn) * 128 + 1024 + 2 * 2 * bn * 128
+
+
 def test_tma_store_needs_16_byte_rows_of_c(fam):
     off = Problem(2000, 12004, 128)  # N % 8 != 0: C's row stride is not a multiple of 16 bytes
     assert fam.render(PP).accepts(off)
@@ -59,7 +71,7 @@ def test_constraints(fam):
         {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 2},                    # 2 x 2 x 32 KB staging + 3 x 48 KB ring
         {"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "EPI": 1},       # no split-K reduce through TMA
         {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "EPI": 1},       # C^T would need a transposed map
-        {"BM": 128, "BN": 96, "STAGES": 4, "EPI": 1},                     # 64-column boxes
+        {"BM": 128, "BN": 16, "STAGES": 4, "EPI": 1},                     # 32- or 64-column boxes
         {**PP, "EPI_HINT": 1},                                            # the L2 hint is for TMA stores
     ]
     for p in bad:
@@ -99,6 +111,9 @@ def test_ptx_tma_store_and_waits(fam, tmp_path):
     assert "fence.proxy.async.shared::cta" in text
     assert "membar.gl" not in text and "fence.sc" not in text
     assert "cache_hint" not in text and "createpolicy" not in text
+    narrow = _ptx(fam.render({"BM": 128, "BN": 96, "STAGES": 4, "EPI": 2}), tmp_path)  # three 64 x 32 boxes a slice
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in narrow
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in narrow
     one = _ptx(fam.render({**PP, "EPI": 1}), tmp_path)
     assert "cp.async.bulk.wait_group.read 0" in one and "wait_group.read 1" not in one
     hint = _ptx(fam.render({**PP, "EPI": 1, "EPI_HINT": 1}), tmp_path)

@@ -10,7 +10,8 @@ requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * B
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
-  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0"}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
+  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
@@ -43,8 +44,8 @@ tensor_maps:
 //   consumer warp arrives after its last wgmma of the row block; both waited by parity (one phase per panel).
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with ordinary
 //   16-byte stores, then goes on to its next unit.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0, BN % 64 == 0): each consumer owns EPI staging buffers of
-//   64 x BN fp16 (BN/64 boxes of 64 x 64, 128-byte swizzled like the C tensor map: conflict-free fragment
+// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0, BN % 32 == 0): each consumer owns EPI staging buffers of
+//   64 x BN fp16 (boxes of 64 x 64, or 64 x 32 where BN % 64 != 0, swizzled like the C tensor map: conflict-free fragment
 //   writes). Per round of min(MT, EPI) 64-row slices it writes the fragments (stmatrix), fences them to the
 //   async proxy, syncs its warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group)
 //   and commits them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
@@ -106,16 +107,22 @@ static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 64 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
-              "TMA-store epilogue: no split-K, no swap, 64-col boxes, 1, 2 or 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 32 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
+              "TMA-store epilogue: no split-K, no swap, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
               "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
-// TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/64 boxes of 64 x 64 fp16 (8 KB, 1024-aligned).
-constexpr int EPI_BOX_BYTES = 64 * 64 * 2;
-constexpr int EPI_BUF_BYTES = (BN / 64) * EPI_BOX_BYTES;
+// TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
+// EPI_BOX_W = 64 (128-byte rows, 128-byte swizzle, 8 KB boxes) where BN % 64 == 0, else 32 (64-byte rows,
+// 64-byte swizzle, 4 KB boxes: BN = 96, 160, 224); the C tensor map's box and swizzle match (front matter).
+constexpr int EPI_BOX_W = (BN % 64 == 0) ? 64 : 32;
+constexpr int EPI_CHUNKS = EPI_BOX_W / 8;  // 16-byte chunks per box row
+constexpr int EPI_BOX_BYTES = 64 * EPI_BOX_W * 2;
+constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
+// the 16-byte chunk swizzle of row r: TMA's 128-byte pattern XORs the chunk with r % 8, the 64-byte one with (r / 2) % 4
+__device__ __forceinline__ int epi_swizzle(int r) { return EPI_BOX_W == 64 ? r % 8 : (r / 2) % 4; }
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
@@ -436,9 +443,9 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], u
 #pragma unroll
       for (int j = 0; j < BN / 8; j += 2) {
         const int jj = j + (mi >> 1);
-        // box jj / 8, row r, 16-byte chunk jj % 8 swizzled by r % 8 (the map's 128-byte swizzle): the 8 rows of a
-        // matrix land in 8 distinct chunks, 32 distinct banks
-        const uint32_t addr = buf + (jj / 8) * EPI_BOX_BYTES + r * 128 + (((jj % 8) ^ (r % 8)) << 4);
+        // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
+        // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
+        const uint32_t addr = buf + (jj / EPI_CHUNKS) * EPI_BOX_BYTES + r * (EPI_BOX_W * 2) + (((jj % EPI_CHUNKS) ^ epi_swizzle(r)) << 4);
         asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
                      "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
                      "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
@@ -453,8 +460,8 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], u
       for (int g = 0; g < EPI_GRP; ++g) {
         const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
 #pragma unroll
-        for (int b = 0; b < BN / 64; ++b)
-          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * 64, row0 + (mt0 + g) * 64, policy);
+        for (int b = 0; b < BN / EPI_BOX_W; ++b)
+          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
       }
       bulk_commit();
     }
