@@ -54,7 +54,7 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--eval-timeout", type=float, default=60.0)
     ap.add_argument("--profile", metavar="SHAPE", help="one of --shapes: after timing, Nsight Compute metrics of every "
-                    "checked instance and of cuBLAS on it (evo.profile)")
+                    "checked instance, of cuBLAS and of the cuBLASLt autotune kernel on it (evo.profile)")
     ap.add_argument("--plan-only", action="store_true")
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
@@ -126,12 +126,13 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 def profile(problem, items: list[tuple[str, object, str]]) -> None:
-    """Print evo.profile's metrics (duration, tensor pipe, L2, DRAM, stalls) of each instance and of cuBLAS."""
+    """Print evo.profile's metrics (duration, tensor pipe, L2, DRAM, stalls) of each instance, of cuBLAS and of the
+    kernel cuBLASLt's autotune picks."""
     from evo.profile import Profiler, describe
 
     prof = Profiler(timeout_s=120.0, say=lambda s: print(s, flush=True))
     runs = [(label, lambda ks=ks, cubin=cubin: prof.profile_kernel(ks.text, cubin, problem)) for label, ks, cubin in items]
-    runs.append(("cublas", lambda: prof.profile_library(problem, "cublas")))
+    runs += [(lib, lambda lib=lib: prof.profile_library(problem, lib)) for lib in ("cublas", "cublaslt_autotune")]
     for label, run in runs:
         r = run()
         print(f"\nncu {problem.m}x{problem.n}x{problem.k} {label}: " + (r.kernel if r.ok else f"failed: {r.detail}"), flush=True)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from .errors import EvoError, cli_entry
+from .gpu.profile_target import LIBRARIES
 from .problem import Problem, parse_shape
 
 # name -> (metric, what it says). A fixed, small set: one replay pass group per kernel on Hopper.
@@ -279,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", required=True)
     ap.add_argument("--source", help="candidate .cu (front matter gives the launch)")
     ap.add_argument("--cubin", help="its compiled cubin")
-    ap.add_argument("--library", choices=["cublas"], help="profile the library's kernel instead")
+    ap.add_argument("--library", choices=LIBRARIES, help="profile the library's kernel instead (cuBLASLt: the "
+                    "heuristic's first algorithm, or the autotune winner)")
     ap.add_argument("--ncu", help="the Nsight Compute command (default: the config's llm.ncu)")
     ap.add_argument("--sass", type=int, metavar="N", help="instead of the metrics: the N SASS instructions where the "
                     "kernel's warps wait most (ncu source page, warp-state sampling; evo.profile_sass)")
@@ -293,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         res = prof.profile_library(problem, args.library)
     else:
         if not (args.source and args.cubin):
-            raise EvoError("give --source and --cubin, or --library cublas")
+            raise EvoError("give --source and --cubin, or --library " + "|".join(LIBRARIES))
         with open(args.source) as f:
             res = prof.profile_kernel(f.read(), args.cubin, problem)
     if not res.ok:

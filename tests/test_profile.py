@@ -101,6 +101,20 @@ def test_library_kernel_name_and_configuration(monkeypatch, tmp_path):
     assert "tile 256x128" in k.summary() and "cluster 2x1" in k.summary()
 
 
+def test_cublaslt_kernels_are_profiled_by_name(monkeypatch, tmp_path, capsys):
+    """cuBLASLt's heuristic and autotune choices are profile targets too (what the autotune winner runs)."""
+    from evo.profile import main
+
+    prof, _ = _profiler(monkeypatch, tmp_path)
+    for lib in ("cublaslt_heuristic", "cublaslt_autotune"):
+        assert prof.profile_library(PROBLEM, lib).ok
+        assert f"-m evo.gpu.profile_target --shape 256x256x256 --library {lib}" in calls(tmp_path)[-1]
+    assert main(["--shape", "256x256x256", "--library", "cublaslt_autotune", "--ncu", FAKE_NCU]) == 0
+    assert "tile 256x128" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--shape", "256x256x256", "--library", "cublasxt", "--ncu", FAKE_NCU])
+
+
 def test_kernel_names_of_other_libraries():
     k = parse_kernel_name("sm90_xmma_gemm_f16f16_f16f32_f32_tn_n_tilesize128x256x64_cluster2x1x1_warpgroupsize2x1x1_"
                           "execute_segment_k_on_kernel__5x_cublas")
@@ -174,6 +188,9 @@ def test_real_ncu(tmp_path):
     for ln in describe(lib.metrics):
         print("  " + ln)
     assert lib.ok and lib.kernel and lib.metrics["duration_us"] > 0
+    lt = prof.profile_library(problem, "cublaslt_autotune")
+    print(f"cuBLASLt autotune: {lt.kernel} -> {parse_kernel_name(lt.kernel).summary()} ({lt.seconds:.1f} s) {lt.detail}")
+    assert lt.ok and lt.kernel and lt.metrics["duration_us"] > 0
     from evo.profile_sass import hotspots
 
     sass = prof.sass(src, r.cubin_path, problem)

@@ -2,10 +2,13 @@
 
     python -m evo.gpu.profile_target --shape 4096x4096x1024 --source k.cu --cubin k.cubin
     python -m evo.gpu.profile_target --shape 4096x4096x1024 --library cublas
+    python -m evo.gpu.profile_target --shape 4096x4096x1024 --library cublaslt_autotune
 
 Inputs are random normal fp16; the kernel runs twice unprofiled (module load, lazy loading, tensor-map
 encoding, cuBLAS heuristics), then once between cudaProfilerStart and cudaProfilerStop, which is the only
-launch ``ncu --profile-from-start off`` measures. Exit 0 when the launch completed, 2 (one line) otherwise.
+launch ``ncu --profile-from-start off`` measures. cuBLASLt: the heuristic's first algorithm, or nvmath's autotune
+winner (chosen before the profiled launch, as the baselines choose it). Exit 0 when the launch completed, 2 (one
+line) otherwise.
 """
 from __future__ import annotations
 
@@ -14,13 +17,15 @@ import sys
 
 from ..cli import _Parser
 
+LIBRARIES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")  # what --library can profile
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = _Parser(prog="python -m evo.gpu.profile_target")
     ap.add_argument("--shape", required=True)
     ap.add_argument("--source")
     ap.add_argument("--cubin")
-    ap.add_argument("--library", choices=["cublas"])
+    ap.add_argument("--library", choices=LIBRARIES)
     ap.add_argument("--warmup", type=int, default=2)
     args = ap.parse_args(argv)
     if args.library is None and not (args.source and args.cubin):
@@ -52,6 +57,12 @@ def _run(args: argparse.Namespace) -> int:
         from ..baselines import cublas_gemm
 
         call = cublas_gemm()
+        run = lambda: call(a, b, c)  # noqa: E731
+    elif args.library:
+        from ..ltgemm import LtGemm
+
+        lt = LtGemm(problem.m, problem.n, problem.k)
+        call = lt.bind(lt.autotune() if args.library == "cublaslt_autotune" else lt.heuristic)
         run = lambda: call(a, b, c)  # noqa: E731
     else:
         from .host_launch import load_kernel  # the launcher the candidate's ABI asks for, as the worker loads it
