@@ -42,16 +42,17 @@ def test_c_map_only_with_tma_store(fam):
     assert old.smem == 4 * (128 + 128) * 128 + 1024 + 2 * 9216
 
 
-def test_c_map_of_32_column_boxes(fam):
-    """BN % 64 != 0 (96, 32): C goes out in 64 x 32 boxes with 64-byte rows, so the map's swizzle is 64 bytes."""
+def test_c_map_of_narrow_boxes(fam):
+    """BN % 64 != 0: C goes out in 64 x 32 boxes (64-byte rows, 64-byte swizzle) where BN % 32 == 0, else in
+    64 x 16 boxes (32-byte rows, 32-byte swizzle): the map's box and swizzle follow the kernel's staging."""
     prob = Problem(128, 12288, 256)
-    for bn in (96, 32):
-        p = {"BM": 128, "BN": bn, "STAGES": 4, "EPI": 2}
+    for bn, box, swz, extra in ((96, 32, 64, {}), (32, 32, 64, {}), (176, 16, 32, {"PINGPONG": 1}), (16, 16, 32, {})):
+        p = {"BM": 128, "BN": bn, "STAGES": 4, "EPI": 2 if bn < 176 else 1, **extra}
         assert fam.valid(fam.complete(p)), p
         launch = fam.render(p).launch(prob, num_sms=132)
         assert [(t.operand, t.box_rows, t.box_cols, t.swizzle) for t in launch.tensor_maps] == [
-            ("A", 128, 64, 128), ("B", bn, 64, 128), ("C", 64, 32, 64)]
-        assert launch.smem == 4 * (128 + bn) * 128 + 1024 + 2 * 2 * bn * 128
+            ("A", 128, 64, 128), ("B", bn, 64, 128), ("C", 64, box, swz)]
+        assert launch.smem == 4 * (128 + bn) * 128 + 1024 + 2 * p["EPI"] * bn * 128
 
 
 def test_tma_store_needs_16_byte_rows_of_c(fam):
@@ -71,7 +72,7 @@ def test_constraints(fam):
         {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 2},                    # 2 x 2 x 32 KB staging + 3 x 48 KB ring
         {"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "EPI": 1},       # no split-K reduce through TMA
         {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "EPI": 1},       # C^T would need a transposed map
-        {"BM": 128, "BN": 16, "STAGES": 4, "EPI": 1},                     # 32- or 64-column boxes
+        {"BM": 256, "BN": 176, "STAGES": 2},                              # 176 accumulators: ping-pong only
         {**PP, "EPI_HINT": 1},                                            # the L2 hint is for TMA stores
     ]
     for p in bad:

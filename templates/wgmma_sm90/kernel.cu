@@ -11,7 +11,8 @@ tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
   - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
-  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0"}
+  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
+  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
@@ -44,8 +45,8 @@ tensor_maps:
 //   consumer warp arrives after its last wgmma of the row block; both waited by parity (one phase per panel).
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with ordinary
 //   16-byte stores, then goes on to its next unit.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0, BN % 32 == 0): each consumer owns EPI staging buffers of
-//   64 x BN fp16 (boxes of 64 x 64, or 64 x 32 where BN % 64 != 0, swizzled like the C tensor map: conflict-free fragment
+// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of
+//   64 x BN fp16 (boxes of 64 x 64, 64 x 32 or 64 x 16 columns, swizzled like the C tensor map: conflict-free fragment
 //   writes). Per round of min(MT, EPI) 64-row slices it writes the fragments (stmatrix), fences them to the
 //   async proxy, syncs its warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group)
 //   and commits them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
@@ -103,26 +104,28 @@ constexpr int RU = pow2_floor(RU_BUDGET < 1 ? 1 : (RU_BUDGET > SPLIT_K ? SPLIT_K
 static_assert(SPLIT_K % RU == 0, "SPLIT_K is a power of two");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
-static_assert(MT * BN <= 256, "at most 128 fp32 accumulators per thread");
+static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 32 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
-              "TMA-store epilogue: no split-K, no swap, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
+              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
               "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
-// EPI_BOX_W = 64 (128-byte rows, 128-byte swizzle, 8 KB boxes) where BN % 64 == 0, else 32 (64-byte rows,
-// 64-byte swizzle, 4 KB boxes: BN = 96, 160, 224); the C tensor map's box and swizzle match (front matter).
-constexpr int EPI_BOX_W = (BN % 64 == 0) ? 64 : 32;
+// EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
+// pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
+constexpr int EPI_BOX_W = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
 constexpr int EPI_CHUNKS = EPI_BOX_W / 8;  // 16-byte chunks per box row
 constexpr int EPI_BOX_BYTES = 64 * EPI_BOX_W * 2;
 constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
-// the 16-byte chunk swizzle of row r: TMA's 128-byte pattern XORs the chunk with r % 8, the 64-byte one with (r / 2) % 4
-__device__ __forceinline__ int epi_swizzle(int r) { return EPI_BOX_W == 64 ? r % 8 : (r / 2) % 4; }
+// The 16-byte chunk swizzle of row r: TMA's S-byte pattern XORs the chunk index with address bits 7.. of the row,
+// i.e. with (r / (128 / S)) % (S / 16): r % 8 (128 B), (r / 2) % 4 (64 B), (r / 4) % 2 (32 B). The 8 rows of an
+// stmatrix fragment land in 8 distinct 16-byte bank groups in each case.
+__device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)) % EPI_CHUNKS; }
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
@@ -298,6 +301,18 @@ template <> __device__ __forceinline__ void wgmma_m64k16<128>(float* d, uint64_t
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<160>(float* d, uint64_t da, uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<176>(float* d, uint64_t da, uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<192>(float* d, uint64_t da, uint64_t db, int scale_d) {
