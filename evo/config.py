@@ -32,6 +32,7 @@ class SearchConfig:
     proposers: list
     proposer_weights: dict
     confirm_reps: int
+    runoff: int
     seed_winners: int
     islands: int
     migrate_every: int

@@ -257,19 +257,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
-def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_id: int = 0, tries: int = 3):
+def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_id: int = 0, tries: int = 3,
+                 order: list[str] | None = None):
     """Before export: the best stored kernel must pass a strong re-check (cfg.check.recheck_seeds seeds on
     the exact shape, guards, plus off-tile shapes it claims to accept) and, with check.sanitize, the
-    sanitizer. A kernel that fails is re-recorded as rejected and the next best is tried.
+    sanitizer. A kernel that fails is re-recorded as rejected and the next best is tried. With `order` (hashes,
+    best first: a runoff's ranking) the kernels are tried in that order instead of by stored time.
     Returns the store row of the vetted champion, or None."""
     from .compile import stored_cubin
     from .gpu.worker import WorkerFault
     from .records import EvalResult
 
     gpu = info.key
-    for _ in range(max(1, tries)):
-        best = store.best(problem.key, problem.layout, gpu)
+    ranked = list(order or [])
+    for i in range(len(ranked) if ranked else max(1, tries)):
+        best = store.kernel_row(ranked[i], problem.key, problem.layout, gpu) if ranked else store.best(problem.key, problem.layout, gpu)
         if best is None:
+            if ranked:
+                continue
             return None
         h = best["hash"]
         off_tile = [f"{max(1, problem.m - 1)}x{problem.n + 3}x{problem.k}", "77x200x72", "129x67x33"]

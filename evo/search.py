@@ -22,7 +22,7 @@ from .problem import GpuInfo, Problem, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.mutate import MutateProposer
-from .records import BaselineResult, CompileResult, EvalResult, Individual
+from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual
 from .select import Diversity, Selector
 from .store import Store
 
@@ -363,33 +363,58 @@ class Search:
                           error=ev.error, registers=r.registers, smem=r.smem_static,
                           compile_log=r.log if not r.ok else "")
 
+    def _runoff(self, worker, info: GpuInfo, run_id: int) -> tuple[dict, list[str]]:
+        """The archive's search.runoff fastest kernels of the shape, timed side by side with every baseline in one
+        window (search.confirm_reps flushed repetitions, every call checked): stored times come from different
+        runs, and a lucky one must not keep a kernel that is slower here. A contender whose output is wrong there is
+        recorded as rejected. Returns the window's results (by hash and library) and the correct contenders'
+        hashes, fastest first."""
+        p, store = self.problem, self.store
+        rows = store.fastest(p.key, p.layout, info.key, max(1, self.cfg.search.runoff))
+        if not rows:
+            return {}, []
+        what = (f"the best kernel {rows[0]['hash'][:10]}" if len(rows) == 1 else
+                f"the {len(rows)} fastest kernels ({', '.join(r['hash'][:10] for r in rows)})")
+        print(f"re-timing {what} side by side with every baseline ({self.cfg.search.confirm_reps} flushed repetitions)...",
+              file=self.out, flush=True)
+        timings: dict = {}
+        while rows and not timings:
+            try:
+                extra = {r["hash"]: (r["source"], stored_cubin(self.compiler, store, r["source"], info.arch)) for r in rows}
+                timings = worker.call("baselines", timeout_s=900, problem=p, extra=extra, reps=self.cfg.search.confirm_reps,
+                                      bound_us=info.extra.get("roofline_us", 0.0))["results"]
+            except (WorkerFault, EvoError) as e:  # one contender that cannot load must not cost the others the re-timing
+                print(f"  re-timing failed: {e}" + ("; again with the stored best alone" if len(rows) > 1 else ""), file=self.out)
+                rows = rows[:1] if len(rows) > 1 else []
+        if not timings:
+            return {}, []
+        for h in extra:
+            if h in timings and timings[h].detail.startswith("WRONG"):
+                print(f"  {h[:10]} failed its check in the re-timing: {timings[h].detail}", file=self.out)
+                store.add_evaluation(p.key, p.layout, info.key, EvalResult(h, False, "confirm", timings[h].detail[:500]),
+                                     info.cuda_runtime, info.driver, run_id)
+        ranked = sorted((h for h in extra if h in timings and timings[h].time_us > 0 and not timings[h].detail.startswith("WRONG")),
+                        key=lambda h: timings[h].time_us)
+        if len(rows) > 1 and ranked:
+            print("  runoff: " + ", ".join(f"{h[:10]} {timings[h].time_us:.2f} us" for h in ranked), file=self.out, flush=True)
+        return timings, ranked
+
     def _finish(self, worker, info: GpuInfo, run_id: int, stop: str, prog: Progress, t_start: float, proposers) -> SearchSummary:
         from .export import export_table, row_for
         from .sanitize import vet_champion
 
         p, store, gpu = self.problem, self.store, info.key
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
-        best = vet_champion(worker, store, self.compiler, p, info, self.cfg, self.out, run_id)  # re-check (+ sanitizer) before export
-        if best is not None:
-            print(f"re-timing the best kernel {best['hash'][:10]} side by side with every baseline "
-                  f"({self.cfg.search.confirm_reps} flushed repetitions)...", file=self.out, flush=True)
-            cfg_reps = self.cfg.search.confirm_reps
-            try:
-                cubin = stored_cubin(self.compiler, store, best["source"], info.arch)
-                res = worker.call("baselines", timeout_s=900, problem=p,
-                                  extra={"evo": (best["source"], cubin)}, reps=cfg_reps,
-                                  bound_us=info.extra.get("roofline_us", 0.0))
-                timings = res["results"]
-                if "evo" in timings and not timings["evo"].detail.startswith("WRONG"):
-                    libs = {k: v.time_us for k, v in timings.items() if k != "evo"}
-                    store.set_confirm(p.key, p.layout, gpu, best["hash"], timings["evo"].time_us, timings["evo"].spread, libs, run_id)
-                    for lib, res in timings.items():  # the libraries as re-timed beside the champion: their spreads
-                        if lib != "evo" and res.time_us > 0:  # make its noise band, their algorithms are what won
-                            store.add_baseline(p.key, p.layout, gpu, res)
-                elif "evo" in timings:
-                    print(f"  the best kernel failed its re-check: {timings['evo'].detail}", file=self.out)
-            except (WorkerFault, EvoError) as e:
-                print(f"  re-timing failed: {e}", file=self.out)
+        timings, ranked = self._runoff(worker, info, run_id)
+        # re-check (+ sanitizer) before export, in the runoff's order (by stored time where there was none)
+        best = vet_champion(worker, store, self.compiler, p, info, self.cfg, self.out, run_id, order=ranked or None)
+        if best is not None and best["hash"] in ranked:
+            mine = timings[best["hash"]]
+            libs = {k: v.time_us for k, v in timings.items() if k in LIBRARIES}
+            store.set_confirm(p.key, p.layout, gpu, best["hash"], mine.time_us, mine.spread, libs, run_id)
+            for lib in libs:  # the libraries as re-timed beside the champion: their spreads make its noise band,
+                if timings[lib].time_us > 0:  # their algorithms are what won
+                    store.add_baseline(p.key, p.layout, gpu, timings[lib])
         out_dir, rows = export_table(store, gpu, self.cfg.paths.out, p.layout, only={p.key})
         row = next((r for r in rows if r.shape == p.key), None)
         kept = None
