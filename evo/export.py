@@ -180,14 +180,16 @@ def write_kernel_files(store: Store, problem: Problem, row: TableRow, out_dir: P
 
 
 def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN",
-                 only: set[str] | None = None, keep_better: bool = True) -> tuple[Path, list[TableRow]]:
+                 only: set[str] | None = None, keep_better: bool = True,
+                 raced: dict[str, set[str]] | None = None) -> tuple[Path, list[TableRow]]:
     """Write the table for one GPU from the archive (idempotent). Kernel files are rewritten only for the
     shapes in `only` (all when None) or where missing; table.csv/json cover every shape of the archive, and keep
     the rows of the table already there for shapes this archive does not hold (a search on a fresh machine with
     the committed table adds its shapes to it instead of replacing it). With `keep_better`, a row already there
     also stays where its kernel (another one than the archive's best) was measured faster against the best
     library than the archive's best was in its own side-by-side run: a short search does not replace a
-    better kernel."""
+    better kernel. `raced` ({shape: hashes}) names kernels just timed side by side with the archive's best (a
+    search's runoff): a row whose kernel is among them is not kept on the strength of its older ratio."""
     out = Path(out_dir)
     shapes = sorted({r[0] for r in store.rows(
         "SELECT shape FROM evaluations WHERE gpu=? AND layout=? UNION SELECT shape FROM baselines WHERE gpu=? AND layout=?",
@@ -200,6 +202,12 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
     for s in shapes:
         prob, old, write = parse_shape(s, layout), there.get(s), only is None or s in only
         r = row_for(store, prob, gpu, out, ceilings, write and old is None, floor)
+        if old and r is not None and old.hash in (raced or {}).get(s, ()):
+            # compared side by side in the runoff just now: the archive's confirmed best stands
+            if write and r.kernel_path:
+                write_kernel_files(store, prob, r, out)
+            rows.append(r)
+            continue
         if old and (r is None or better_row(old, r)):
             rows.append(old)
             continue

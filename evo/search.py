@@ -363,14 +363,32 @@ class Search:
                           error=ev.error, registers=r.registers, smem=r.smem_static,
                           compile_log=r.log if not r.ok else "")
 
+    def _published(self, info: GpuInfo) -> str:
+        """The hash of the kernel the table in paths.out publishes for this shape ('' if none)."""
+        from .export import read_table
+
+        try:
+            _, rows = read_table(Path(self.cfg.paths.out) / info.key)
+        except EvoError:
+            return ""
+        return next((r.hash for r in rows if r.shape == self.problem.key and r.layout == self.problem.layout and r.hash), "")
+
     def _runoff(self, worker, info: GpuInfo, run_id: int) -> tuple[dict, list[str]]:
-        """The archive's search.runoff fastest kernels of the shape, timed side by side with every baseline in one
-        window (search.confirm_reps flushed repetitions, every call checked): stored times come from different
-        runs, and a lucky one must not keep a kernel that is slower here. A contender whose output is wrong there is
-        recorded as rejected. Returns the window's results (by hash and library) and the correct contenders'
-        hashes, fastest first."""
+        """The archive's search.runoff fastest kernels of the shape, the fastest of this run and the kernel the table
+        publishes for the shape now (if the archive holds it), timed side by side with every baseline in one window
+        (search.confirm_reps flushed repetitions, every call checked): stored times come from different runs, and a
+        lucky one must not keep a kernel that is slower here. A contender whose output is wrong there is recorded
+        as rejected. Returns the window's results (by hash and library) and the correct contenders' hashes,
+        fastest first."""
         p, store = self.problem, self.store
-        rows = store.fastest(p.key, p.layout, info.key, max(1, self.cfg.search.runoff))
+        n = max(1, self.cfg.search.runoff)
+        rows = store.fastest(p.key, p.layout, info.key, n)
+        if n > 1:
+            rows += store.fastest(p.key, p.layout, info.key, 1, run_id=run_id)
+            published = self._published(info)
+            row = store.kernel_row(published, p.key, p.layout, info.key) if published else None
+            rows += [row] if row is not None else []
+        rows = list({r["hash"]: r for r in rows}.values())  # first occurrence kept: stored-time order, then the rest
         if not rows:
             return {}, []
         what = (f"the best kernel {rows[0]['hash'][:10]}" if len(rows) == 1 else
@@ -415,7 +433,8 @@ class Search:
             for lib in libs:  # the libraries as re-timed beside the champion: their spreads make its noise band,
                 if timings[lib].time_us > 0:  # their algorithms are what won
                     store.add_baseline(p.key, p.layout, gpu, timings[lib])
-        out_dir, rows = export_table(store, gpu, self.cfg.paths.out, p.layout, only={p.key})
+        # the table's kernel for the shape, if it ran in the runoff, was compared side by side: no older ratio keeps it
+        out_dir, rows = export_table(store, gpu, self.cfg.paths.out, p.layout, only={p.key}, raced={p.key: set(ranked)})
         row = next((r for r in rows if r.shape == p.key), None)
         kept = None
         if row is not None and best is not None and row.hash and row.hash != best["hash"]:

@@ -178,13 +178,15 @@ class Store:
                WHERE e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1 ORDER BY e.time_us LIMIT 1"""
         return self._exec(q, (shape, layout, gpu)).fetchone()
 
-    def fastest(self, shape: str, layout: str, gpu: str, n: int) -> list[sqlite3.Row]:
-        """The n correct kernels of a problem with the lowest stored times, fastest first (like best(), n rows):
-        the contenders of a search's final side-by-side runoff."""
+    def fastest(self, shape: str, layout: str, gpu: str, n: int, run_id: int | None = None) -> list[sqlite3.Row]:
+        """The n correct kernels of a problem with the lowest stored times, fastest first (like best(), n rows),
+        or of those measured in one run: the contenders of a search's final side-by-side runoff."""
         q = """SELECT e.*, c.family, c.params, c.source, c.parent, c.proposer FROM evaluations e
                JOIN candidates c ON c.hash=e.hash
-               WHERE e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1 ORDER BY e.time_us LIMIT ?"""
-        return list(self._exec(q, (shape, layout, gpu, max(0, int(n)))).fetchall())
+               WHERE e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1""" + (" AND e.run_id=?" if run_id is not None else "") + """
+               ORDER BY e.time_us LIMIT ?"""
+        args = (shape, layout, gpu) + ((run_id,) if run_id is not None else ()) + (max(0, int(n)),)
+        return list(self._exec(q, args).fetchall())
 
     def champion(self, shape: str, layout: str, gpu: str) -> sqlite3.Row | None:
         """The vetted, side-by-side re-timed winner of a problem (what the kernel table publishes)."""

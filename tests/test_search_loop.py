@@ -228,3 +228,36 @@ def test_a_contender_wrong_in_the_runoff_is_rejected(tmp_path):
     store = Store(cfg.paths.db)
     stages = [r[0] for r in store.db.execute("SELECT stage FROM evaluations WHERE ok=0 AND stage='confirm'")]
     assert stages == ["confirm"]
+
+
+def test_the_runoff_includes_this_runs_best(tmp_path):
+    """A kernel found in this run races the archive's fastest even when older, luckier stored times rank it below
+    the runoff's size."""
+    s1, _, _, cfg = run(tmp_path, max_candidates=0)
+    store = Store(cfg.paths.db)
+    store.db.execute("DELETE FROM evaluations WHERE hash=?", (s1.best_hash,))  # the true best is found again below
+    others = [r[0] for r in store.db.execute("SELECT hash FROM evaluations WHERE ok=1 ORDER BY time_us LIMIT 3")]
+    for i, h in enumerate(others):  # three slower kernels with lucky stored times
+        store.db.execute("UPDATE evaluations SET time_us=? WHERE hash=?", (1.0 + 0.1 * i, h))
+    store.db.commit()
+    store.close()
+    s2, text, _, _ = run(tmp_path, max_candidates=0, runoff=3)
+    assert "re-timing the 4 fastest kernels (" in text
+    assert s2.best_hash == s1.best_hash and s2.best_us == pytest.approx(12.5)
+
+
+def test_the_table_kernel_races_and_loses_its_row(tmp_path):
+    """The table's kernel for the shape runs in the runoff; slower there, its older (better-looking) ratio does
+    not keep its row."""
+    s1, _, _, cfg = run(tmp_path, max_candidates=0)
+    store = Store(cfg.paths.db)
+    slower = store.db.execute("SELECT hash FROM evaluations WHERE ok=1 ORDER BY time_us LIMIT 1 OFFSET 4").fetchone()[0]
+    store.close()
+    table = Path(cfg.paths.out) / "Fake_GPU" / "table.json"
+    doc = json.loads(table.read_text())
+    doc["rows"][0].update(hash=slower, speedup_best_library=9.0)
+    table.write_text(json.dumps(doc))
+    s2, text, _, _ = run(tmp_path, max_candidates=0, runoff=3)
+    assert "re-timing the 4 fastest kernels (" in text and slower[:10] in text.split("runoff: ")[1].splitlines()[0]
+    assert "the table keeps its kernel" not in text
+    assert json.loads(table.read_text())["rows"][0]["hash"] == s1.best_hash
