@@ -4,9 +4,9 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + (1 if EPI_SHARED else CONSUMERS) * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128"
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + (1 if EPI_SHARED else CONSUMERS) * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
@@ -81,7 +81,6 @@ constexpr int PINGPONG = {{PINGPONG}};
 constexpr int EPI = {{EPI}};                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int EPI_SHARED = {{EPI_SHARED}};  // 1 (ping-pong, EPI > 0): the two consumers share one set of staging buffers
 constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -128,8 +127,6 @@ constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
 // stmatrix fragment land in 8 distinct 16-byte bank groups in each case.
 __device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)) % EPI_CHUNKS; }
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
-constexpr int EPI_SETS = EPI_SHARED ? 1 : CONSUMERS;  // staging sets after the ring
-static_assert(EPI_SHARED == 0 || (PINGPONG == 1 && EPI > 0), "shared staging: ping-pong consumers, TMA-store epilogue");
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -515,7 +512,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
-  __shared__ alignas(8) uint64_t epi_free;  // EPI_SHARED: the last unit's stores have read the shared staging buffers
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -523,7 +519,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
-  const uint32_t panel = epi_stage_u32 + EPI_SETS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
+  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -585,7 +581,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       mbar_init(smem_u32(&panel_full), 1);
       mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
     }
-    if (EPI_SHARED) mbar_init(smem_u32(&epi_free), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
     // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
@@ -736,14 +731,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 
       // -------------------------------------------------------- epilogue: registers -> smem -> C
 #if EVO_EPI
-      // EPI_SHARED: this CTA's unit j may stage once unit j-1's stores (the other consumer's) have read the buffers;
-      // the epilogues alternate with the units, so the barrier is at most one phase behind
-      if (EPI_SHARED && j > 0) mbar_wait(smem_u32(&epi_free), (j - 1) & 1);
-      store_tile_tma(acc, epi_stage_u32 + (EPI_SHARED ? 0 : c) * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
-      if (EPI_SHARED && tid == 0) {  // the thread that issued this unit's stores: once they have read smem, hand over
-        bulk_wait_read<0>();
-        mbar_arrive(smem_u32(&epi_free));
-      }
+      store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
 #else
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif
