@@ -86,12 +86,16 @@ def test_later_generations_use_every_move_and_stay_valid(fams):
         pop.append(Individual(ks.hash, f.name, ks.meta.params, ks.text, correct=True, time_us=50.0 + i))
     prop = MutateProposer(Selector(16, 4, 2), 0.2, 0, coordinated_rate=0.4, cross_family_rate=0.2)
     kinds = set()
+    tried: set[str] = set()  # what earlier generations proposed counts as evaluated (the search's archive does that)
     for g in range(6):
-        for p in prop.propose(_ctx(pop, fl, rng), 12):
+        ctx = _ctx(pop, fl, rng)
+        ctx.known.update(tried)
+        for p in prop.propose(ctx, 12):
             ks = KernelSource.parse(p.source)
             fam = fams[ks.meta.family]
             assert fam.valid(ks.meta.params)
             kinds.add(p.idea.split(" ")[0])
+            tried.add(ks.hash)
     assert {"coordinated", "cross-family", "mutate"} <= kinds
     line = prop.summary_lines()[0]
     assert "repaired" in line and "coordinated" in line
