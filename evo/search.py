@@ -220,11 +220,16 @@ class Search:
             prog.best_us = best.time_us if best else 0.0
             if best:
                 guide.note_best(0.0, best.time_us)
-        if self.seed_sources:
-            seeds = [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
+        # the kernel the table publishes for this shape (timed here if this archive lacks it, so that it races in the
+        # final runoff) and the winners of other shapes
+        _, table_src = self._published(info) if cfg.search.runoff > 1 else ("", "")
+        seeds = ([Proposal(table_src, "seed", (), "the table's kernel for this shape")] if table_src else [])
+        seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
+        if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
-                prog.line(f"timing {len(fresh)} seed kernels (winners of other shapes) before proposing anything new")
+                prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape, winners of other shapes) "
+                          "before proposing anything new")
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
                 guide.observe(seeded, time.monotonic() - t_gen, best_before, time.monotonic() - t_search)
@@ -363,15 +368,24 @@ class Search:
                           error=ev.error, registers=r.registers, smem=r.smem_static,
                           compile_log=r.log if not r.ok else "")
 
-    def _published(self, info: GpuInfo) -> str:
-        """The hash of the kernel the table in paths.out publishes for this shape ('' if none)."""
+    def _published(self, info: GpuInfo) -> tuple[str, str]:
+        """The kernel the table in paths.out publishes for this shape: (hash, source text), ('', '') if none; the
+        text is '' where its file is missing or is not that kernel."""
         from .export import read_table
 
         try:
             _, rows = read_table(Path(self.cfg.paths.out) / info.key)
         except EvoError:
-            return ""
-        return next((r.hash for r in rows if r.shape == self.problem.key and r.layout == self.problem.layout and r.hash), "")
+            return "", ""
+        row = next((r for r in rows if r.shape == self.problem.key and r.layout == self.problem.layout and r.hash), None)
+        if row is None:
+            return "", ""
+        try:
+            text = (Path(self.cfg.paths.out) / row.kernel_path).read_text() if row.kernel_path else ""
+            text = text if text and KernelSource.parse(text).hash == row.hash else ""
+        except (OSError, EvoError):
+            text = ""
+        return row.hash, text
 
     def _runoff(self, worker, info: GpuInfo, run_id: int) -> tuple[dict, list[str]]:
         """The archive's search.runoff fastest kernels of the shape, the fastest of this run and the kernel the table
@@ -385,7 +399,7 @@ class Search:
         rows = store.fastest(p.key, p.layout, info.key, n)
         if n > 1:
             rows += store.fastest(p.key, p.layout, info.key, 1, run_id=run_id)
-            published = self._published(info)
+            published, _ = self._published(info)
             row = store.kernel_row(published, p.key, p.layout, info.key) if published else None
             rows += [row] if row is not None else []
         rows = list({r["hash"]: r for r in rows}.values())  # first occurrence kept: stored-time order, then the rest

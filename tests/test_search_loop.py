@@ -261,3 +261,18 @@ def test_the_table_kernel_races_and_loses_its_row(tmp_path):
     assert "re-timing the 4 fastest kernels (" in text and slower[:10] in text.split("runoff: ")[1].splitlines()[0]
     assert "the table keeps its kernel" not in text
     assert json.loads(table.read_text())["rows"][0]["hash"] == s1.best_hash
+
+
+def test_the_table_kernel_is_timed_where_the_archive_lacks_it(tmp_path):
+    """A search on another archive (a fresh machine with the committed table) times the table's kernel for the shape
+    first, so that it races in the runoff instead of keeping its row on a ratio from another run."""
+    s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)  # the table now publishes the toy's best
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=1)
+    cfg2.paths.out = cfg1.paths.out
+    out = io.StringIO()
+    s2 = Search(parse_shape("256x256x256"), cfg2, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    text = out.getvalue()
+    assert "timing 1 seed kernels (the table's kernel for this shape" in text
+    store = Store(cfg2.paths.db)
+    assert store.evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")
+    assert s1.best_hash[:10] in text.split("runoff: ")[1].splitlines()[0] and s2.best_hash == s1.best_hash
