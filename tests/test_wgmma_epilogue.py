@@ -115,6 +115,10 @@ def test_ptx_tma_store_and_waits(fam, tmp_path):
     narrow = _ptx(fam.render({"BM": 128, "BN": 96, "STAGES": 4, "EPI": 2}), tmp_path)  # three 64 x 32 boxes a slice
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in narrow
     assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in narrow
+    # ping-pong 128 x 176: 176 accumulators per thread, eleven 64 x 16 boxes a slice
+    wide = _ptx(fam.render({"BM": 128, "BN": 176, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "GROUP": 16}), tmp_path)
+    assert "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16" in wide
+    assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in wide
     one = _ptx(fam.render({**PP, "EPI": 1}), tmp_path)
     assert "cp.async.bulk.wait_group.read 0" in one and "wait_group.read 1" not in one
     hint = _ptx(fam.render({**PP, "EPI": 1, "EPI_HINT": 1}), tmp_path)
