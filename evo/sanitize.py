@@ -269,11 +269,11 @@ def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_
     from .records import EvalResult
 
     gpu = info.key
-    ranked = list(order or [])
-    for i in range(len(ranked) if ranked else max(1, tries)):
-        best = store.kernel_row(ranked[i], problem.key, problem.layout, gpu) if ranked else store.best(problem.key, problem.layout, gpu)
+    # each try takes the next hash of `order`, or (None) the stored best left after the rejections so far
+    for h in list(order) if order else [None] * max(1, tries):
+        best = store.kernel_row(h, problem.key, problem.layout, gpu) if h else store.best(problem.key, problem.layout, gpu)
         if best is None:
-            if ranked:
+            if h:
                 continue
             return None
         h = best["hash"]

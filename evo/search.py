@@ -222,7 +222,7 @@ class Search:
                 guide.note_best(0.0, best.time_us)
         # the kernel the table publishes for this shape (timed here if this archive lacks it, so that it races in the
         # final runoff) and the winners of other shapes
-        _, table_src = self._published(info) if cfg.search.runoff > 1 else ("", "")
+        table_hash, table_src = self._published(info) if cfg.search.runoff > 1 else ("", "")
         seeds = ([Proposal(table_src, "seed", (), "the table's kernel for this shape")] if table_src else [])
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if seeds:
@@ -267,7 +267,7 @@ class Search:
             if hasattr(proposer, "drop_pending"):
                 proposer.drop_pending()
         prog.line(f"stopping: {stop}")
-        summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers)
+        summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers, table_hash)
         return summary
 
     def _start_guide(self, fams: list[Family], info: GpuInfo, proposers: list):
@@ -387,9 +387,9 @@ class Search:
             text = ""
         return row.hash, text
 
-    def _runoff(self, worker, info: GpuInfo, run_id: int) -> tuple[dict, list[str]]:
+    def _runoff(self, worker, info: GpuInfo, run_id: int, table_hash: str) -> tuple[dict, list[str]]:
         """The archive's search.runoff fastest kernels of the shape, the fastest of this run and the kernel the table
-        publishes for the shape now (if the archive holds it), timed side by side with every baseline in one window
+        publishes for the shape now (`table_hash`, if the archive holds it), timed side by side with every baseline in one window
         (search.confirm_reps flushed repetitions, every call checked): stored times come from different runs, and a
         lucky one must not keep a kernel that is slower here. A contender whose output is wrong there is recorded
         as rejected. Returns the window's results (by hash and library) and the correct contenders' hashes,
@@ -399,8 +399,7 @@ class Search:
         rows = store.fastest(p.key, p.layout, info.key, n)
         if n > 1:
             rows += store.fastest(p.key, p.layout, info.key, 1, run_id=run_id)
-            published, _ = self._published(info)
-            row = store.kernel_row(published, p.key, p.layout, info.key) if published else None
+            row = store.kernel_row(table_hash, p.key, p.layout, info.key) if table_hash else None
             rows += [row] if row is not None else []
         rows = list({r["hash"]: r for r in rows}.values())  # first occurrence kept: stored-time order, then the rest
         if not rows:
@@ -420,24 +419,25 @@ class Search:
                 rows = rows[:1] if len(rows) > 1 else []
         if not timings:
             return {}, []
-        for h in extra:
-            if h in timings and timings[h].detail.startswith("WRONG"):
-                print(f"  {h[:10]} failed its check in the re-timing: {timings[h].detail}", file=self.out)
-                store.add_evaluation(p.key, p.layout, info.key, EvalResult(h, False, "confirm", timings[h].detail[:500]),
-                                     info.cuda_runtime, info.driver, run_id)
-        ranked = sorted((h for h in extra if h in timings and timings[h].time_us > 0 and not timings[h].detail.startswith("WRONG")),
+        wrong = [h for h in extra if h in timings and timings[h].detail.startswith("WRONG")]
+        for h in wrong:
+            print(f"  {h[:10]} failed its check in the re-timing: {timings[h].detail}", file=self.out)
+            store.add_evaluation(p.key, p.layout, info.key, EvalResult(h, False, "confirm", timings[h].detail[:500]),
+                                 info.cuda_runtime, info.driver, run_id)
+        ranked = sorted((h for h in extra if h in timings and timings[h].time_us > 0 and h not in wrong),
                         key=lambda h: timings[h].time_us)
         if len(rows) > 1 and ranked:
             print("  runoff: " + ", ".join(f"{h[:10]} {timings[h].time_us:.2f} us" for h in ranked), file=self.out, flush=True)
         return timings, ranked
 
-    def _finish(self, worker, info: GpuInfo, run_id: int, stop: str, prog: Progress, t_start: float, proposers) -> SearchSummary:
+    def _finish(self, worker, info: GpuInfo, run_id: int, stop: str, prog: Progress, t_start: float, proposers,
+                table_hash: str = "") -> SearchSummary:
         from .export import export_table, row_for
         from .sanitize import vet_champion
 
         p, store, gpu = self.problem, self.store, info.key
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
-        timings, ranked = self._runoff(worker, info, run_id)
+        timings, ranked = self._runoff(worker, info, run_id, table_hash)
         # re-check (+ sanitizer) before export, in the runoff's order (by stored time where there was none)
         best = vet_champion(worker, store, self.compiler, p, info, self.cfg, self.out, run_id, order=ranked or None)
         if best is not None and best["hash"] in ranked:

@@ -173,14 +173,12 @@ class Store:
         return out
 
     def best(self, shape: str, layout: str, gpu: str) -> sqlite3.Row | None:
-        q = """SELECT e.*, c.family, c.params, c.source, c.parent, c.proposer FROM evaluations e
-               JOIN candidates c ON c.hash=e.hash
-               WHERE e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1 ORDER BY e.time_us LIMIT 1"""
-        return self._exec(q, (shape, layout, gpu)).fetchone()
+        rows = self.fastest(shape, layout, gpu, 1)
+        return rows[0] if rows else None
 
     def fastest(self, shape: str, layout: str, gpu: str, n: int, run_id: int | None = None) -> list[sqlite3.Row]:
-        """The n correct kernels of a problem with the lowest stored times, fastest first (like best(), n rows),
-        or of those measured in one run: the contenders of a search's final side-by-side runoff."""
+        """The n correct kernels of a problem with the lowest stored times, fastest first, or of those measured in
+        one run: best() is the first; the first few are the contenders of a search's final side-by-side runoff."""
         q = """SELECT e.*, c.family, c.params, c.source, c.parent, c.proposer FROM evaluations e
                JOIN candidates c ON c.hash=e.hash
                WHERE e.shape=? AND e.layout=? AND e.gpu=? AND e.ok=1""" + (" AND e.run_id=?" if run_id is not None else "") + """
