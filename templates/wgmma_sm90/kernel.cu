@@ -4,8 +4,8 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
 requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
@@ -35,6 +35,14 @@ tensor_maps:
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
+// SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
+//   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
+//   SPLIT_K slices of BN / SPLIT_K; each CTA pushes every other slice of its accumulators into the owner's receive
+//   buffer (st.shared::cluster, fragment order, so owner and sender threads hold the same elements), passes a cluster
+//   barrier (arrive.release / wait.acquire; per-thread mbarrier arrivals on a remote CTA serialise: 20x slower, measured
+//   in docs/perf-hopper.md), sums split 0..SPLIT_K-1 in order
+//   (deterministic; its own partial from registers) and writes its slice of C. No workspace, no ticket, no serial
+//   reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own shared memory.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
@@ -82,6 +90,7 @@ constexpr int EPI = {{EPI}};                 // TMA-store staging buffers per co
 constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
+constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};  // 1: a tile's K splits are one cluster, reduced in distributed smem
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -127,6 +136,13 @@ constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
 // stmatrix fragment land in 8 distinct 16-byte bank groups in each case.
 __device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)) % EPI_CHUNKS; }
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
+static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT == 0 && CLUSTER == 1 && PANEL == 0 &&
+                                     (BN / 8) % SPLIT_K == 0),
+              "split-K cluster: 2-16 splits, one unit per CTA, BN / 8 column chunks dealt out evenly");
+// SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
+// [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
+constexpr int RED_J = SPLIT_CLUSTER ? BN / 8 / SPLIT_K : 1;
+constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -236,6 +252,21 @@ __device__ __forceinline__ void bulk_wait_read() {
 }
 // Order this thread's generic-proxy smem writes before later async-proxy (TMA) reads of them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+// ---------------------------------------------------------------- split-K in a cluster (SPLIT_CLUSTER)
+// Store a float4 at our smem offset `addr` in the same place of CTA `rank` of the cluster.
+__device__ __forceinline__ void dsmem_st_f4(uint32_t addr, uint32_t rank, float x, float y, float z, float w) {
+  asm volatile(
+      "{\n.reg .b32 ra;\n"
+      "mapa.shared::cluster.u32 ra, %0, %1;\n"
+      "st.shared::cluster.v4.f32 [ra], {%2, %3, %4, %5};\n}\n" ::"r"(addr), "r"(rank), "f"(x), "f"(y), "f"(z), "f"(w)
+      : "memory");
+}
+__device__ __forceinline__ float4 lds_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
+}
 
 // ---------------------------------------------------------------- wgmma
 // Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
@@ -429,6 +460,39 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
   }
 }
 
+// SPLIT_CLUSTER: this thread's fragments of the n8 chunks owned by cluster rank `rank` straight to C (bounds-checked; a half2 per
+// row where C's rows allow, single halves transposed with SWAP_AB). The slice is 1/SPLIT_K of a small output.
+__device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __half* C, int Mk, int Nk, int row0,
+                                            int col0, uint32_t rank) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      if (j / RED_J != static_cast<int>(rank)) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + mt * 64 + warp * 16 + lane / 4 + 8 * h;  // kernel view
+        const int cc = col0 + 8 * j + 2 * (lane % 4);
+        const __half2 v = __floats2half2_rn(acc[mt][4 * j + 2 * h], acc[mt][4 * j + 2 * h + 1]);
+        if (SWAP_AB) {  // kernel (r, cc) is C[cc][r]
+          if (r < Mk) {
+            if (cc < Nk) C[static_cast<size_t>(cc) * cols + r] = __low2half(v);
+            if (cc + 1 < Nk) C[static_cast<size_t>(cc + 1) * cols + r] = __high2half(v);
+          }
+        } else if (r < rows) {
+          __half* dst = C + static_cast<size_t>(r) * cols + cc;
+          if (cols % 2 == 0 && cc + 1 < cols) *reinterpret_cast<__half2*>(dst) = v;
+          else {
+            if (cc < cols) dst[0] = __low2half(v);
+            if (cc + 1 < cols) dst[1] = __high2half(v);
+          }
+        }
+      }
+    }
+}
+
 // EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
 // `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
 // (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
@@ -490,6 +554,8 @@ using namespace evo_sm90;
 #define EVO_EPI {{EPI}}
 #if {{CLUSTER}} > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__({{CLUSTER}}, 1, 1)
+#elif {{SPLIT_CLUSTER}}
+#define EVO_CLUSTER_DIMS __cluster_dims__({{SPLIT_K}}, 1, 1)
 #else
 #define EVO_CLUSTER_DIMS
 #endif
@@ -520,6 +586,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
   const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
+  const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
@@ -592,6 +659,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     cluster_wait();
   } else {
     __syncthreads();
+    // SPLIT_CLUSTER: the others write into our smem only after their main loops; the consumers wait for this
+    // cluster barrier (every CTA has started) right before that, so its latency hides behind the main loop. The
+    // producer warps arrive here and exit: the cluster barrier waits for non-exited threads only.
+    if (SPLIT_CLUSTER) cluster_arrive_relaxed();
   }
 
   if (wg == 0) {
@@ -676,6 +747,43 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
 
+      if (SPLIT_CLUSTER) {
+        // ---------------------------------------------------- split-K in the cluster: slices through DSMEM
+        const uint32_t rank = cluster_rank();  // == w.split
+        cluster_wait();                        // every CTA of the cluster runs: its smem may be written
+        // chunk j belongs to owner j / RED_J, at chunk j % RED_J of its slot; the loops run over compile-time
+        // chunk indices (the accumulators stay in registers) with the owner compared at run time
+        const uint32_t mine = red_buf + (c * MT * RED_J * 128 + tid) * 16;  // + slot + (mt * RED_J + jj) * 2048
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+            if (j / RED_J != static_cast<int>(rank))
+              dsmem_st_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, j / RED_J, acc[mt][4 * j],
+                          acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
+#pragma unroll
+        cluster_arrive();  // release our pushes (the cluster barrier: one hardware arrival per thread, not an
+        cluster_wait();    // mbarrier's remote atomics, which serialise), acquire everyone's
+        // our slice, summed in split order 0..SPLIT_K-1 (our own partial from registers)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+            if (j / RED_J == static_cast<int>(rank)) {
+              float* a = &acc[mt][4 * j];
+              const float4 own = make_float4(a[0], a[1], a[2], a[3]);
+              float4 sum = own;
+#pragma unroll
+              for (int sp = 0; sp < SPLIT_K; ++sp) {
+                const float4 x = sp == static_cast<int>(rank) ? own : lds_f4(mine + sp * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048);
+                if (sp == 0) sum = x;
+                else { sum.x += x.x; sum.y += x.y; sum.z += x.z; sum.w += x.w; }
+              }
+              a[0] = sum.x; a[1] = sum.y; a[2] = sum.z; a[3] = sum.w;
+            }
+        store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, rank);
+        continue;
+      }
       if (SPLIT_K > 1) {
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
