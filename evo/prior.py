@@ -9,7 +9,7 @@ the cost model (evo.cost_model) learns what it gets wrong from the archive's mea
 
 Parameter names it understands (where a family has them): BM, BN or TILE_M, TILE_N (tile, kernel view), TILE
 (square tile), SWAP_AB (the kernel computes C^T), SPLIT_K, G, CLK, SPLITS (K splits over CTAs), MC, NC, CLK, CLUSTER_M,
-CLUSTER_N (cluster size), BK or TILE_K; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
+CLUSTER_N, CLUSTER (cluster size), SPLIT_CLUSTER (the K splits form the cluster), BK or TILE_K; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
 """
 from __future__ import annotations
 
@@ -26,7 +26,10 @@ from .space import Enumerations, FamilySpace, Geometry, params_key
 FAMILY_EFFICIENCY = {"wgmma_sm90": 1.0, "cutlass_sm90": 1.0, "wgmma_skinny_sm90": 0.9, "mma_sm80": 0.62,
                      "mma_small_sm80": 0.62, "cute_sm80": 0.6, "gemv_sm80": 0.5, "simt": 0.06}
 SPLIT_PARAMS = ("SPLIT_K", "G", "CLK", "SPLITS")  # K splits over CTAs (KS of gemv splits inside one CTA)
-CLUSTER_PARAMS = ("CLK", "MC", "NC", "CLUSTER_M", "CLUSTER_N")  # thread-block cluster size
+CLUSTER_PARAMS = ("CLK", "MC", "NC", "CLUSTER_M", "CLUSTER_N", "CLUSTER")  # thread-block cluster size
+# resident clusters of 4 and more: a GPC's SMs do not divide into them (cuOccupancyMaxActiveClusters on an H100's 132
+# SMs: 66 of 2, 30 of 4, 15 of 8; docs/perf-hopper.md Run 9)
+CLUSTER_PACKING = 0.91
 DEFAULT_EFFICIENCY = 0.5
 INTENSITY_K = 2.0  # main-loop efficiency of a tile = intensity / (intensity + INTENSITY_K) (flops per byte of a k step)
 
@@ -117,6 +120,9 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     cluster = 1
     for k in CLUSTER_PARAMS:
         cluster *= max(1, int(params.get(k, 1)))
+    in_cluster = bool(int(params.get("SPLIT_CLUSTER", 0)))  # the K splits of a tile are one cluster (DSMEM reduce)
+    if in_cluster:
+        cluster *= split
     tiles = cdiv(m, tm) * cdiv(n, tn)
     units = tiles * split
     bk = int(params.get("BK", params.get("TILE_K", 64 if family.startswith(("wgmma", "cutlass")) else 32)))
@@ -133,8 +139,8 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     if resident < 1:
         return _infeasible(tm, tn, split, units, geo, cluster, pad_eff)
     sms = gpu.sms
-    if cluster > 2:  # clusters are packed inside GPCs: measured 15 resident clusters of 8 on 132 SMs
-        slot_sms = max(cluster, int(0.9 * sms / cluster) * cluster)
+    if cluster > 2:  # clusters are packed inside GPCs
+        slot_sms = max(cluster, int(CLUSTER_PACKING * sms / cluster) * cluster)
     else:
         slot_sms = sms // cluster * cluster
     slots = slot_sms * resident
@@ -152,7 +158,7 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     compute_us = per_sm_units * unit_flops / sm_rate if per_sm_units > 1 else unit_flops * busy_units_per_sm / sm_rate
     # memory: A, B and C through DRAM once, split-K partials written and read, tile loads through L2; a few
     # busy SMs cannot draw the full bandwidth
-    dram = problem.min_bytes + (8.0 * problem.m * problem.n * split if split > 1 else 0.0)
+    dram = problem.min_bytes + (8.0 * problem.m * problem.n * split if split > 1 and not in_cluster else 0.0)
     l2 = units * (tm + tn) * k_per * 2.0
     busy_sms = min(slot_sms, units)
     bw = gpu.bw_gbs * 1e3 * min(1.0, busy_sms / (0.5 * sms))  # bytes per us

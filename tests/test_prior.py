@@ -70,6 +70,15 @@ def test_waves_padding_residency():
     # clusters of 8 are packed into GPCs: fewer than 132/8 resident
     c8 = estimate("wgmma_skinny_sm90", {"BM": 128, "BN": 128, "CLK": 8}, Geometry(8 * 16, 288, 200_000, 0), p, gpu)
     assert c8.cluster == 8 and c8.split == 8
+    # a tile's K splits as one cluster (wgmma_sm90 SPLIT_CLUSTER): 32 clusters of 4 are a second wave (30 resident),
+    # 64 pairs are not; the partials never reach DRAM
+    w = parse_shape("256x1024x8192")
+    four = estimate("wgmma_sm90", {"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_CLUSTER": 1}, Geometry(128, 384, 220_000, 0), w, gpu)
+    assert four.cluster == 4 and four.waves > 1
+    pairs = estimate("wgmma_sm90", {"BM": 64, "BN": 128, "SPLIT_K": 2, "SPLIT_CLUSTER": 1}, Geometry(128, 384, 150_000, 0), w, gpu)
+    assert pairs.cluster == 2 and pairs.waves <= 1
+    ws = estimate("wgmma_sm90", {"BM": 128, "BN": 64, "SPLIT_K": 4}, Geometry(128, 384, 200_000, 1 << 20), w, gpu)
+    assert ws.cluster == 1 and ws.waves <= 1 and ws.us < four.us
 
 
 def test_prior_ranks_shape_appropriate_instances(prior):

@@ -29,7 +29,8 @@ tensor_maps:
 //                      consumer never waits on a stage more than one ring lap ahead: parity waits only
 //                      tell adjacent phases apart.
 //   full[s]  mbarrier: producer arms it with the stage's byte count, TMA completes it.
-//   empty[s] mbarrier: every consumer warp arrives once it no longer reads stage s.
+//   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
+//                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
 // Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
@@ -197,7 +198,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank)
       "mapa.shared::cluster.u32 ra, %0, %1;\n"
       "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
 }
-// A consumer warp no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
+// A consumer warpgroup no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
 __device__ __forceinline__ void release_stage(uint32_t bar) {
   if (CLUSTER > 1) {
 #pragma unroll
@@ -640,7 +641,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     tma_prefetch_desc(map_cols);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4 * CLUSTER);
+      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * CLUSTER);
     }
     mbar_init(smem_u32(&order_bar[0]), 4);
     mbar_init(smem_u32(&order_bar[1]), 4);
@@ -727,7 +728,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         wgmma_commit();
         if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
           wgmma_wait<1>();
-          if (lane == 0) release_stage(smem_u32(&empty_bar[prev]));
+          if (tid == 0) release_stage(smem_u32(&empty_bar[prev]));
         }
         prev = s;
         if (++s == STAGES) { s = 0; phase ^= 1; }
@@ -738,7 +739,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         ++t;
       }
       wgmma_wait<0>();
-      if (nk > 0 && lane == 0) release_stage(smem_u32(&empty_bar[prev]));
+      if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
       // PANEL: the row block's last unit of this CTA: its panel may be overwritten
       if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
         mbar_arrive(smem_u32(&panel_empty));
