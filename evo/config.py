@@ -37,6 +37,7 @@ class SearchConfig:
     islands: int
     migrate_every: int
     prior_top: int
+    fit_starts: int
     prior_sample: int
     cost_model: bool
     propose_factor: int

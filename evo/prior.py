@@ -228,6 +228,60 @@ class Prior:
         return out
 
 
+    def fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float = 0.03) -> Ranked | None:
+        """A known-good start refitted to this shape: its tile (BM x BN or TILE_M x TILE_N) and its K split (the
+        first split parameter the family has) moved to the values with the best estimate, the ring depth lowered
+        only where the new tile needs it, everything else kept. None where the start's own estimate is within
+        ``margin`` of the best (or nothing fits). Starts are measured winners of one shape; this carries them to
+        the shapes of their class (a swap-AB start's column tile to M = 96, a split to the SM count's wave)."""
+        sp = self.spaces.get(family)
+        if sp is None:
+            return None
+        fam = sp.family
+        space = fam.space
+        base = fam.complete(params)
+        axes = [names for names in (("BM", "BN"), ("TILE_M", "TILE_N")) if all(n in space for n in names)][:1]
+        axes = list(axes[0]) if axes else []
+        split = next((n for n in SPLIT_PARAMS if n in space), None)
+        if split is not None:
+            axes.append(split)
+        if not axes:
+            return None
+        stages = list(space.get("STAGES", ()))
+        own = self.estimate(family, base, problem) if fam.valid(base) else None
+        best: Ranked | None = None
+        best_key = None
+
+        def values(name: str) -> list:
+            return list(space[name])
+
+        import itertools
+
+        for combo in itertools.product(*(values(a) for a in axes)):
+            cand = {**base, **dict(zip(axes, combo))}
+            if not fam.valid(cand):
+                if not stages:
+                    continue
+                # the new tile may need a shallower ring: the deepest valid one up to the start's (else the shallowest)
+                depth = int(base.get("STAGES", 0))
+                tries = sorted((v for v in stages if v <= depth), reverse=True) + sorted(v for v in stages if v > depth)
+                cand = next(({**cand, "STAGES": v} for v in tries if fam.valid({**cand, "STAGES": v})), None)
+                if cand is None:
+                    continue
+            e = self.estimate(family, cand, problem)
+            if e is None or e.us >= INFEASIBLE:
+                continue
+            changed = sum(cand[k] != base[k] for k in cand)
+            key = (round(e.us, 3), changed, str(sorted(cand.items())))
+            if best_key is None or key < best_key:
+                best, best_key = Ranked(family, cand, e), key
+        if best is None or best.params == base:
+            return None
+        if own is not None and own.us < INFEASIBLE and best.est.us > own.us * (1 - margin):
+            return None
+        return best
+
+
 def diverse_top(ranked: list[Ranked], n: int, per_family: int = 1, competitive: float = 3.0) -> list[Ranked]:
     """The top n of a ranking, kept diverse: each family's best ``per_family`` first (families whose best estimate
     is within ``competitive`` x the overall best), then the ranking in order, skipping instances with the same

@@ -278,7 +278,7 @@ class Search:
         guide = Guide(self.cfg, fams, info, self.store, self.problem, self.cfg.search.seed, self.enumerations)
         for x in proposers:
             if isinstance(x, MutateProposer):
-                x.prior, x.prior_top = guide.prior, self.cfg.search.prior_top
+                x.prior, x.prior_top, x.fit_starts = guide.prior, self.cfg.search.prior_top, self.cfg.search.fit_starts
             if hasattr(x, "only_families"):
                 x.only_families = set(guide.viable_families())
         print(guide.intro(), file=self.out, flush=True)

@@ -109,3 +109,19 @@ def test_move_rates_come_from_the_config():
     cfg = load_config(overrides={"search": {"coordinated_rate": 0.5, "cross_family_rate": 0.05}})
     (prop,) = build_proposers(cfg, Selector(16, 4, 2))
     assert (prop.coordinated_rate, prop.cross_family_rate) == (0.5, 0.05)
+
+
+def test_generation_zero_refits_starts_to_the_shape(fams):
+    from evo.proposers.base import is_start
+
+    prior = Prior(list(fams.values()), GpuSpec(), sample=50)
+    prop = MutateProposer(Selector(16, 4, 3), 0.3, 0, prior=prior, prior_top=0, fit_starts=3)
+    out = prop.propose(_ctx([], list(fams.values()), random.Random(0), Problem(384, 1536, 6144)), 12)
+    fitted = [p for p in out if "fitted to the shape" in p.idea]
+    assert 1 <= len(fitted) <= 3 and all(is_start(p) for p in fitted)  # timed in generation 0 like the starts
+    per_family = [KernelSource.parse(p.source).meta.family for p in fitted]
+    assert all(per_family.count(f) <= 2 for f in per_family)
+    # once per problem; none without the option
+    assert not any("fitted" in p.idea for p in prop.propose(_ctx([], list(fams.values()), random.Random(1), Problem(384, 1536, 6144)), 12))
+    off = MutateProposer(Selector(16, 4, 3), 0.3, 0, prior=prior, prior_top=0, fit_starts=0)
+    assert not any("fitted" in p.idea for p in off.propose(_ctx([], list(fams.values()), random.Random(0), Problem(384, 1536, 6144)), 12))

@@ -136,3 +136,19 @@ def test_prior_against_the_committed_h200_table():
             errs.append(math.log(e.us / r.time_us))
     assert len(errs) >= 10
     assert math.sqrt(sum(x * x for x in errs) / len(errs)) < 0.2
+
+
+def test_fit_carries_a_start_to_the_shape(fams):
+    pr = Prior(fams, GpuSpec(peak_tflops=750, bw_gbs=4300), sample=50)
+    wg = next(f for f in fams if f.name == "wgmma_sm90")
+    # a split-K start measured on 256x1024x16384 (72 tiles x 4 splits = 2.2 waves on 384x1536x6144)
+    start = wg.complete({"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16})
+    p = parse_shape("384x1536x6144")
+    own = pr.estimate("wgmma_sm90", start, p)
+    fit = pr.fit("wgmma_sm90", start, p)
+    assert fit is not None and fit.family == "wgmma_sm90" and wg.valid(fit.params)
+    assert fit.est.us < own.us and fit.est.waves <= 1.0 < own.waves
+    moved = {k for k in fit.params if fit.params[k] != start[k]}
+    assert moved and moved <= {"BM", "BN", "SPLIT_K", "STAGES"}
+    # where the start already suits the shape, nothing is proposed
+    assert pr.fit("wgmma_sm90", wg.default_params(), parse_shape("4096x4096x4096")) is None

@@ -2,7 +2,8 @@
 
 Works with no endpoint at all. Generation 0 (any family with no candidate yet on this problem) takes each
 family's default and known-good starts, a few random instances, and, with a prior (evo.prior), the top of the
-prior's ranking for this shape kept diverse across families. Later generations take tournament-selected parents
+prior's ranking for this shape kept diverse across families, and the starts refitted to the shape (the prior moves
+a start's tile and K split to this shape's waves and edges: a start measured on one shape carries to its class). Later generations take tournament-selected parents
 and make one of:
 
 * a mutation: one or two parameters moved to a neighbouring (sometimes any) allowed value;
@@ -32,18 +33,21 @@ class MutateProposer:
     name = "mutate"
 
     def __init__(self, selector: Selector, crossover_rate: float = 0.3, initial_random: int = 8, prior: Any = None,
-                 prior_top: int = 0, coordinated_rate: float = 0.35, cross_family_rate: float = 0.15):
+                 prior_top: int = 0, coordinated_rate: float = 0.35, cross_family_rate: float = 0.15,
+                 fit_starts: int = 0):
         self.selector = selector
         self.crossover_rate = crossover_rate
         self.initial_random = initial_random
         self.prior = prior  # evo.prior.Prior or None
         self.prior_top = prior_top
+        self.fit_starts = fit_starts  # starts refitted to the shape by the prior (generation 0)
         self.coordinated_rate = coordinated_rate
         self.cross_family_rate = cross_family_rate
         self.repairs = 0
         self.dropped = 0
         self.moves: dict[str, int] = {}
         self._prior_done: set[str] = set()
+        self._fit_done: set[str] = set()
         self._hashes: dict[tuple, str] = {}
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
@@ -80,9 +84,24 @@ class MutateProposer:
         # every family's default and known-good starts are tried on every problem (once: known hashes are
         # skipped), even where seeds from other shapes already brought the family in; families not tried
         # yet on this problem also get random instances
+        fitted = []  # (estimate, family, params, start index): the starts refitted to this shape
         for fam in ctx.families:
             for i, p in enumerate(fam.start_instances()):
                 add(fam, p, (), f"{fam.name} default instance" if i == 0 else f"{fam.name} start instance {i}")
+                if self.prior is not None and self.fit_starts and ctx.problem.key not in self._fit_done:
+                    r = self.prior.fit(fam.name, p, ctx.problem)
+                    if r is not None:
+                        fitted.append((r.est.us, fam, r.params, i, p))
+        self._fit_done.add(ctx.problem.key)
+        per_family: dict[str, int] = {}
+        for us, fam, p, i, start in sorted(fitted, key=lambda x: (x[0], x[1].name, x[3])):
+            if sum(per_family.values()) >= self.fit_starts:
+                break
+            if per_family.get(fam.name, 0) >= 2:
+                continue
+            moved = ", ".join(f"{k} {start.get(k)}->{v}" for k, v in p.items() if start.get(k) != v)
+            if add(fam, p, (), f"{fam.name} start instance {i} fitted to the shape ({moved}; estimate {us:.1f} us)"):
+                per_family[fam.name] = per_family.get(fam.name, 0) + 1
             if fam.name in known_families:
                 continue
             before = len(out)

@@ -108,10 +108,11 @@ constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
 constexpr int EPI_BYTES = 9216;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
-constexpr int pow2_floor(int x) { return x >= 2 ? 2 * pow2_floor(x / 2) : 1; }
+// the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
+constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * pow2_div(x / 2, cap / 2) : 1; }
 constexpr int RU_BUDGET = (CONSUMERS == 1 ? 32 : 16) / CHUNKS;
-constexpr int RU = pow2_floor(RU_BUDGET < 1 ? 1 : (RU_BUDGET > SPLIT_K ? SPLIT_K : RU_BUDGET));
-static_assert(SPLIT_K % RU == 0, "SPLIT_K is a power of two");
+constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
+static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
