@@ -56,6 +56,7 @@ INSTANCES: dict[str, dict] = {
     "pp128x176 s4 epi1 g16": {"BM": 128, "BN": 176, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "GROUP": 16},   # 64 x 16 boxes
     "pp128x160 s4 epi1": {"BM": 128, "BN": 160, "PINGPONG": 1, "STAGES": 4, "EPI": 1},
     "co128x128 one consumer s4 epi1 np": {"BM": 128, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 4, "EPI": 1},
+    "pp128x64 s8 epi1": {"BM": 128, "BN": 64, "PINGPONG": 1, "STAGES": 8, "EPI": 1},   # K <= 256 skinny / mid outputs
     # raster group around the best two (untimed before the final measurement)
     "co128x256 s3 epi1 hint g16": {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "GROUP": 16},
     "co128x256 s3 epi1 hint g4": {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "GROUP": 4},
@@ -68,7 +69,7 @@ DEFAULT = ["pp128x128 s6 epi0", "co128x256 s4 epi0", "co128x256 s3 epi1 hint", "
            "pp128x128 s4 epi2 hint", "co256x128 s3 epi2", "pp64x256 s4 epi1", "co256x128 s4 epi1 hint",
            "co128x256 s3 epi1 hint g16", "co128x256 s3 epi1 hint g4", "co256x128 s3 epi2 hint g16",
            "co256x128 s4 epi1 cl2", "co128x96 s6 epi1 g4 np", "pp128x176 s4 epi1 g16", "pp128x160 s4 epi1",
-           "co128x128 one consumer s4 epi1 np"]  # the multicast loss, with how many of its clusters fit at once
+           "co128x128 one consumer s4 epi1 np", "pp128x64 s8 epi1"]  # the multicast loss, with how many of its clusters fit at once
 TIMED = ["16384x16384x128", "2048x12288x128", "8192x8192x128", "4096x16384x256", "4096x4096x256"]
 CHECK_ONLY = ["2000x12000x128", "200x136x72"]  # off-tile M and N (TMA clips partial and whole boxes), partial K block
 

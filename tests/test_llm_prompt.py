@@ -65,7 +65,7 @@ def lineage(tmp_path, monkeypatch):
     return store, gp, par, best
 
 
-def propose_once(store, *population, budget: int = 16000, profile: bool = True, monkeypatch=None, tmp_path=None,
+def propose_once(store, *population, budget: int = 24000, profile: bool = True, monkeypatch=None, tmp_path=None,
                  families=()):
     monkeypatch.setenv("FAKE_NCU_LOG", str(tmp_path / "ncu.log"))
     said: list[str] = []
@@ -112,7 +112,7 @@ def test_prompt_carries_the_evidence(lineage, monkeypatch, tmp_path):
     assert store.profile(par.hash, PROBLEM.key, PROBLEM.layout, GPU.key)["ok"] == 1
     assert store.profile("library:cublas", PROBLEM.key, PROBLEM.layout, GPU.key)["kernel"].startswith("nvjet")
     sizes = json.loads(conv["sections"])
-    assert sizes["tokens_est"] <= 16000 and sizes["cut"] == [] and sizes["evidence"] > 0 and sizes["history"] > 0
+    assert sizes["tokens_est"] <= 24000 and sizes["cut"] == [] and sizes["evidence"] > 0 and sizes["history"] > 0
     print(f"\nprompt: {len(text)} chars, ~{sizes['tokens_est']} tokens; sections: "
           + ", ".join(f"{k} {v}" for k, v in sizes.items() if isinstance(v, int)))
 
