@@ -13,6 +13,7 @@ CLUSTER_N, CLUSTER (cluster size), SPLIT_CLUSTER (the K splits form the cluster)
 """
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from dataclasses import dataclass
@@ -252,12 +253,7 @@ class Prior:
         best: Ranked | None = None
         best_key = None
 
-        def values(name: str) -> list:
-            return list(space[name])
-
-        import itertools
-
-        for combo in itertools.product(*(values(a) for a in axes)):
+        for combo in itertools.product(*(list(space[a]) for a in axes)):
             cand = {**base, **dict(zip(axes, combo))}
             if not fam.valid(cand):
                 if not stages:
