@@ -125,3 +125,13 @@ def test_generation_zero_refits_starts_to_the_shape(fams):
     assert not any("fitted" in p.idea for p in prop.propose(_ctx([], list(fams.values()), random.Random(1), Problem(384, 1536, 6144)), 12))
     off = MutateProposer(Selector(16, 4, 3), 0.3, 0, prior=prior, prior_top=0, fit_starts=0)
     assert not any("fitted" in p.idea for p in off.propose(_ctx([], list(fams.values()), random.Random(0), Problem(384, 1536, 6144)), 12))
+
+
+@pytest.mark.parametrize("fit", [0, 3])
+def test_generation_zero_random_instances_do_not_depend_on_refitting(fams, fit):
+    # every family not tried on the problem gets its random instances, with or without refitted starts
+    prop = MutateProposer(Selector(16, 4, 3), 0.3, 1, prior=Prior(list(fams.values()), GpuSpec(), sample=50),
+                          prior_top=0, fit_starts=fit)
+    out = prop.propose(_ctx([], list(fams.values()), random.Random(0), Problem(384, 1536, 6144)), 12)
+    with_random = {KernelSource.parse(p.source).meta.family for p in out if "random instance" in p.idea}
+    assert with_random == set(fams) - {"gemv_sm80"}  # gemv takes only decode shapes (small M), not this one

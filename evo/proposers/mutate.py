@@ -3,8 +3,8 @@
 Works with no endpoint at all. Generation 0 (any family with no candidate yet on this problem) takes each
 family's default and known-good starts, a few random instances, and, with a prior (evo.prior), the top of the
 prior's ranking for this shape kept diverse across families, and the starts refitted to the shape (the prior moves
-a start's tile and K split to this shape's waves and edges: a start measured on one shape carries to its class). Later generations take tournament-selected parents
-and make one of:
+a start's tile and K split to this shape's waves and edges: a start measured on one shape carries to its class).
+Later generations take tournament-selected parents and make one of:
 
 * a mutation: one or two parameters moved to a neighbouring (sometimes any) allowed value;
 * a coordinated move: several parameters at once (tile M and N together or transposed, the ring depth against
@@ -84,24 +84,14 @@ class MutateProposer:
         # every family's default and known-good starts are tried on every problem (once: known hashes are
         # skipped), even where seeds from other shapes already brought the family in; families not tried
         # yet on this problem also get random instances
-        fitted = []  # (estimate, family, params, start index): the starts refitted to this shape
+        fitted = []  # (estimate, start index, family, params, start): the starts refitted to this shape
+        fit_now = self.prior is not None and self.fit_starts and ctx.problem.key not in self._fit_done
         for fam in ctx.families:
             for i, p in enumerate(fam.start_instances()):
                 add(fam, p, (), f"{fam.name} default instance" if i == 0 else f"{fam.name} start instance {i}")
-                if self.prior is not None and self.fit_starts and ctx.problem.key not in self._fit_done:
-                    r = self.prior.fit(fam.name, p, ctx.problem)
-                    if r is not None:
-                        fitted.append((r.est.us, fam, r.params, i, p))
-        self._fit_done.add(ctx.problem.key)
-        per_family: dict[str, int] = {}
-        for us, fam, p, i, start in sorted(fitted, key=lambda x: (x[0], x[1].name, x[3])):
-            if sum(per_family.values()) >= self.fit_starts:
-                break
-            if per_family.get(fam.name, 0) >= 2:
-                continue
-            moved = ", ".join(f"{k} {start.get(k)}->{v}" for k, v in p.items() if start.get(k) != v)
-            if add(fam, p, (), f"{fam.name} start instance {i} fitted to the shape ({moved}; estimate {us:.1f} us)"):
-                per_family[fam.name] = per_family.get(fam.name, 0) + 1
+                r = self.prior.fit(fam.name, p, ctx.problem) if fit_now else None
+                if r is not None:
+                    fitted.append((r.est.us, i, fam, r.params, p))
             if fam.name in known_families:
                 continue
             before = len(out)
@@ -111,6 +101,17 @@ class MutateProposer:
                 p = fam.random_params(ctx.rng)
                 if p:
                     add(fam, p, (), f"{fam.name} random instance")
+        if fit_now:  # the best refitted starts, at most 2 per family
+            self._fit_done.add(ctx.problem.key)
+            per_family: dict[str, int] = {}
+            for us, i, fam, p, start in sorted(fitted, key=lambda x: (x[0], x[2].name, x[1])):
+                if sum(per_family.values()) >= self.fit_starts:
+                    break
+                if per_family.get(fam.name, 0) >= 2:
+                    continue
+                moved = ", ".join(f"{k} {start.get(k)}->{v}" for k, v in p.items() if start.get(k) != v)
+                if add(fam, p, (), f"{fam.name} start instance {i} fitted to the shape ({moved}; estimate {us:.1f} us)"):
+                    per_family[fam.name] = per_family.get(fam.name, 0) + 1
         if self.prior is not None and self.prior_top and ctx.problem.key not in self._prior_done:
             from ..prior import diverse_top
 
