@@ -228,7 +228,6 @@ class Prior:
         out.sort(key=lambda r: (r.est.us, r.family, str(sorted(r.params.items()))))
         return out
 
-
     def fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float = 0.03) -> Ranked | None:
         """A known-good start refitted to this shape: its tile (BM x BN or TILE_M x TILE_N) and its K split (the
         first split parameter the family has) moved to the values with the best estimate, the ring depth lowered

@@ -763,7 +763,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             if (j / RED_J != static_cast<int>(rank))
               dsmem_st_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, j / RED_J, acc[mt][4 * j],
                           acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
-#pragma unroll
         cluster_arrive();  // release our pushes (the cluster barrier: one hardware arrival per thread, not an
         cluster_wait();    // mbarrier's remote atomics, which serialise), acquire everyone's
         // our slice, summed in split order 0..SPLIT_K-1 (our own partial from registers)
@@ -774,7 +773,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
             if (j / RED_J == static_cast<int>(rank)) {
               float* a = &acc[mt][4 * j];
               const float4 own = make_float4(a[0], a[1], a[2], a[3]);
-              float4 sum = own;
+              float4 sum;
 #pragma unroll
               for (int sp = 0; sp < SPLIT_K; ++sp) {
                 const float4 x = sp == static_cast<int>(rank) ? own : lds_f4(mine + sp * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048);
