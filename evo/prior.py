@@ -9,8 +9,7 @@ the cost model (evo.cost_model) learns what it gets wrong from the archive's mea
 
 Parameter names it understands (where a family has them): BM, BN or TILE_M, TILE_N (tile, kernel view), TILE
 (square tile), SWAP_AB (the kernel computes C^T), SPLIT_K, G, CLK, SPLITS (K splits over CTAs), MC, NC, CLK, CLUSTER_M,
-CLUSTER_N, CLUSTER (cluster size), SPLIT_CLUSTER (the K splits form the cluster), STREAM_K (the tiles' k blocks dealt
-out evenly to a persistent grid: no last wave, a partial per shared tile), BK or TILE_K; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
+CLUSTER_N, CLUSTER (cluster size), SPLIT_CLUSTER (the K splits form the cluster), BK or TILE_K; gemv_sm80's WN/WARPS/KS give its tile. Anything else leaves the estimate to the launch geometry.
 """
 from __future__ import annotations
 
@@ -158,29 +157,17 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     per_sm_units = math.ceil(units / slot_sms) if units > slot_sms else 1
     busy_units_per_sm = min(resident, max(1, math.ceil(units / slot_sms)))
     compute_us = per_sm_units * unit_flops / sm_rate if per_sm_units > 1 else unit_flops * busy_units_per_sm / sm_rate
-    stream = bool(int(params.get("STREAM_K", 0))) and split == 1
-    partial_bytes = 8.0 * problem.m * problem.n * split if split > 1 and not in_cluster else 0.0
-    fixup, busy_sms = split > 1, min(slot_sms, units)
-    if stream:  # stream-K: every CTA of one persistent wave runs the same number of k blocks (to within one)
-        kb = cdiv(problem.k, bk)
-        total = tiles * kb
-        ctas = min(slot_sms, total)
-        per_cta = cdiv(total, ctas)
-        compute_us = per_cta * 2.0 * tm * tn * bk / sm_rate
-        waves, wave_eff = 1.0, total / float(ctas * per_cta)
-        if total % ctas or (total // ctas) % kb:  # tiles shared between CTAs: a partial each, written and read once
-            partial_bytes, fixup = 8.0 * tm * tn * ctas, True
-        busy_sms = ctas
     # memory: A, B and C through DRAM once, split-K partials written and read, tile loads through L2; a few
     # busy SMs cannot draw the full bandwidth
-    dram = problem.min_bytes + partial_bytes
+    dram = problem.min_bytes + (8.0 * problem.m * problem.n * split if split > 1 and not in_cluster else 0.0)
     l2 = units * (tm + tn) * k_per * 2.0
+    busy_sms = min(slot_sms, units)
     bw = gpu.bw_gbs * 1e3 * min(1.0, busy_sms / (0.5 * sms))  # bytes per us
     memory_us = max(dram / bw, l2 / (busy_sms * gpu.l2_gbs_per_sm * 1e3))
     # a grid of fewer CTAs than units is persistent: its producers run ahead across units, so the pipeline fills
     # once per CTA; a grid of one CTA per unit fills once per wave
     fills = 1 if geo.ctas < units else math.ceil(waves)
-    overhead_us = gpu.launch_us + fills * gpu.fill_us + (gpu.fixup_us if fixup else 0.0)
+    overhead_us = gpu.launch_us + fills * gpu.fill_us + (gpu.fixup_us if split > 1 else 0.0)
     us = max(compute_us, memory_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
                     compute_us, memory_us, overhead_us, intensity)
@@ -243,7 +230,7 @@ class Prior:
 
     def fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float = 0.03) -> Ranked | None:
         """A known-good start refitted to this shape: its tile (BM x BN or TILE_M x TILE_N) and its K split (the
-        first split parameter the family has, and STREAM_K where it has one) moved to the values with the best estimate, the ring depth lowered
+        first split parameter the family has) moved to the values with the best estimate, the ring depth lowered
         only where the new tile needs it, everything else kept. None where the start's own estimate is within
         ``margin`` of the best (or nothing fits). Starts are measured winners of one shape; this carries them to
         the shapes of their class (a swap-AB start's column tile to M = 96, a split to the SM count's wave)."""
@@ -258,8 +245,6 @@ class Prior:
         split = next((n for n in SPLIT_PARAMS if n in space), None)
         if split is not None:
             axes.append(split)
-        if "STREAM_K" in space:  # a split start may serve the shape better as stream-K (and back)
-            axes.append("STREAM_K")
         if not axes:
             return None
         stages = list(space.get("STAGES", ()))

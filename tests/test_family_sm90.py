@@ -20,7 +20,7 @@ def fam():
 
 def test_ci_instances_are_few_and_valid(fam):
     inst = fam.instances_for_ci()
-    assert 1 <= len(inst) <= 6  # CI has 2 cores (an instance of this family compiles in about a second)
+    assert 1 <= len(inst) <= 5  # CI has 2 cores (an instance of this family compiles in about a second)
     for p in inst:
         assert fam.valid(p)
         ks = fam.render(p)
@@ -105,28 +105,3 @@ def test_split_cluster_ptx(fam, tmp_path):
     assert "barrier.cluster.arrive.release" in text and "barrier.cluster.wait.acquire" in text
     assert "mbarrier.arrive.release.cluster.shared::cluster" not in text
     assert "atom.add" not in text  # no split-K ticket
-
-
-def test_stream_k_launch_and_constraints(fam):
-    # stream-K: a persistent grid of at most one CTA per SM over the tiles' k blocks; a partial slot per CTA
-    p = {"BM": 128, "BN": 128, "STREAM_K": 1, "STAGES": 4}
-    assert fam.valid(fam.complete(p))
-    l = fam.render(p).launch(Problem(384, 1536, 6144), num_sms=132)
-    assert l.grid == (132, 1, 1)  # 36 tiles x 96 k blocks dealt out to 132 CTAs (split-K 3 would run 108)
-    assert l.workspace == 768 + 132 * 128 * 128 * 4  # flags (padded to 256 bytes), then one fp32 tile per CTA
-    tiny = fam.render(p).launch(Problem(128, 128, 128), num_sms=132)
-    assert tiny.grid == (2, 1, 1)  # one tile of two k blocks: never more CTAs than k blocks
-    for bad in ({"SPLIT_K": 2}, {"PERSISTENT": 0}, {"PINGPONG": 1, "STAGES": 6}, {"EPI": 1}, {"CLUSTER": 2},
-                {"BN": 256, "STAGES": 3}):  # 128x256 over two consumers: 128 accumulators + 64 partial registers
-        assert not fam.valid(fam.complete({**p, **bad})), bad
-    assert fam.valid(fam.complete({**p, "SWAP_AB": 1, "BN": 64, "STAGES": 6}))
-
-
-@pytest.mark.nvcc
-def test_stream_k_ptx(fam, tmp_path):
-    # partials are handed over with one release store and one acquire load per flag: no atomics, no SC fences
-    from evo.testing.ptx import ptx_of
-
-    text = ptx_of(fam.render({"BM": 128, "BN": 128, "STREAM_K": 1, "STAGES": 4}).text, tmp_path)
-    assert "st.release.gpu.global.b32" in text and "ld.acquire.gpu.global.b32" in text
-    assert "atom." not in text and "membar" not in text and "fence.sc" not in text

@@ -210,49 +210,9 @@ def test_cluster_pairs_share_a(fam, fam_cl):
     odd = fam.render({"BM": 128, "BN": 128, "PINGPONG": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2})
     assert odd.launch(Problem(384, 384, 128), num_sms=132).grid == (6, 1, 1)  # 3 x 4 padded units, 2 per CTA, pairs
     assert odd.launch(Problem(128, 384, 128), num_sms=132).grid == (2, 1, 1)
-    for bad in ({"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "CLUSTER": 2, "SPLIT_CLUSTER": 1, "PERSISTENT": 0},
-                {"BM": 128, "BN": 64, "STAGES": 4, "CLUSTER": 2, "PANEL": 1, "GROUP": 1}):
+    for bad in ({"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "CLUSTER": 2},
+                {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "CLUSTER": 2}):
         assert not fam.valid(fam.complete(bad))
-
-
-def test_cluster_pairs_per_k_slice_and_swapped(fam):
-    # pairs also split K (both CTAs of a pair take the same slice) and, with SWAP_AB, share the B tile (kernel rows)
-    sk = {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 6, "CLUSTER": 2, "SWAP_AB": 1}
-    assert fam.valid(fam.complete(sk))
-    l = fam.render(sk).launch(Problem(192, 1024, 8192), num_sms=132)
-    # kernel rows over N (8 tiles) x columns over M (3 tiles, padded to 4 for pairs) x 4 slices = 128 units
-    assert l.grid == (128, 1, 1)
-    assert [(t.operand, t.box_rows) for t in l.tensor_maps] == [("A", 64), ("B", 64)]  # half of B's 128 rows per CTA
-    assert l.workspace == 256 + 8 * 4 * 4 * 128 * 64 * 4  # counters and partials of the padded tiles too
-    assert fam.render({**sk, "CLUSTER": 1}).launch(Problem(192, 1024, 8192), num_sms=132).workspace == 256 + 8 * 3 * 4 * 128 * 64 * 4
-
-
-def _units(m_tiles, n_tiles, split, cluster, group):
-    """Python mirror of the kernel's get_work unit -> (tile, split, row tile, column tile) (not PANEL / STREAM_K)."""
-    tn = -(-n_tiles // cluster)
-    out = []
-    for u in range(m_tiles * tn * cluster * split):
-        q = u // cluster
-        tile, sp = (q // split) * cluster + u % cluster, q % split
-        pair, r = tile // cluster, tile % cluster
-        first_m = (pair // (group * tn)) * group
-        gm = min(m_tiles - first_m, group)
-        ig = pair % (group * tn)
-        out.append((tile, sp, first_m + ig % gm, (ig // gm) * cluster + r))
-    return out
-
-
-@pytest.mark.parametrize("m_tiles,n_tiles,split,cluster,group", [(3, 5, 4, 2, 8), (8, 3, 3, 2, 4), (5, 7, 1, 2, 1),
-                                                                  (4, 6, 3, 1, 8)])
-def test_unit_mapping_covers_every_tile_and_slice_once(m_tiles, n_tiles, split, cluster, group):
-    units = _units(m_tiles, n_tiles, split, cluster, group)
-    tn = -(-n_tiles // cluster) * cluster
-    assert sorted((t, s) for t, s, _, _ in units) == [(t, s) for t in range(m_tiles * tn) for s in range(split)]
-    assert sorted((m, n, s) for _, s, m, n in units) == [(m, n, s) for m in range(m_tiles) for n in range(tn)
-                                                        for s in range(split)]
-    for i in range(0, len(units), cluster):  # a cluster's CTAs: one row tile, one K slice, adjacent column tiles
-        pair = units[i:i + cluster]
-        assert len({(m, s) for _, s, m, _ in pair}) == 1 and [n for *_, n in pair] == list(range(pair[0][3], pair[0][3] + cluster))
 
 
 @pytest.mark.nvcc

@@ -3,13 +3,13 @@ family: wgmma_sm90
 archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
-grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * (cdiv(K, 64) if STREAM_K else 1), NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
+grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(NUM_SMS * 4, 256) + NUM_SMS * BM * BN * 4) if STREAM_K else (round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
 requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
-  - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
+  - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
   - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
@@ -44,13 +44,6 @@ tensor_maps:
 //   in docs/perf-hopper.md), sums split 0..SPLIT_K-1 in order
 //   (deterministic; its own partial from registers) and writes its slice of C. No workspace, no ticket, no serial
 //   reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own shared memory.
-// STREAM_K (persistent, SPLIT_K = 1): the tiles' k blocks, tile after tile, are dealt out to the grid's CTAs in
-//   contiguous ranges of equal length (to within one block), so no SM idles in a last wave however many tiles there
-//   are. A range starts and ends anywhere inside a tile: a segment that covers a whole tile is stored as usual; a
-//   CTA's first segment that starts inside a tile writes its fp32 partial to the CTA's workspace slot and publishes it
-//   (st.release of the CTA's flag); a segment that starts a tile and ends inside it belongs to the tile's owner, which
-//   runs it last, waits for the flags of the next CTAs whose ranges start inside the tile (ld.acquire; they did those
-//   blocks first), adds their partials in CTA order (deterministic) and stores C. The owner resets the flags to 0.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
@@ -71,9 +64,9 @@ tensor_maps:
 //   for unit i-1's stores, not unit i's (PANEL leaves the smem for it). Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
-// CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row (and the same K slice
-//   with SPLIT_K), so both need the same row tile (A, or B with SWAP_AB): each CTA's producer loads half of its rows
-//   and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2 reads of the row operand are halved. A stage is refilled only when the consumers of both
+// CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
+//   same A tile: each CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA
+//   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
@@ -99,7 +92,6 @@ constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A t
 constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int STREAM_K = {{STREAM_K}};       // 1: the tiles' k blocks dealt out evenly to a persistent grid (stream-K)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -130,13 +122,10 @@ static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two
 static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
               "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
-static_assert(STREAM_K == 0 || (PERSISTENT == 1 && SPLIT_K == 1 && PINGPONG == 0 && CLUSTER == 1 && PANEL == 0 &&
-                                EPI == 0 && MT * BN <= 128),
-              "stream-K: a persistent grid of plain units, ordinary-store epilogue, partials summed in registers");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && (BM / CLUSTER) % 8 == 0),
-              "row-operand multicast: pairs of CTAs, 8-row swizzle atoms per half");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
+              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
 // EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
 // pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
@@ -296,15 +285,6 @@ __device__ __forceinline__ int ticket_acq_rel(int* p) {
   asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
 }
-// Stream-K flags: a contributor publishes its partial (ordered before by the consumer barrier), the owner acquires it.
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
@@ -390,15 +370,10 @@ struct Work {
 
 // Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
 // CTAs in flight share B column panels in L2; splits of one tile are adjacent units.
-// STREAM_K: u is a k block of the tile sequence (tile u / kblocks); the unit runs to the tile's end or to u_end, the
-// end of this CTA's range, whichever comes first.
-__device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, int u_end) {
+__device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
-  const int kblocks = cdiv(K, BK);
-  // CLUSTER > 1: the CTAs of a cluster take consecutive units (rank = u % CLUSTER) with the same row tile and K slice
-  const int q = u / CLUSTER;
-  w.tile = STREAM_K ? u / kblocks : (q / SPLIT_K) * CLUSTER + u % CLUSTER;
-  w.split = STREAM_K ? 0 : q % SPLIT_K;
+  w.tile = u / SPLIT_K;
+  w.split = u % SPLIT_K;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
     w.m0 = (u / tn) * BM;
@@ -416,31 +391,21 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, int u_end
   const int in_group = pair % group_size;
   w.m0 = (first_m + in_group % gm) * BM;
   w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
-  if (STREAM_K) {
-    w.kb0 = u % kblocks;
-    w.kb1 = min(kblocks, w.kb0 + (u_end - u));
-    return w;
-  }
+  const int kblocks = cdiv(K, BK);
   const int per = cdiv(kblocks, SPLIT_K);
   w.kb0 = min(w.split * per, kblocks);
   w.kb1 = min(w.kb0 + per, kblocks);
   return w;
 }
 
-// The units of this CTA: strided by the grid, or (PANEL, STREAM_K) the contiguous range [first, end) of its share.
-__device__ __forceinline__ int range_first(int b, int units) {
-  return static_cast<int>(static_cast<long long>(b) * units / gridDim.x);
-}
+// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
 __device__ __forceinline__ int unit_first(int units) {
-  return (PANEL || STREAM_K) ? range_first(blockIdx.x, units) : static_cast<int>(blockIdx.x);
+  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int unit_end(int units) {
-  return (PANEL || STREAM_K) ? range_first(blockIdx.x + 1, units) : units;
+  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x + 1) * units / gridDim.x) : units;
 }
-// The unit after u (work w): the next in the stride or range; STREAM_K: past w's k blocks.
-__device__ __forceinline__ int unit_next(int u, const Work& w) {
-  return STREAM_K ? u + (w.kb1 - w.kb0) : PANEL ? u + 1 : u + static_cast<int>(gridDim.x);
-}
+__device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>(gridDim.x); }
 
 // Epilogue of one consumer: its 64-row slices of the tile, registers -> smem (fp16) -> C.
 // Kernel element (r, c) is C[r][c] (C has Nk columns), or C[c][r] with SWAP_AB (C has Mk columns).
@@ -627,7 +592,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 
   const int wg = threadIdx.x / 128;
   const int tid = threadIdx.x % 128;
-  const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K * (STREAM_K ? cdiv(K, BK) : 1);
+  const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
   const int u_end = unit_end(units);
 
   // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
@@ -641,9 +606,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
   auto produce_next = [&]() -> bool {
     while (!phave || pkb >= pw.kb1) {
-      if (phave) pu = unit_next(pu, pw);
+      if (phave) pu += unit_step();
       if (pu >= u_end) return false;
-      pw = get_work(pu, Mk, Nk, K, u_end);
+      pw = get_work(pu, Mk, Nk, K);
       pkb = pw.kb0;
       phave = true;
       if (PANEL && pw.m0 != panel_m0) {  // a new row block: its whole-K panel, once the last one is read
@@ -725,10 +690,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #endif
     int cpanel_m0 = -1;         // PANEL: the row block of the panel this consumer reads
     uint32_t cpanel_phase = 0;
-    int u_next = 0;
-    for (int u = unit_first(units); u < u_end; u = u_next, ++j) {
-      const Work w = get_work(u, Mk, Nk, K, u_end);
-      u_next = unit_next(u, w);
+    for (int u = unit_first(units); u < u_end; u += unit_step(), ++j) {
+      const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
       if (PANEL && w.m0 != cpanel_m0) {  // this row block's panel has landed
         mbar_wait(smem_u32(&panel_full), cpanel_phase);
@@ -779,7 +742,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       wgmma_wait<0>();
       if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
       // PANEL: the row block's last unit of this CTA: its panel may be overwritten
-      if (PANEL && lane == 0 && (u_next >= u_end || get_work(u_next, Mk, Nk, K, u_end).m0 != w.m0))
+      if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
         mbar_arrive(smem_u32(&panel_empty));
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -822,54 +785,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, rank);
         continue;
       }
-      if (STREAM_K && (w.kb0 > 0 || w.kb1 < cdiv(K, BK))) {
-        // ---------------------------------------------------- stream-K: a tile shared by several CTAs
-        int* flags = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + cdiv(static_cast<int>(gridDim.x), 64) * 64;  // the flags, padded to 256 bytes
-        const size_t tile_floats = static_cast<size_t>(BM) * BN;
-        if (w.kb0 > 0) {  // this CTA's first segment, inside the tile: its partial to our slot, then our flag
-          float4* mine = reinterpret_cast<float4*>(parts + blockIdx.x * tile_floats + static_cast<size_t>(c) * WM * BN);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-          consumer_sync();  // every consumer's stores, before the release (cumulative)
-          if (threadIdx.x == 128) st_release_gpu(&flags[blockIdx.x], 1);
-          continue;
-        }
-        // the owner (this CTA's last segment starts the tile): the next CTAs whose ranges start inside the tile
-        const int tile_end = (w.tile + 1) * cdiv(K, BK);
-        int last = blockIdx.x;
-        while (last + 1 < static_cast<int>(gridDim.x) && range_first(last + 1, units) < tile_end) ++last;
-        if (threadIdx.x == 128) {
-          for (int b = blockIdx.x + 1; b <= last; ++b) {
-            while (ld_acquire_gpu(&flags[b]) == 0) {
-            }
-            flags[b] = 0;  // read once, by us: clear for the next launch
-          }
-        }
-        consumer_sync();  // the acquire, for every consumer thread
-#pragma unroll 1
-        for (int b = blockIdx.x + 1; b <= last; ++b) {  // in CTA order (deterministic)
-          const float4* src = reinterpret_cast<const float4*>(parts + b * tile_floats + static_cast<size_t>(c) * WM * BN);
-          float4 v[CHUNKS];
-#pragma unroll
-          for (int q = 0; q < CHUNKS; ++q) v[q] = __ldcg(src + q * 128 + tid);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-              const float4 x = v[mt * (BN / 8) + j];
-              float* a = &acc[mt][4 * j];
-              a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
-            }
-        }
-      }
       if (SPLIT_K > 1) {
         // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER;  // CLUSTER: column tiles padded
+        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
         int* counters = reinterpret_cast<int*>(workspace);
         float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
