@@ -247,7 +247,10 @@ class Prior:
             axes.append(split)
         if not axes:
             return None
+        # a new tile may need a shallower ring: the deepest valid one up to the start's (else the shallowest)
         stages = list(space.get("STAGES", ()))
+        depth = int(base.get("STAGES", 0))
+        tries = sorted((v for v in stages if v <= depth), reverse=True) + sorted(v for v in stages if v > depth)
         own = self.estimate(family, base, problem) if fam.valid(base) else None
         best: Ranked | None = None
         best_key = None
@@ -255,11 +258,6 @@ class Prior:
         for combo in itertools.product(*(list(space[a]) for a in axes)):
             cand = {**base, **dict(zip(axes, combo))}
             if not fam.valid(cand):
-                if not stages:
-                    continue
-                # the new tile may need a shallower ring: the deepest valid one up to the start's (else the shallowest)
-                depth = int(base.get("STAGES", 0))
-                tries = sorted((v for v in stages if v <= depth), reverse=True) + sorted(v for v in stages if v > depth)
                 cand = next(({**cand, "STAGES": v} for v in tries if fam.valid({**cand, "STAGES": v})), None)
                 if cand is None:
                     continue
