@@ -52,7 +52,7 @@ class GpuSpec:
     # us: RMS 0.200 with a fill per wave, 0.145 with one per persistent grid, 0.111 refitted; docs/perf-search.md)
     launch_us: float = 4.0  # event window of a kernel beyond its work (empty kernel 3.4 us + prologue/epilogue)
     fill_us: float = 1.0  # first loads of a wave (DRAM latency + pipeline fill)
-    fixup_us: float = 1.5  # serial split-K reduction step
+    fixup_us: float = 1.5  # serial split-K reduction step (the last arrival sums the partials)
     l2_gbs_per_sm: float = 150.0  # what one SM draws from L2
 
     @staticmethod
@@ -167,10 +167,22 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     # a grid of fewer CTAs than units is persistent: its producers run ahead across units, so the pipeline fills
     # once per CTA; a grid of one CTA per unit fills once per wave
     fills = 1 if geo.ctas < units else math.ceil(waves)
-    overhead_us = gpu.launch_us + fills * gpu.fill_us + (gpu.fixup_us if split > 1 else 0.0)
+    overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, gpu)
     us = max(compute_us, memory_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
                     compute_us, memory_us, overhead_us, intensity)
+
+
+def fixup_us(params: dict[str, Any], split: int, gpu: GpuSpec) -> float:
+    """The split-K reduction's exposed time. The last arrival of a tile reads every split's fp32 partial (the fitted
+    step, gpu.fixup_us); when the splits reduce-scatter instead (SPLIT_RS), each writes and reads 2 (split - 1) /
+    split of a tile's partials through one SM, so its step is charged in that proportion (128x128 split 8: 0.22 of
+    it; measured 2.8-3.1 us faster than the last-arrival reduce, docs/perf-hopper.md Run 11)."""
+    if split <= 1:
+        return 0.0
+    if int(params.get("SPLIT_RS", 0)):
+        return gpu.fixup_us * 2.0 * (split - 1) / (split * split)
+    return gpu.fixup_us
 
 
 def _infeasible(tm, tn, split, units, geo, cluster, pad_eff) -> Estimate:

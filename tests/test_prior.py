@@ -79,6 +79,13 @@ def test_waves_padding_residency():
     assert pairs.cluster == 2 and pairs.waves <= 1
     ws = estimate("wgmma_sm90", {"BM": 128, "BN": 64, "SPLIT_K": 4}, Geometry(128, 384, 200_000, 1 << 20), w, gpu)
     assert ws.cluster == 1 and ws.waves <= 1 and ws.us < four.us
+    # splits that reduce-scatter (SPLIT_RS) hand over less than the last arrival reading every partial, and the
+    # saving grows with the split count
+    g = Geometry(128, 384, 200_000, 1 << 20)
+    rs = {k: estimate("wgmma_sm90", {"BM": 128, "BN": 128, "SPLIT_K": k, "SPLIT_RS": 1}, g, w, gpu).overhead_us
+          for k in (2, 8)}
+    serial = {k: estimate("wgmma_sm90", {"BM": 128, "BN": 128, "SPLIT_K": k}, g, w, gpu).overhead_us for k in (2, 8)}
+    assert rs[2] < serial[2] and rs[8] < serial[8] and serial[8] - rs[8] > serial[2] - rs[2]
 
 
 def test_prior_ranks_shape_appropriate_instances(prior):

@@ -5,8 +5,8 @@ params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
@@ -92,6 +92,7 @@ constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A t
 constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};  // 1: a tile's K splits are one cluster, reduced in distributed smem
+constexpr int SPLIT_RS = {{SPLIT_RS}};      // 1: a tile's K splits wait for each other and each sums its column slice
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -141,9 +142,14 @@ constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // st
 static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT == 0 && CLUSTER == 1 && PANEL == 0 &&
                                      (BN / 8) % SPLIT_K == 0),
               "split-K cluster: 2-16 splits, one unit per CTA, BN / 8 column chunks dealt out evenly");
+static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
+                                (BN / 8) % SPLIT_K == 0),
+              "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
+// split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
+constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
-constexpr int RED_J = SPLIT_CLUSTER ? BN / 8 / SPLIT_K : 1;
+constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
@@ -284,6 +290,20 @@ __device__ __forceinline__ int ticket_acq_rel(int* p) {
   int old;
   asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
+}
+// SPLIT_RS: the generation word of a tile's barrier (relaxed before arriving, acquire while waiting, release to open).
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -789,11 +809,61 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
         int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
+        float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
                                                  static_cast<size_t>(c) * WM * BN);
+        if (SPLIT_RS) {
+          // ------------------------------------------------ reduce-scatter: every split sums one column slice
+          // (the grid is one wave, `requires`: every CTA of the tile is resident). Publish the chunks other splits
+          // own; a barrier per tile (arrivals counted with an acq_rel atomic, the last arrival resets the count and
+          // releases the generation word the others poll with acquire loads); then sum our slice over the splits
+          // in order 0..SPLIT_K-1 (deterministic, the same order as the last-arrival reduce; ours from registers).
+          const int split = w.split;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+              if (j / RED_J != split)
+                __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                       make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
+          consumer_sync();
+          if (threadIdx.x == 128) {
+            int* arrivals = counters + COUNTER_INTS * w.tile;
+            int* generation = arrivals + 1;
+            const int g0 = ld_relaxed_gpu(generation);  // ordered before our arrival by its release
+            if (ticket_acq_rel(arrivals) == SPLIT_K - 1) {
+              *arrivals = 0;  // every split has arrived: reset for the next launch, then open the barrier
+              st_release_gpu(generation, g0 + 1);
+            } else {
+              while (ld_acquire_gpu(generation) == g0) __nanosleep(32);
+            }
+          }
+          consumer_sync();
+          const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
+                                                               static_cast<size_t>(c) * WM * BN);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+              if (j / RED_J == split) {
+                float* a = &acc[mt][4 * j];
+                const float4 own = make_float4(a[0], a[1], a[2], a[3]);
+                float4 x[SPLIT_K];  // every split's chunk in flight at once (compile-time indices: registers)
+#pragma unroll
+                for (int sp = 0; sp < SPLIT_K; ++sp)
+                  x[sp] = sp == split ? own : __ldcg(base + sp * (tile_floats / 4) + (mt * (BN / 8) + j) * 128 + tid);
+                float4 sum = x[0];
+#pragma unroll
+                for (int sp = 1; sp < SPLIT_K; ++sp) {
+                  sum.x += x[sp].x; sum.y += x[sp].y; sum.z += x[sp].z; sum.w += x[sp].w;
+                }
+                a[0] = sum.x; a[1] = sum.y; a[2] = sum.z; a[3] = sum.w;
+              }
+          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(split));
+          continue;
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
