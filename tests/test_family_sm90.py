@@ -124,8 +124,9 @@ def test_split_reduce_scatter_launch_and_constraints(fam):
     assert not fam.valid(fam.complete({**p, "SPLIT_K": 1}))
     assert not fam.valid(fam.complete({**p, "SPLIT_K": 3}))  # 16 column chunks do not deal out to 3
     assert not fam.valid(fam.complete({**p, "SPLIT_CLUSTER": 1}))
-    assert fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 16, "STAGES": 4}))  # 128 accumulators per thread
-    assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 16, "STAGES": 4, "SPLIT_RS": 0}))
+    assert fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4}))  # 128 accumulators per thread
+    assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4, "SPLIT_RS": 0}))
+    assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 16, "STAGES": 4}))  # 128 accumulators + 16 splits spill
 
 
 @pytest.mark.nvcc

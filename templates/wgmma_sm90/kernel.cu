@@ -482,6 +482,65 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
   }
 }
 
+// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
+// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
+// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
+// registers and only the slice's loads are in flight.
+// the largest divisor of x that is at most cap (at least 1)
+constexpr int div_at_most(int x, int cap) {
+  for (int d = cap < x ? cap : x; d > 1; --d)
+    if (x % d == 0) return d;
+  return 1;
+}
+// splits whose chunks of the slice are loaded at once: at most 16 float4 in flight (32 with one consumer, 8 beside
+// 128 accumulators per thread)
+constexpr int RS_BUDGET = MT * BN / 2 >= 128 ? 8 : CONSUMERS == 1 ? 32 : 16;
+constexpr int RS_ROUND = div_at_most(SPLIT_K, RS_BUDGET / (MT * RED_J));
+template <int S>
+__device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const float4* base, int split, int tid) {
+  if constexpr (S < SPLIT_K) {
+    if (split != S) {
+      rs_sum_slice<S + 1>(acc, base, split, tid);
+      return;
+    }
+    constexpr size_t PART_F4 = static_cast<size_t>(BM) * BN / 4;  // one split's partial, in float4
+    float4 sum[MT][RED_J];
+#pragma unroll
+    for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RS_ROUND) {
+      float4 x[MT][RED_J][RS_ROUND];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int jj = 0; jj < RED_J; ++jj)
+#pragma unroll
+          for (int r = 0; r < RS_ROUND; ++r) {
+            const int sp = sp0 + r;
+            const float* a = &acc[mt][4 * (S * RED_J + jj)];
+            x[mt][jj][r] = sp == S ? make_float4(a[0], a[1], a[2], a[3])
+                                   : __ldcg(base + sp * PART_F4 + (mt * (BN / 8) + S * RED_J + jj) * 128 + tid);
+          }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int jj = 0; jj < RED_J; ++jj)
+#pragma unroll
+          for (int r = 0; r < RS_ROUND; ++r) {
+            const float4 v = x[mt][jj][r];
+            float4& t = sum[mt][jj];
+            if (sp0 + r == 0) t = v;
+            else { t.x += v.x; t.y += v.y; t.z += v.z; t.w += v.w; }
+          }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int jj = 0; jj < RED_J; ++jj) {
+        float* a = &acc[mt][4 * (S * RED_J + jj)];
+        a[0] = sum[mt][jj].x; a[1] = sum[mt][jj].y; a[2] = sum[mt][jj].z; a[3] = sum[mt][jj].w;
+      }
+  }
+}
+
 // SPLIT_CLUSTER: this thread's fragments of the n8 chunks owned by cluster rank `rank` straight to C (bounds-checked; a half2 per
 // row where C's rows allow, single halves transposed with SWAP_AB). The slice is 1/SPLIT_K of a small output.
 __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __half* C, int Mk, int Nk, int row0,
@@ -814,7 +873,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
                                                  static_cast<size_t>(c) * WM * BN);
-        if (SPLIT_RS) {
+        if constexpr (SPLIT_RS != 0) {
           // ------------------------------------------------ reduce-scatter: every split sums one column slice
           // (the grid is one wave, `requires`: every CTA of the tile is resident). Publish the chunks other splits
           // own; a barrier per tile (arrivals counted with an acq_rel atomic, the last arrival resets the count and
@@ -843,24 +902,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           consumer_sync();
           const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
                                                                static_cast<size_t>(c) * WM * BN);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              if (j / RED_J == split) {
-                float* a = &acc[mt][4 * j];
-                const float4 own = make_float4(a[0], a[1], a[2], a[3]);
-                float4 x[SPLIT_K];  // every split's chunk in flight at once (compile-time indices: registers)
-#pragma unroll
-                for (int sp = 0; sp < SPLIT_K; ++sp)
-                  x[sp] = sp == split ? own : __ldcg(base + sp * (tile_floats / 4) + (mt * (BN / 8) + j) * 128 + tid);
-                float4 sum = x[0];
-#pragma unroll
-                for (int sp = 1; sp < SPLIT_K; ++sp) {
-                  sum.x += x[sp].x; sum.y += x[sp].y; sum.z += x[sp].z; sum.w += x[sp].w;
-                }
-                a[0] = sum.x; a[1] = sum.y; a[2] = sum.z; a[3] = sum.w;
-              }
+          rs_sum_slice<0>(acc, base, split, tid);
           store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(split));
           continue;
         }
