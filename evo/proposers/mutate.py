@@ -95,7 +95,7 @@ class MutateProposer:
             if fam.name in known_families:
                 continue
             before = len(out)
-            for _ in range(self.initial_random * 4):
+            for _ in range(self.initial_random * 16):  # draws the shape does not take (its `requires`) are skipped
                 if len(out) - before >= self.initial_random:
                     break
                 p = fam.random_params(ctx.rng)
