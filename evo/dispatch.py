@@ -487,6 +487,10 @@ class Dispatcher:
         if ks is None:
             reasons.append(f"{row['shape']}: kernel file missing")
             return None
+        if not self._accepts(ks, p):  # e.g. a one-wave kernel from a GPU with more SMs than this one
+            reasons.append(f"{row['shape']}'s kernel does not take {p.key} on this GPU "
+                           f"({getattr(self.backend, 'num_sms', '?')} SMs, {getattr(self.backend, 'arch', '?')})")
+            return None
         try:
             fn = self.backend.load(ks, p, self.table_dir / "cubins")
         except EvoError as e:

@@ -313,6 +313,18 @@ def test_compile_failure_falls_back(tmp_path):
     assert plan.kind == "library" and plan.library == "cublas" and "does not compile" in plan.reason
 
 
+def test_table_winner_whose_requires_refuses_this_gpu_falls_back(tmp_path):
+    # a one-wave kernel (wgmma_sm90 SPLIT_RS) exported from a GPU with more SMs than this one: never launched here
+    root = make_table(tmp_path, [("256x256x256", "evo", kernel_text(0, requires="NUM_SMS >= 200"))])
+    be = NumpyBackend()
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(256, 256, 256)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(256, 256, 256)
+    assert plan.kind == "library" and "does not take 256x256x256 on this GPU (132 SMs" in plan.reason
+    assert be.loaded == []
+
+
 def test_verify_all_checks_table_winners(table):
     be = NumpyBackend()
     d = Dispatcher.load(table, backend=be, verify="all")
