@@ -487,10 +487,6 @@ class Dispatcher:
         if ks is None:
             reasons.append(f"{row['shape']}: kernel file missing")
             return None
-        if not self._accepts(ks, p):  # e.g. a one-wave kernel from a GPU with more SMs than this one
-            reasons.append(f"{row['shape']}'s kernel does not take {p.key} on this GPU "
-                           f"({getattr(self.backend, 'num_sms', '?')} SMs, {getattr(self.backend, 'arch', '?')})")
-            return None
         try:
             fn = self.backend.load(ks, p, self.table_dir / "cubins")
         except EvoError as e:
@@ -519,7 +515,13 @@ class Dispatcher:
             return self._library(best_lib, p, row, f"evo's {r:.3f}x over {lib_label(best_lib)} is inside the noise band "
                                  f"(±{100 * band:.1f}%): a tie", "library", ratio=1.0)
         reasons: list[str] = []
-        fn = self._load_checked(row, p, self.verify == "all", reasons)
+        ks = self._source(row)
+        if ks is not None and not self._accepts(ks, p):  # e.g. a one-wave kernel from a GPU with more SMs than this one
+            reasons.append(f"{row['shape']}'s kernel does not take {p.key} on this GPU "
+                           f"({getattr(self.backend, 'num_sms', '?')} SMs, {getattr(self.backend, 'arch', '?')})")
+            fn = None
+        else:  # (borrowed kernels of other shapes are filtered the same way in `candidates`)
+            fn = self._load_checked(row, p, self.verify == "all", reasons)
         if fn is not None:
             beyond = f"{r:.3f}x {lib_label(best_lib)}, beyond ±{100 * band:.1f}% noise" if r else "no library time"
             return Plan("evo", p.key, row["shape"], row.get("hash", ""), reason=f"table winner ({beyond})", ratio=r, fn=fn)

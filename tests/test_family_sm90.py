@@ -20,7 +20,7 @@ def fam():
 
 def test_ci_instances_are_few_and_valid(fam):
     inst = fam.instances_for_ci()
-    assert 1 <= len(inst) <= 6  # CI has 2 cores (an instance of this family compiles in about a second)
+    assert 1 <= len(inst) <= 5  # CI has 2 cores (an instance of this family compiles in about a second)
     for p in inst:
         assert fam.valid(p)
         ks = fam.render(p)
@@ -127,6 +127,26 @@ def test_split_reduce_scatter_launch_and_constraints(fam):
     assert fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4}))  # 128 accumulators per thread
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4, "SPLIT_RS": 0}))
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 16, "STAGES": 4}))  # 128 accumulators + 16 splits spill
+
+
+# Reduce-scatter instances compiled here and checked on the GPU by tests/test_gpu_pipeline.py (the family's CI
+# instances stay at five): 128 accumulators per thread, and 8 splits with transposed slices
+SPLIT_RS_INSTANCES = [
+    {"BM": 128, "BN": 256, "SPLIT_K": 4, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 4},
+    {"BM": 128, "BN": 64, "SPLIT_K": 8, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 6, "SWAP_AB": 1},
+]
+
+
+@pytest.mark.nvcc
+@pytest.mark.parametrize("params", SPLIT_RS_INSTANCES, ids=["128x256-s4", "swap-128x64-s8"])
+def test_split_reduce_scatter_compiles_clean(fam, tmp_path, params):
+    from evo.compile import Compiler
+    from evo.config import load_config
+
+    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
+    r = comp.compile(fam.render(params), "sm_90a")
+    assert r.ok, r.error
+    assert r.spill_bytes == 0 and r.stack_bytes == 0 and r.registers > 0
 
 
 @pytest.mark.nvcc

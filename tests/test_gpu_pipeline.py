@@ -111,6 +111,32 @@ def test_families_correct_on_gpu(gpu):
     assert not failures, "\n".join(failures)
 
 
+def test_split_reduce_scatter_correct_on_gpu(gpu):
+    """wgmma_sm90's one-wave reduce-scatter split-K (compiled in CI by tests/test_family_sm90.py) on off-tile shapes,
+    empty K slices included (77x200x72 has 2 k blocks for 4-8 splits); the checker launches each several times, so
+    the barrier's counters must be left ready for the next launch."""
+    from test_family_sm90 import SPLIT_RS_INSTANCES
+
+    from evo.families import load_families
+
+    w, comp, _ = gpu
+    (fam,) = load_families(names=["wgmma_sm90"])
+    failures, ran = [], 0
+    for params in SPLIT_RS_INSTANCES:
+        ks = fam.render(params)
+        r = comp.compile(ks, w.info.arch)
+        assert r.ok, r.error
+        for shape in ("1000x1000x1000", "128x128x16384", "77x200x72", "64x4096x4096", "200x136x72"):
+            p = parse_shape(shape)
+            if not ks.accepts(p, w.info.sm_count):
+                continue
+            ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+            ran += 1
+            if not ev.ok:
+                failures.append(f"{params} {shape}: {ev.error}")
+    assert ran >= 8 and not failures, "\n".join(failures)
+
+
 def _count(db):
     con = sqlite3.connect(db)
     try:

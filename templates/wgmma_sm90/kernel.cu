@@ -482,20 +482,20 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
   }
 }
 
-// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
-// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
-// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
-// registers and only the slice's loads are in flight.
 // the largest divisor of x that is at most cap (at least 1)
 constexpr int div_at_most(int x, int cap) {
   for (int d = cap < x ? cap : x; d > 1; --d)
     if (x % d == 0) return d;
   return 1;
 }
-// splits whose chunks of the slice are loaded at once: at most 16 float4 in flight (32 with one consumer, 8 beside
-// 128 accumulators per thread)
+// SPLIT_RS: splits whose chunks of the slice are loaded at once: at most 16 float4 in flight (32 with one consumer, 8
+// beside 128 accumulators per thread)
 constexpr int RS_BUDGET = MT * BN / 2 >= 128 ? 8 : CONSUMERS == 1 ? 32 : 16;
 constexpr int RS_ROUND = div_at_most(SPLIT_K, RS_BUDGET / (MT * RED_J));
+// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
+// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
+// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
+// registers and only one round's loads are in flight.
 template <int S>
 __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const float4* base, int split, int tid) {
   if constexpr (S < SPLIT_K) {
@@ -505,6 +505,8 @@ __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const flo
     }
     constexpr size_t PART_F4 = static_cast<size_t>(BM) * BN / 4;  // one split's partial, in float4
     float4 sum[MT][RED_J];
+    // a round's loads first, then its sums: with the loads and sums in one loop nest ptxas spills 20 bytes on the
+    // 128-accumulator instances (128x256 and 256x128 with 4 splits)
 #pragma unroll
     for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RS_ROUND) {
       float4 x[MT][RED_J][RS_ROUND];
@@ -873,59 +875,40 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
                                                  static_cast<size_t>(c) * WM * BN);
-        if constexpr (SPLIT_RS != 0) {
-          // ------------------------------------------------ reduce-scatter: every split sums one column slice
-          // (the grid is one wave, `requires`: every CTA of the tile is resident). Publish the chunks other splits
-          // own; a barrier per tile (arrivals counted with an acq_rel atomic, the last arrival resets the count and
-          // releases the generation word the others poll with acquire loads); then sum our slice over the splits
-          // in order 0..SPLIT_K-1 (deterministic, the same order as the last-arrival reduce; ours from registers).
-          const int split = w.split;
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              if (j / RED_J != split)
-                __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                       make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-          consumer_sync();
-          if (threadIdx.x == 128) {
-            int* arrivals = counters + COUNTER_INTS * w.tile;
-            int* generation = arrivals + 1;
-            const int g0 = ld_relaxed_gpu(generation);  // ordered before our arrival by its release
-            if (ticket_acq_rel(arrivals) == SPLIT_K - 1) {
-              *arrivals = 0;  // every split has arrived: reset for the next launch, then open the barrier
-              st_release_gpu(generation, g0 + 1);
-            } else {
-              while (ld_acquire_gpu(generation) == g0) __nanosleep(32);
-            }
-          }
-          consumer_sync();
-          const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
-                                                               static_cast<size_t>(c) * WM * BN);
-          rs_sum_slice<0>(acc, base, split, tid);
-          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(split));
-          continue;
-        }
+        // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
+        // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
+        // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j)
-            __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                   make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        // Publish: consumer barrier, then one thread takes a ticket with an acq_rel atomic (its
-        // release is cumulative: it orders every consumer's partial stores; its acquire makes
-        // the earlier splits' partials visible to the last one); the last ticket reduces.
+            if (!SPLIT_RS || j / RED_J != w.split)
+              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
-          const int arrived = ticket_acq_rel(&counters[w.tile]);
-          s_last = (arrived == SPLIT_K - 1);
-          if (s_last) counters[w.tile] = 0;  // every split has arrived: reset for the next launch
+          int* arrivals = counters + COUNTER_INTS * w.tile;
+          // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
+          // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
+          const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
+          s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
+          if (s_last) *arrivals = 0;
+          if (SPLIT_RS) {
+            if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
+            else
+              while (ld_acquire_gpu(arrivals + 1) == g0) __nanosleep(32);
+          }
         }
         consumer_sync();
-        if (!s_last) continue;
-        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
         const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
                                                              static_cast<size_t>(c) * WM * BN);
+        if constexpr (SPLIT_RS != 0) {  // every split sums its column slice in split order 0..SPLIT_K-1 and stores it
+          rs_sum_slice<0>(acc, base, w.split, tid);
+          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));
+          continue;
+        }
+        if (!s_last) continue;
+        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
 #pragma unroll 1
         for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
           float4 v[RU][CHUNKS];
