@@ -671,7 +671,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
 
-  const int wg = threadIdx.x / 128;
+  // warp-uniform as far as the compiler knows (a shuffle from lane 0): the consumers' ring addresses and wgmma
+  // descriptors derived from it stay in uniform registers (no R2UR before every wgmma)
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
   const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
   const int u_end = unit_end(units);
@@ -800,12 +802,15 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
         const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
         wgmma_fence();
+        // The stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+        // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+        const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
         for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
-          const uint64_t db = desc_sw128(b_base + k * 32);
+          const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
-            wgmma_m64k16<BN>(acc[mt], desc_sw128(a_base + mt * 64 * 128 + k * 32), db, (i | k) != 0);
+            wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
         }
         wgmma_commit();
         if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
