@@ -294,7 +294,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
                     : static_cast<int>(static_cast<long long>(sidx + 1) * kblocks / S) - kb0;
   // (nk is identical for the CTAs of a cluster with the same kr, so for every multicast group: they share sidx)
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // the warp index through a shuffle from lane 0: warp-uniform as far as the compiler knows, so the consumers' ring
+  // addresses and wgmma descriptors derived from it stay in uniform registers
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0), lane = threadIdx.x % 32;
   uint16_t mask = 0, row_mask = 0;  // the CTAs sharing our column tile / our row tile (same K rank)
 #pragma unroll
   for (int j = 0; j < MC; ++j) mask |= static_cast<uint16_t>(1u << ((nc * MC + j) * CLK + kr));
@@ -363,12 +365,15 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
       const uint32_t a_base = tiles + s * STAGE_BYTES + c * WM * 128;
       const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
       wgmma_fence();
+      // the stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
       for (int k = 0; k < BK / 16; ++k) {
-        const uint64_t db = desc_sw128(b_base + k * 32);
+        const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          wgmma_m64k16<BN>(acc[mt], desc_sw128(a_base + mt * 64 * 128 + k * 32), db, (i | k) != 0);
+          wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
       }
       wgmma_commit();
       if (i > 0) {  // one wgmma group in flight; the previous stage is free now
