@@ -157,9 +157,11 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
     return row
 
 
-def write_kernel_files(store: Store, problem: Problem, row: TableRow, out_dir: Path, best=None) -> None:
-    """A row's evo kernel (the archive's champion for its shape) as <kernel_path> and the JSON beside it: source,
-    parameters, launch rules, the row's times and the kernel's lineage."""
+def write_kernel_files(store: Store | None, problem: Problem, row: TableRow, out_dir: Path, best=None,
+                       chain: list[str] | None = None) -> None:
+    """A row's evo kernel (the archive's champion for its shape, or `best`: a mapping with its source, family,
+    params as JSON, cuda and driver) as <kernel_path> and the JSON beside it: source, parameters, launch rules, the
+    row's times and the kernel's lineage (from the archive, or `chain`)."""
     best = best if best is not None else store.champion(problem.key, problem.layout, row.gpu)
     ks = KernelSource.parse(best["source"])
     atomic_write(out_dir / row.kernel_path, best["source"])
@@ -171,7 +173,7 @@ def write_kernel_files(store: Store, problem: Problem, row: TableRow, out_dir: P
                          "workspace": ks.meta.workspace, "requires": ks.meta.requires,
                          "tensor_maps": list(ks.meta.tensor_maps), "archs": ks.meta.archs},
         "time_us": row.time_us, "baselines_us": libs, "timing_source": row.timing_source,
-        "lineage": lineage(store, row.hash), "cuda": best["cuda"], "driver": best["driver"],
+        "lineage": chain if chain is not None else lineage(store, row.hash), "cuda": best["cuda"], "driver": best["driver"],
     }
     if ks.meta.launch == "host":  # "launch" above is the front matter's estimate; the kernel's host code decides
         meta["launch_abi"] = "host"
@@ -217,15 +219,6 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
             rows.append(r)
     have = {r.shape for r in rows}
     rows = sorted(rows + [r for r in existing if r.shape not in have], key=lambda r: (r.m, r.n, r.k))
-    buf = io.StringIO()
-    fields = list(TableRow.__dataclass_fields__)
-    w = csv.DictWriter(buf, fieldnames=fields)
-    w.writeheader()
-    for r in rows:
-        d = asdict(r)
-        d["library_algorithms"] = json.dumps(d["library_algorithms"] or {}, separators=(",", ":"), sort_keys=True)
-        w.writerow(d)
-    atomic_write(out / gpu / "table.csv", buf.getvalue())
     launch = launch_floor_us(store, gpu)
     ds = datasheet(gpu)
     doc = {"gpu": gpu, "layout": layout,
@@ -233,9 +226,8 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
                         if ceilings else None),
            "datasheet": ({"model": ds.model, "peak_tflops_fp16_dense": ds.peak_tflops_fp16_dense, "dram_gbs": ds.dram_gbs}
                          if ds else None),
-           "noise_floor": floor,
-           "rows": [asdict(r) for r in rows]}
-    atomic_write(out / gpu / "table.json", json.dumps(doc, indent=2))
+           "noise_floor": floor}
+    write_table(out / gpu, doc, rows)
     write_readme(out)
     return out / gpu, rows
 
@@ -360,19 +352,25 @@ def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[Tab
         if ds:
             r.datasheet_roof_us = round(p.roofline_us(ds.peak_tflops_fp16_dense, ds.dram_gbs), 3)
             r.pct_of_datasheet_roof = round(100.0 * r.datasheet_roof_us / shown, 1) if shown else 0.0
-    doc["rows"] = [asdict(r) for r in rows]
     doc["noise_floor"] = floor
     doc["datasheet"] = ({"model": ds.model, "peak_tflops_fp16_dense": ds.peak_tflops_fp16_dense, "dram_gbs": ds.dram_gbs}
                        if ds else None)
+    write_table(table_dir, doc, rows)
+    write_readme(table_dir.parent)
+    return rows
+
+
+def write_table(table_dir: str | Path, doc: dict, rows: list[TableRow]) -> None:
+    """table.csv and table.json of one GPU's folder: the document's header fields with these rows."""
+    table_dir = Path(table_dir)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(TableRow.__dataclass_fields__))
     w.writeheader()
-    for d in doc["rows"]:
+    for r in rows:
+        d = asdict(r)
         w.writerow({**d, "library_algorithms": json.dumps(d["library_algorithms"] or {}, separators=(",", ":"), sort_keys=True)})
     atomic_write(table_dir / "table.csv", buf.getvalue())
-    atomic_write(table_dir / "table.json", json.dumps(doc, indent=2))
-    write_readme(table_dir.parent)
-    return rows
+    atomic_write(table_dir / "table.json", json.dumps({**doc, "rows": [asdict(r) for r in rows]}, indent=2))
 
 
 @cli_entry

@@ -257,6 +257,32 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
+def vet_kernel(worker, problem: Problem, source: str, cubin_path: str, cfg, out) -> str:
+    """The strong re-check of one kernel before it is published: cfg.check.recheck_seeds seeds on the exact shape,
+    guards, off-tile shapes it claims to accept, then (check.sanitize) the sanitizer. '' if it passes, else why not."""
+    from .gpu.worker import WorkerFault
+
+    off_tile = [f"{max(1, problem.m - 1)}x{problem.n + 3}x{problem.k}", "77x200x72", "129x67x33"]
+    try:
+        res = worker.call("recheck", timeout_s=max(300.0, cfg.timing.timeout_s), problem=problem, source=source,
+                          cubin=cubin_path, shapes=off_tile, seeds=cfg.check.recheck_seeds)
+        why = "" if res["ok"] else f"re-check failed: {res['error']}"
+    except WorkerFault as e:
+        why = f"re-check crashed: {e}"
+    except EvoError as e:
+        why = f"re-check failed: {e}"
+    if not why and cfg.check.sanitize:
+        src = Path(cubin_path).with_suffix(".cu")
+        if not src.is_file():
+            src.write_text(source)
+        rep = sanitize(str(src), cubin_path, problem, timeout_s=cfg.check.sanitize_timeout_s, off=cfg.check.defences_off)
+        print(f"  {rep.line()}", file=out, flush=True)
+        if not rep.ok:
+            bad = next(t for t in rep.tools if not t.ok)
+            why = f"compute-sanitizer {bad.tool}: {bad.first_error}"
+    return why
+
+
 def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_id: int = 0, tries: int = 3,
                  order: list[str] | None = None):
     """Before export: the best stored kernel must pass a strong re-check (cfg.check.recheck_seeds seeds on
@@ -265,7 +291,6 @@ def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_
     best first: a runoff's ranking) the kernels are tried in that order instead of by stored time.
     Returns the store row of the vetted champion, or None."""
     from .compile import stored_cubin
-    from .gpu.worker import WorkerFault
     from .records import EvalResult
 
     gpu = info.key
@@ -277,27 +302,11 @@ def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_
                 continue
             return None
         h = best["hash"]
-        off_tile = [f"{max(1, problem.m - 1)}x{problem.n + 3}x{problem.k}", "77x200x72", "129x67x33"]
-        cubin_path = ""
         try:
             cubin_path = stored_cubin(compiler, store, best["source"], info.arch)  # recompiled where the cache lacks it
-            res = worker.call("recheck", timeout_s=max(300.0, cfg.timing.timeout_s), problem=problem, source=best["source"],
-                              cubin=cubin_path, shapes=off_tile, seeds=cfg.check.recheck_seeds)
-            why = "" if res["ok"] else f"re-check failed: {res['error']}"
-        except WorkerFault as e:
-            why = f"re-check crashed: {e}"
+            why = vet_kernel(worker, problem, best["source"], cubin_path, cfg, out)
         except EvoError as e:
             why = f"re-check failed: {e}"
-        if not why and cfg.check.sanitize and cubin_path:
-            src = Path(cubin_path).with_suffix(".cu")
-            if not src.is_file():
-                src.write_text(best["source"])
-            rep = sanitize(str(src), cubin_path, problem, timeout_s=cfg.check.sanitize_timeout_s,
-                           off=cfg.check.defences_off)
-            print(f"  {rep.line()}", file=out, flush=True)
-            if not rep.ok:
-                bad = next(t for t in rep.tools if not t.ok)
-                why = f"compute-sanitizer {bad.tool}: {bad.first_error}"
         if not why:
             return best
         print(f"  the best kernel {h[:10]} is rejected: {why}", file=out, flush=True)

@@ -1,0 +1,239 @@
+"""Re-render a kernel table's evo kernels from today's templates, and keep each where it measures faster.
+
+A table row stores the kernel source it was measured with. When a family's template improves (a better
+instruction stream, a fixed epilogue), the rows found with it keep the old text until searched again. This
+renders every evo row's family and parameters from the current templates; where the text differs, it compiles
+both, re-checks the new one as strongly as a search's champion (evo.sanitize.vet_kernel: seeds, off-tile
+shapes, the sanitizer where enabled), times old, new and every library side by side in one window (L2 flushed,
+interleaved, every call checked) and replaces the row's kernel only where the new one is faster than the old
+beyond their noise band. The row then carries that window's times (timing_source "rerender").
+
+    python -m evo.rerender kernels_out/NVIDIA_H200                # on the GPU the table is for
+    python -m evo.rerender kernels_out/NVIDIA_H200 --plan-only    # which rows would be re-rendered (no GPU)
+
+The table is rewritten after every replaced row (atomic renames): a killed run keeps what it finished.
+"""
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TextIO
+
+from . import noise
+from .errors import EvoError, cli_entry
+from .export import TableRow, read_table, refresh_table, write_kernel_files, write_table
+from .kernel import KernelSource
+from .ltgemm import algorithm_from_detail
+from .problem import parse_shape
+from .records import LIBRARIES
+
+
+@dataclass
+class Rendering:
+    """One evo row of a table and its kernel rendered from the current templates (None where it cannot be)."""
+
+    row: TableRow
+    old: KernelSource
+    new: KernelSource | None
+    note: str = ""  # why there is no new rendering, or "same source"
+
+
+@dataclass
+class Outcome:
+    shape: str
+    family: str
+    action: str  # "replaced", "kept", "rejected" (the new rendering failed), or why nothing was timed
+    old_us: float = 0.0
+    new_us: float = 0.0
+    best_library_us: float = 0.0
+    band: float = 0.0
+
+
+def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] | None = None) -> tuple[dict, list[Rendering]]:
+    """The table's evo rows (those of `shapes` where given) with their re-rendered kernels. CPU only."""
+    from .families import load_families
+
+    table_dir = Path(table_dir)
+    doc, rows = read_table(table_dir)
+    fams = {f.name: f for f in load_families(Path(templates) if templates else None)}
+    out = []
+    for r in rows:
+        if not r.hash or not r.kernel_path or (shapes and r.shape not in shapes):
+            continue
+        try:
+            old = KernelSource.parse((table_dir.parent / r.kernel_path).read_text())
+        except (OSError, EvoError) as e:
+            out.append(Rendering(r, None, None, f"kernel file unreadable: {str(e).splitlines()[0]}"))  # type: ignore[arg-type]
+            continue
+        fam = fams.get(old.meta.family)
+        if fam is None:
+            out.append(Rendering(r, old, None, f"no template family {old.meta.family}"))
+            continue
+        # a parameter the family no longer has, at 0, is a switch removed at its "off" value: left out
+        params = {k: v for k, v in old.meta.params.items() if k in fam.space or v not in (0, False)}
+        try:
+            new = fam.render(params, parse_shape(r.shape, r.layout))
+        except EvoError as e:
+            out.append(Rendering(r, old, None, f"parameters no longer render: {e}"))
+            continue
+        out.append(Rendering(r, old, new, "same source" if new.hash == old.hash else ""))
+    return doc, out
+
+
+def decide(old_us: float, old_spread: float, new_us: float, new_spread: float, floor: float) -> tuple[bool, float]:
+    """(replace?, band): the new rendering replaces the old only where it is faster beyond the noise band of the
+    two timings (evo.noise.band)."""
+    band = noise.band(old_spread, new_spread, floor=floor)
+    return (new_us > 0 and old_us > 0 and new_us * (1.0 + band) < old_us), band
+
+
+def updated_row(row: TableRow, new: KernelSource, t: dict, gpu_info, floor: float) -> TableRow:
+    """The row with the new kernel and this window's times (t: name -> BaselineResult, the new kernel under "new")."""
+    p = parse_shape(row.shape, row.layout)
+    mine = t["new"]
+    libs = {lib: t[lib].time_us for lib in LIBRARIES if lib in t and t[lib].time_us > 0}
+    best_lib = min(libs, key=libs.get) if libs else row.best_library
+    best_lib_us = libs.get(best_lib, 0.0)
+    lib_spread = t[best_lib].spread if best_lib in t else 0.0
+    sp = lambda lib: round(libs[lib] / mine.time_us, 4) if lib in libs else 0.0  # noqa: E731
+    algos = {k: a for k in libs if k.startswith("cublaslt") for a in [algorithm_from_detail(t[k].detail)] if a}
+    return replace(
+        row, hash=new.hash, family=new.meta.family, time_us=round(mine.time_us, 3), tflops=round(p.tflops(mine.time_us), 2),
+        cublas_us=libs.get("cublas", 0.0), cublaslt_heuristic_us=libs.get("cublaslt_heuristic", 0.0),
+        cublaslt_autotune_us=libs.get("cublaslt_autotune", 0.0), speedup_cublas=sp("cublas"),
+        speedup_cublaslt_heuristic=sp("cublaslt_heuristic"), speedup_cublaslt_autotune=sp("cublaslt_autotune"),
+        speedup_best_library=round(best_lib_us / mine.time_us, 4) if best_lib_us else 0.0, best_library=best_lib,
+        timing_source="rerender", lineage=f"{new.hash[:10]}(rerender) <- {row.lineage}".strip(" <-"),
+        cuda=gpu_info.cuda_runtime, driver=gpu_info.driver, date=time.strftime("%Y-%m-%d", time.gmtime()),
+        spread=round(mine.spread, 4), best_library_spread=round(lib_spread, 4),
+        noise_band=round(noise.band(mine.spread, lib_spread, floor=floor), 4),
+        library_algorithms=algos or row.library_algorithms, verdict="",
+    )
+
+
+def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | None = None, reps: int = 30,
+             out: TextIO = sys.stdout) -> list[Outcome]:
+    """Re-render, check, time and replace (see the module text). `worker` is started (evo.gpu.worker.GpuWorker or
+    a stand-in); the table must be this GPU's."""
+    from .gpu.worker import WorkerFault
+    from .sanitize import vet_kernel
+
+    table_dir = Path(table_dir)
+    info = worker.info
+    doc, items = plan(table_dir, cfg.paths.templates, shapes)
+    if doc.get("gpu") and doc["gpu"] != info.key:
+        raise EvoError(f"{table_dir} is the table of {doc['gpu']}; this GPU is {info.key}: its times would not compare")
+    floor = cfg.dispatch.noise_floor
+    _, rows = read_table(table_dir)
+    by_shape = {r.shape: i for i, r in enumerate(rows)}
+    todo = [it for it in items if it.new is not None and not it.note]
+    results = [Outcome(it.row.shape, it.row.family, it.note) for it in items if it.new is None or it.note]
+    for o in results:
+        print(f"{o.shape} {o.family}: {o.action}", file=out, flush=True)
+    compiled = {r.hash: r for r in compiler.compile_many(
+        [(ks, info.arch) for it in todo for ks in (it.old, it.new) if info.arch in ks.meta.archs], 0)}
+    for i, it in enumerate(todo, 1):
+        p = parse_shape(it.row.shape, it.row.layout)
+        head = f"[{i}/{len(todo)}] {p.key} {it.row.family} {it.old.hash[:10]} -> {it.new.hash[:10]}"
+        o = Outcome(p.key, it.row.family, "")
+        results.append(o)
+        co, cn = compiled.get(it.old.hash), compiled.get(it.new.hash)
+        if cn is None or not cn.ok or co is None or not co.ok:
+            o.action = "not compiled for " + info.arch + (f": {cn.error.splitlines()[0]}" if cn is not None and cn.error else "")
+            print(f"{head}: {o.action}", file=out, flush=True)
+            continue
+        why = vet_kernel(worker, p, it.new.text, cn.cubin_path, cfg, out)
+        if why:
+            o.action = f"rejected ({why})"
+            print(f"{head}: {o.action}", file=out, flush=True)
+            continue
+        try:
+            t = worker.call("baselines", timeout_s=900, problem=p, reps=reps,
+                            extra={"old": (it.old.text, co.cubin_path), "new": (it.new.text, cn.cubin_path)})["results"]
+        except (WorkerFault, EvoError) as e:
+            o.action = f"not timed: {e}"
+            print(f"{head}: {o.action}", file=out, flush=True)
+            continue
+        wrong = [k for k in ("old", "new") if k in t and t[k].detail.startswith("WRONG")]
+        libs = [t[k].time_us for k in LIBRARIES if k in t and t[k].time_us > 0]
+        o.best_library_us = min(libs) if libs else 0.0
+        o.old_us, o.new_us = (t[k].time_us if k in t else 0.0 for k in ("old", "new"))
+        if "new" in wrong or "new" not in t:
+            o.action = "rejected (" + (t["new"].detail[:200] if "new" in t else "not timed") + ")"
+            print(f"{head}: {o.action}", file=out, flush=True)
+            continue
+        ok, o.band = decide(o.old_us, t["old"].spread if "old" in t else 0.0, o.new_us, t["new"].spread, floor)
+        if "old" in wrong:  # the published kernel failed its checks here: any correct rendering is better
+            ok = True
+        o.action = "replaced" if ok else "kept"
+        ratio = f"{o.old_us / o.new_us:.3f}x" if o.new_us else "-"
+        print(f"{head}: old {o.old_us:.2f} us, new {o.new_us:.2f} us ({ratio}, band {o.band:.3f}), best library "
+              f"{o.best_library_us:.2f} us: {o.action}" + (" (the old kernel failed its check)" if "old" in wrong else ""),
+              file=out, flush=True)
+        if not ok:
+            continue
+        row = updated_row(it.row, it.new, t, info, floor)
+        rows[by_shape[p.key]] = row
+        chain = [s for s in row.lineage.split(" <- ") if s]
+        best = {"source": it.new.text, "family": it.new.meta.family, "params": json.dumps(it.new.meta.params),
+                "cuda": info.cuda_runtime, "driver": info.driver}
+        write_kernel_files(None, p, row, table_dir.parent, best, chain=chain)
+        write_table(table_dir, doc, rows)
+    refresh_table(table_dir, floor)
+    return results
+
+
+def summary(results: list[Outcome]) -> str:
+    buf = io.StringIO()
+    print(f"{'shape':>18}  {'family':<18} {'old us':>9} {'new us':>9} {'new/old':>8} {'vs lib':>7}  action", file=buf)
+    for o in results:
+        if not o.new_us:
+            print(f"{o.shape:>18}  {o.family:<18} {'':>9} {'':>9} {'':>8} {'':>7}  {o.action}", file=buf)
+            continue
+        best = min(o.old_us, o.new_us) if o.action == "replaced" else o.old_us
+        vs = f"{o.best_library_us / best:.3f}x" if o.best_library_us and best else "-"
+        print(f"{o.shape:>18}  {o.family:<18} {o.old_us:9.2f} {o.new_us:9.2f} {o.old_us / o.new_us:7.3f}x {vs:>7}  "
+              f"{o.action}", file=buf)
+    return buf.getvalue().rstrip()
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    from .cli import _Parser
+    from .config import load_config
+
+    ap = _Parser(prog="python -m evo.rerender", description=__doc__.split("\n\n")[0])
+    ap.add_argument("table", metavar="DIR", help="a table folder, e.g. kernels_out/NVIDIA_H200")
+    ap.add_argument("--shapes", default="", help="comma-separated shapes (default: every evo row)")
+    ap.add_argument("--reps", type=int, default=30, help="flushed repetitions of the side-by-side timing")
+    ap.add_argument("--config", help="a YAML file of overrides (evo/defaults.yaml)")
+    ap.add_argument("--plan-only", action="store_true", help="list the rows whose rendering differs; no GPU")
+    ns = ap.parse_args(argv)
+    shapes = {parse_shape(s).key for s in ns.shapes.split(",") if s} or None
+    cfg = load_config(ns.config)
+    if ns.plan_only:
+        _, items = plan(ns.table, cfg.paths.templates, shapes)
+        for it in items:
+            what = it.note or f"{it.old.hash[:10]} -> {it.new.hash[:10]}"
+            print(f"{it.row.shape:>18}  {it.row.family:<18} {what}")
+        print(f"{sum(1 for it in items if it.new is not None and not it.note)} of {len(items)} evo rows render differently")
+        return 0
+    from .compile import Compiler
+    from .gpu.worker import GpuWorker
+
+    worker = GpuWorker(cfg)
+    worker.start()
+    try:
+        results = rerender(ns.table, cfg, worker, Compiler.from_config(cfg.compile), shapes, ns.reps)
+    finally:
+        worker.stop()
+    print(summary(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

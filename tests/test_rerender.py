@@ -1,0 +1,169 @@
+"""evo.rerender: a table's evo kernels rendered from today's templates replace the old ones only where they are
+correct and measured faster side by side (fake GPU worker and compiler)."""
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import fakes
+from evo.config import load_config
+from evo.errors import EvoError
+from evo.export import TableRow, read_table, write_table
+from evo.families import load_families
+from evo.problem import parse_shape
+from evo.records import BaselineResult
+from evo.rerender import decide, plan, rerender, summary
+from fakes import FakeCompiler, FakeWorker
+
+TOY = Path(__file__).parent / "data" / "families"
+SHAPE = "256x256x256"
+PARAMS = {"TILE": 16, "UNROLL": 4, "PAD": 0}
+
+
+def make_table(tmp_path: Path, params=PARAMS, gpu="Fake_GPU") -> Path:
+    """A one-row table whose kernel is the toy family rendered from tests/data/families."""
+    ks = load_families(TOY, names=["toy"])[0].render(params)
+    out = tmp_path / "kernels_out"
+    rel = f"{gpu}/TN/{SHAPE}.cu"
+    (out / rel).parent.mkdir(parents=True)
+    (out / rel).write_text(ks.text)
+    p = parse_shape(SHAPE)
+    row = TableRow(gpu=gpu, shape=SHAPE, layout="TN", m=p.m, n=p.n, k=p.k, winner="cublas", family="toy", hash=ks.hash,
+                   kernel_path=rel, time_us=20.0, tflops=1.0, cublas_us=19.0, cublaslt_heuristic_us=21.0,
+                   cublaslt_autotune_us=19.5, speedup_cublas=0.95, speedup_cublaslt_heuristic=1.05,
+                   speedup_cublaslt_autotune=0.975, speedup_best_library=0.95, best_library="cublas", roofline_us=1.0,
+                   pct_of_roofline=5.0, timing_source="confirm", lineage=f"{ks.hash[:10]}(mutate)", cuda="13.0",
+                   driver="0.0", date="2026-01-01", library_algorithms={})
+    write_table(out / gpu, {"gpu": gpu, "layout": "TN", "noise_floor": 0.02}, [row])
+    return out / gpu
+
+
+def templates(tmp_path: Path, marker: str | None) -> Path:
+    """A copy of the toy family; with a marker, its kernel text changed (a 'better' template)."""
+    root = tmp_path / "templates"
+    shutil.copytree(TOY, root)
+    if marker:
+        src = root / "toy" / "kernel.cu"
+        src.write_text(src.read_text().replace("float acc = 0.f;", f"float acc = 0.f;  /* */ int {marker} = 0; (void){marker};"))
+    return root
+
+
+def cfg_for(root: Path):
+    return load_config(overrides={"paths": {"templates": str(root)}, "check": {"sanitize": False}})
+
+
+def started():
+    w = FakeWorker(None)
+    w.start()
+    return w
+
+
+@pytest.fixture
+def fast_marker(monkeypatch):
+    """The fake worker times a kernel whose text holds FAST at 10 us, any other at 20 us."""
+    monkeypatch.setattr(fakes, "fake_time", lambda ks: 10.0 if "FAST" in ks.text else 20.0)
+
+
+def test_plan_lists_rows_whose_rendering_differs(tmp_path):
+    table = make_table(tmp_path)
+    _, same = plan(table, TOY)
+    assert [it.note for it in same] == ["same source"]
+    _, items = plan(table, templates(tmp_path, "FAST"))
+    assert items[0].note == "" and items[0].new.hash != items[0].old.hash and "FAST" in items[0].new.text
+    assert items[0].new.meta.params == items[0].old.meta.params
+
+
+def test_plan_drops_a_removed_switch_at_zero_but_not_a_set_one(tmp_path):
+    table = make_table(tmp_path)
+    kpath = table.parent / read_table(table)[1][0].kernel_path
+    kpath.write_text(kpath.read_text().replace("params: {", "params: {GONE: 0, ", 1))
+    _, items = plan(table, templates(tmp_path, "FAST"))
+    assert items[0].note == "" and "GONE" not in items[0].new.meta.params
+    kpath.write_text(kpath.read_text().replace("GONE: 0", "GONE: 2", 1))
+    _, items = plan(table, tmp_path / "templates")
+    assert items[0].new is None and "no parameter GONE" in items[0].note
+
+
+def test_decide_needs_a_win_beyond_the_band():
+    assert decide(20.0, 0.0, 10.0, 0.0, 0.02) == (True, 0.02)
+    assert decide(20.0, 0.0, 19.8, 0.0, 0.02)[0] is False  # 1 % inside the 2 % floor
+    assert decide(20.0, 0.2, 18.5, 0.2, 0.02) == (False, 0.1)  # the spreads widen the band to 10 %
+    assert decide(20.0, 0.0, 25.0, 0.0, 0.02)[0] is False
+
+
+def test_rerender_replaces_a_faster_rendering_and_rewrites_the_row(tmp_path, fast_marker):
+    table = make_table(tmp_path)
+    root = templates(tmp_path, "FAST")
+    out = io.StringIO()
+    res = rerender(table, cfg_for(root), started(), FakeCompiler(tmp_path / "cache"), out=out)
+    assert [o.action for o in res] == ["replaced"] and res[0].old_us == 20.0 and res[0].new_us == 10.0
+    doc, rows = read_table(table)
+    r = rows[0]
+    assert r.timing_source == "rerender" and r.time_us == 10.0 and r.hash == plan(table, root)[1][0].old.hash
+    assert r.lineage.startswith(f"{r.hash[:10]}(rerender) <- ") and r.lineage.endswith("(mutate)")
+    # this window's library times (the fake worker's), and the verdict recomputed from them: 45 / 10
+    assert r.cublaslt_autotune_us == 45.0 and r.best_library == "cublaslt_autotune"
+    assert r.speedup_best_library == pytest.approx(4.5) and r.winner == "evo" and r.verdict == "win"
+    assert "FAST" in (table.parent / r.kernel_path).read_text()
+    meta = json.loads((table.parent / r.kernel_path).with_suffix(".json").read_text())
+    assert meta["hash"] == r.hash and meta["lineage"][0].endswith("(rerender)") and meta["params"] == PARAMS
+    assert "replaced" in out.getvalue() and "replaced" in summary(res)
+
+
+def test_rerender_keeps_the_old_kernel_when_not_faster(tmp_path, monkeypatch):
+    monkeypatch.setattr(fakes, "fake_time", lambda ks: 20.0)
+    table = make_table(tmp_path)
+    before = (table / "table.json").read_text()
+    old_src = (table.parent / read_table(table)[1][0].kernel_path).read_text()
+    res = rerender(table, cfg_for(templates(tmp_path, "SAME")), started(), FakeCompiler(tmp_path / "cache"),
+                   out=io.StringIO())
+    assert [o.action for o in res] == ["kept"]
+    assert read_table(table)[1][0].hash == json.loads(before)["rows"][0]["hash"]
+    assert (table.parent / read_table(table)[1][0].kernel_path).read_text() == old_src
+
+
+def test_rerender_rejects_a_rendering_that_fails_its_recheck(tmp_path, fast_marker, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "fail_recheck", staticmethod(lambda p: True))
+    table = make_table(tmp_path)
+    h = read_table(table)[1][0].hash
+    res = rerender(table, cfg_for(templates(tmp_path, "FAST")), started(), FakeCompiler(tmp_path / "cache"),
+                   out=io.StringIO())
+    assert res[0].action.startswith("rejected (re-check failed") and read_table(table)[1][0].hash == h
+
+
+def test_rerender_rejects_a_rendering_wrong_in_the_timed_window(tmp_path, fast_marker, monkeypatch):
+    real = FakeWorker.call
+
+    def call(self, op, timeout_s, **kw):
+        r = real(self, op, timeout_s, **kw)
+        if op == "baselines":
+            r["results"]["new"] = BaselineResult("new", 10.0, detail="WRONG: checksum of call 3")
+        return r
+
+    monkeypatch.setattr(FakeWorker, "call", call)
+    table = make_table(tmp_path)
+    h = read_table(table)[1][0].hash
+    res = rerender(table, cfg_for(templates(tmp_path, "FAST")), started(), FakeCompiler(tmp_path / "cache"),
+                   out=io.StringIO())
+    assert res[0].action.startswith("rejected (WRONG") and read_table(table)[1][0].hash == h
+
+
+def test_rerender_refuses_another_gpus_table(tmp_path):
+    table = make_table(tmp_path, gpu="NVIDIA_H200")
+    with pytest.raises(EvoError, match="table of NVIDIA_H200; this GPU is Fake_GPU"):
+        rerender(table, cfg_for(templates(tmp_path, "FAST")), started(), FakeCompiler(tmp_path / "cache"), out=io.StringIO())
+
+
+def test_rerender_plan_only_cli_needs_no_gpu(tmp_path, capsys):
+    from evo.rerender import main
+
+    table = make_table(tmp_path)
+    root = templates(tmp_path, "FAST")
+    cfgf = tmp_path / "c.yaml"
+    cfgf.write_text(f"paths: {{templates: {root}}}\n")
+    assert main([str(table), "--plan-only", "--config", str(cfgf)]) == 0
+    assert "1 of 1 evo rows render differently" in capsys.readouterr().out
+    assert main([str(tmp_path / "nowhere"), "--plan-only"]) == 2
+    assert "no kernel table at" in capsys.readouterr().err
