@@ -10,6 +10,13 @@ beyond their noise band. The row then carries that window's times (timing_source
 
     python -m evo.rerender kernels_out/NVIDIA_H200                # on the GPU the table is for
     python -m evo.rerender kernels_out/NVIDIA_H200 --plan-only    # which rows would be re-rendered (no GPU)
+    python -m evo.rerender kernels_out/NVIDIA_H200 --port         # on another GPU: seed its own table
+
+--port starts the table of the GPU at hand (kernels_out/<this GPU>) from another GPU's: each evo row's kernel, as
+published there and as rendered from today's templates, is re-checked and timed here beside the libraries; the
+faster correct one becomes this GPU's row (timing_source "port"), with this GPU's library times, ceilings and
+verdict. Shapes the destination table already has are left to it (rerender them there). A search or sweep on this
+GPU then improves the rows like any other.
 
 The table is rewritten after every replaced row (atomic renames): a killed run keeps what it finished.
 """
@@ -91,7 +98,7 @@ def decide(old_us: float, old_spread: float, new_us: float, new_spread: float, f
     return (new_us > 0 and old_us > 0 and new_us * (1.0 + band) < old_us), band
 
 
-def updated_row(row: TableRow, new: KernelSource, t: dict, gpu_info, floor: float) -> TableRow:
+def updated_row(row: TableRow, new: KernelSource, t: dict, gpu_info, floor: float, source: str = "rerender") -> TableRow:
     """The row with the new kernel and this window's times (t: name -> BaselineResult, the new kernel under "new")."""
     p = parse_shape(row.shape, row.layout)
     mine = t["new"]
@@ -107,7 +114,7 @@ def updated_row(row: TableRow, new: KernelSource, t: dict, gpu_info, floor: floa
         cublaslt_autotune_us=libs.get("cublaslt_autotune", 0.0), speedup_cublas=sp("cublas"),
         speedup_cublaslt_heuristic=sp("cublaslt_heuristic"), speedup_cublaslt_autotune=sp("cublaslt_autotune"),
         speedup_best_library=round(best_lib_us / mine.time_us, 4) if best_lib_us else 0.0, best_library=best_lib,
-        timing_source="rerender", lineage=f"{new.hash[:10]}(rerender) <- {row.lineage}".strip(" <-"),
+        timing_source=source, lineage=f"{new.hash[:10]}({source}) <- {row.lineage}".strip(" <-"),
         cuda=gpu_info.cuda_runtime, driver=gpu_info.driver, date=time.strftime("%Y-%m-%d", time.gmtime()),
         spread=round(mine.spread, 4), best_library_spread=round(lib_spread, 4),
         noise_band=round(noise.band(mine.spread, lib_spread, floor=floor), 4),
@@ -115,27 +122,55 @@ def updated_row(row: TableRow, new: KernelSource, t: dict, gpu_info, floor: floa
     )
 
 
+def _port_target(src_doc: dict, table_dir: Path, worker) -> tuple[Path, dict, list[TableRow]]:
+    """The destination of a port: kernels_out/<this GPU>/ beside the source table, its document and rows (empty
+    where it has no table yet; this GPU's ceilings measured then)."""
+    info = worker.info
+    dest = table_dir.parent / info.key
+    if src_doc.get("gpu") == info.key:
+        raise EvoError(f"{table_dir} is already this GPU's table: rerender it without --port")
+    try:
+        return (dest, *read_table(dest))
+    except EvoError:
+        if (dest / "table.json").exists():
+            raise
+    c = worker.call("ceilings", timeout_s=600)
+    doc = {"gpu": info.key, "layout": src_doc.get("layout", "TN"),
+           "ceilings": {"peak_tflops": c["peak_tflops"], "bw_gbs": c["bw_gbs"], **({"launch_us": round(c["launch_us"], 2)} if c.get("launch_us") else {})}}
+    return dest, doc, []
+
+
 def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | None = None, reps: int = 30,
-             out: TextIO = sys.stdout) -> list[Outcome]:
+             out: TextIO = sys.stdout, port: bool = False) -> list[Outcome]:
     """Re-render, check, time and replace (see the module text). `worker` is started (evo.gpu.worker.GpuWorker or
-    a stand-in); the table must be this GPU's."""
+    a stand-in); the table must be this GPU's, or with `port` another GPU's (this GPU's table is written)."""
     from .gpu.worker import WorkerFault
     from .sanitize import vet_kernel
 
     table_dir = Path(table_dir)
     info = worker.info
     doc, items = plan(table_dir, cfg.paths.templates, shapes)
-    if doc.get("gpu") and doc["gpu"] != info.key:
-        raise EvoError(f"{table_dir} is the table of {doc['gpu']}; this GPU is {info.key}: its times would not compare")
     floor = cfg.dispatch.noise_floor
-    _, rows = read_table(table_dir)
+    if port:
+        dest, doc, rows = _port_target(doc, table_dir, worker)
+        have = {r.shape for r in rows}
+        results = [Outcome(it.row.shape, it.row.family, f"{dest.name} has its own row") for it in items if it.row.shape in have]
+        items = [it for it in items if it.row.shape not in have and it.old is not None]
+        for it in items:  # the published kernel is a contender of its own here; a rendering that is the same is not
+            if it.note == "same source" or it.new is None:
+                it.new, it.note = it.old, ""
+    else:
+        if doc.get("gpu") and doc["gpu"] != info.key:
+            raise EvoError(f"{table_dir} is the table of {doc['gpu']}; this GPU is {info.key}: its times would not "
+                           "compare (--port seeds this GPU's own table from it)")
+        dest, (_, rows), results = table_dir, read_table(table_dir), []
     by_shape = {r.shape: i for i, r in enumerate(rows)}
     todo = [it for it in items if it.new is not None and not it.note]
-    results = [Outcome(it.row.shape, it.row.family, it.note) for it in items if it.new is None or it.note]
+    results += [Outcome(it.row.shape, it.row.family, it.note) for it in items if it.new is None or it.note]
     for o in results:
         print(f"{o.shape} {o.family}: {o.action}", file=out, flush=True)
-    compiled = {r.hash: r for r in compiler.compile_many(
-        [(ks, info.arch) for it in todo for ks in (it.old, it.new) if info.arch in ks.meta.archs], 0)}
+    need = {ks.hash: ks for it in todo for ks in (it.old, it.new) if info.arch in ks.meta.archs}
+    compiled = {r.hash: r for r in compiler.compile_many([(ks, info.arch) for ks in need.values()], 0)}
     for i, it in enumerate(todo, 1):
         p = parse_shape(it.row.shape, it.row.layout)
         head = f"[{i}/{len(todo)}] {p.key} {it.row.family} {it.old.hash[:10]} -> {it.new.hash[:10]}"
@@ -146,45 +181,77 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
             o.action = "not compiled for " + info.arch + (f": {cn.error.splitlines()[0]}" if cn is not None and cn.error else "")
             print(f"{head}: {o.action}", file=out, flush=True)
             continue
-        why = vet_kernel(worker, p, it.new.text, cn.cubin_path, cfg, out)
-        if why:
-            o.action = f"rejected ({why})"
+        # contenders: the new rendering, and (porting) the published kernel too: it has not been checked here
+        kinds = {"new": (it.new, cn)} if not port or it.new.hash == it.old.hash else {"new": (it.new, cn), "old": (it.old, co)}
+        failed = {k: why for k, (ks, cr) in kinds.items() for why in [vet_kernel(worker, p, ks.text, cr.cubin_path, cfg, out)] if why}
+        if len(failed) == len(kinds):
+            o.action = f"rejected ({failed['new']})"
             print(f"{head}: {o.action}", file=out, flush=True)
             continue
+        extra = {"new": (it.new.text, cn.cubin_path)} if "new" not in failed else {}
+        if it.new.hash != it.old.hash and "old" not in failed:
+            extra["old"] = (it.old.text, co.cubin_path)
         try:
-            t = worker.call("baselines", timeout_s=900, problem=p, reps=reps,
-                            extra={"old": (it.old.text, co.cubin_path), "new": (it.new.text, cn.cubin_path)})["results"]
+            t = worker.call("baselines", timeout_s=900, problem=p, reps=reps, extra=extra)["results"]
         except (WorkerFault, EvoError) as e:
             o.action = f"not timed: {e}"
             print(f"{head}: {o.action}", file=out, flush=True)
             continue
-        wrong = [k for k in ("old", "new") if k in t and t[k].detail.startswith("WRONG")]
+        wrong = {k for k in ("old", "new") if k in t and t[k].detail.startswith("WRONG")} | set(failed)
         libs = [t[k].time_us for k in LIBRARIES if k in t and t[k].time_us > 0]
         o.best_library_us = min(libs) if libs else 0.0
         o.old_us, o.new_us = (t[k].time_us if k in t else 0.0 for k in ("old", "new"))
-        if "new" in wrong or "new" not in t:
-            o.action = "rejected (" + (t["new"].detail[:200] if "new" in t else "not timed") + ")"
-            print(f"{head}: {o.action}", file=out, flush=True)
-            continue
-        ok, o.band = decide(o.old_us, t["old"].spread if "old" in t else 0.0, o.new_us, t["new"].spread, floor)
-        if "old" in wrong:  # the published kernel failed its checks here: any correct rendering is better
-            ok = True
-        o.action = "replaced" if ok else "kept"
-        ratio = f"{o.old_us / o.new_us:.3f}x" if o.new_us else "-"
-        print(f"{head}: old {o.old_us:.2f} us, new {o.new_us:.2f} us ({ratio}, band {o.band:.3f}), best library "
-              f"{o.best_library_us:.2f} us: {o.action}" + (" (the old kernel failed its check)" if "old" in wrong else ""),
-              file=out, flush=True)
-        if not ok:
-            continue
-        row = updated_row(it.row, it.new, t, info, floor)
-        rows[by_shape[p.key]] = row
+        if port:  # no incumbent on this GPU: the faster correct contender is its row
+            good = [k for k in ("new", "old") if k in t and k not in wrong and t[k].time_us > 0]
+            if not good:
+                o.action = "rejected (" + "; ".join(t[k].detail[:120] for k in extra if k in t) + ")"
+                print(f"{head}: {o.action}", file=out, flush=True)
+                continue
+            pick = min(good, key=lambda k: t[k].time_us)
+            o.action = "ported" + (" (as published)" if pick == "old" else "")
+            o.new_us = o.new_us or t[pick].time_us
+            chosen = it.old if pick == "old" else it.new
+            base = replace(it.row, gpu=info.key, kernel_path=f"{info.key}/{it.row.layout}/{p.key}.cu",
+                           roofline_us=round(p.roofline_us(doc["ceilings"]["peak_tflops"], doc["ceilings"]["bw_gbs"]), 3)
+                           if doc.get("ceilings") else 0.0,
+                           lineage=f"{doc_gpu(table_dir)}: {it.row.lineage}")
+            row = updated_row(base, chosen, {**t, "new": t[pick]}, info, floor, source="port")
+            what = ("published = rendered " if it.new.hash == it.old.hash else f"published {o.old_us:.2f} us, rendered ") \
+                + (f"{t['new'].time_us:.2f} us" if "new" in t else "failed")
+            print(f"{head}: {what}, best library {o.best_library_us:.2f} us: {o.action}", file=out, flush=True)
+        else:
+            if "new" in wrong or "new" not in t:
+                o.action = "rejected (" + (t["new"].detail[:200] if "new" in t else "not timed") + ")"
+                print(f"{head}: {o.action}", file=out, flush=True)
+                continue
+            ok, o.band = decide(o.old_us, t["old"].spread if "old" in t else 0.0, o.new_us, t["new"].spread, floor)
+            if "old" in wrong:  # the published kernel failed its checks here: any correct rendering is better
+                ok = True
+            o.action = "replaced" if ok else "kept"
+            ratio = f"{o.old_us / o.new_us:.3f}x" if o.new_us else "-"
+            print(f"{head}: old {o.old_us:.2f} us, new {o.new_us:.2f} us ({ratio}, band {o.band:.3f}), best library "
+                  f"{o.best_library_us:.2f} us: {o.action}" + (" (the old kernel failed its check)" if "old" in wrong else ""),
+                  file=out, flush=True)
+            if not ok:
+                continue
+            chosen, row = it.new, updated_row(it.row, it.new, t, info, floor)
+        if p.key in by_shape:
+            rows[by_shape[p.key]] = row
+        else:
+            by_shape[p.key] = len(rows)
+            rows.append(row)
         chain = [s for s in row.lineage.split(" <- ") if s]
-        best = {"source": it.new.text, "family": it.new.meta.family, "params": json.dumps(it.new.meta.params),
+        best = {"source": chosen.text, "family": chosen.meta.family, "params": json.dumps(chosen.meta.params),
                 "cuda": info.cuda_runtime, "driver": info.driver}
-        write_kernel_files(None, p, row, table_dir.parent, best, chain=chain)
-        write_table(table_dir, doc, rows)
-    refresh_table(table_dir, floor)
+        write_kernel_files(None, p, row, dest.parent, best, chain=chain)
+        write_table(dest, doc, sorted(rows, key=lambda r: (r.m, r.n, r.k)))
+    if (dest / "table.json").exists():
+        refresh_table(dest, floor)
     return results
+
+
+def doc_gpu(table_dir: Path) -> str:
+    return read_table(table_dir)[0].get("gpu") or table_dir.name
 
 
 def summary(results: list[Outcome]) -> str:
@@ -212,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30, help="flushed repetitions of the side-by-side timing")
     ap.add_argument("--config", help="a YAML file of overrides (evo/defaults.yaml)")
     ap.add_argument("--plan-only", action="store_true", help="list the rows whose rendering differs; no GPU")
+    ap.add_argument("--port", action="store_true", help="DIR is another GPU's table: seed this GPU's own from it")
     ns = ap.parse_args(argv)
     shapes = {parse_shape(s).key for s in ns.shapes.split(",") if s} or None
     cfg = load_config(ns.config)
@@ -228,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     worker = GpuWorker(cfg)
     worker.start()
     try:
-        results = rerender(ns.table, cfg, worker, Compiler.from_config(cfg.compile), shapes, ns.reps)
+        results = rerender(ns.table, cfg, worker, Compiler.from_config(cfg.compile), shapes, ns.reps, port=ns.port)
     finally:
         worker.stop()
     print(summary(results))

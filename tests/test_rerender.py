@@ -167,3 +167,41 @@ def test_rerender_plan_only_cli_needs_no_gpu(tmp_path, capsys):
     assert "1 of 1 evo rows render differently" in capsys.readouterr().out
     assert main([str(tmp_path / "nowhere"), "--plan-only"]) == 2
     assert "no kernel table at" in capsys.readouterr().err
+
+
+def test_port_seeds_this_gpus_table_with_the_faster_contender(tmp_path, fast_marker):
+    src = make_table(tmp_path, gpu="NVIDIA_H200")
+    root = templates(tmp_path, "FAST")
+    res = rerender(src, cfg_for(root), started(), FakeCompiler(tmp_path / "cache"), out=io.StringIO(), port=True)
+    assert [o.action for o in res] == ["ported"]
+    dest = src.parent / "Fake_GPU"
+    doc, rows = read_table(dest)
+    r = rows[0]
+    assert doc["gpu"] == "Fake_GPU" and doc["ceilings"]["peak_tflops"] == 800.0
+    assert r.gpu == "Fake_GPU" and r.timing_source == "port" and r.time_us == 10.0
+    assert r.kernel_path == f"Fake_GPU/TN/{SHAPE}.cu" and "FAST" in (src.parent / r.kernel_path).read_text()
+    assert r.roofline_us == pytest.approx(parse_shape(SHAPE).roofline_us(800.0, 4000.0), abs=1e-3)
+    assert "(port) <- NVIDIA_H200: " in r.lineage and r.cublas_us == 50.0
+    assert read_table(src)[1][0].gpu == "NVIDIA_H200"  # the source table is untouched
+
+
+def test_port_keeps_the_published_kernel_where_the_rendering_is_slower(tmp_path, monkeypatch):
+    monkeypatch.setattr(fakes, "fake_time", lambda ks: 30.0 if "SLOW" in ks.text else 20.0)
+    src = make_table(tmp_path, gpu="NVIDIA_H200")
+    res = rerender(src, cfg_for(templates(tmp_path, "SLOW")), started(), FakeCompiler(tmp_path / "cache"),
+                   out=io.StringIO(), port=True)
+    assert [o.action for o in res] == ["ported (as published)"]
+    r = read_table(src.parent / "Fake_GPU")[1][0]
+    assert r.time_us == 20.0 and r.hash == read_table(src)[1][0].hash
+
+
+def test_port_leaves_shapes_the_destination_has_and_refuses_its_own_table(tmp_path, fast_marker):
+    src = make_table(tmp_path, gpu="NVIDIA_H200")
+    mine = make_table(tmp_path / "x", gpu="Fake_GPU")
+    shutil.copytree(mine, src.parent / "Fake_GPU")
+    shutil.copytree(mine.parent / "Fake_GPU" / "TN", src.parent / "Fake_GPU" / "TN", dirs_exist_ok=True)
+    res = rerender(src, cfg_for(templates(tmp_path, "FAST")), started(), FakeCompiler(tmp_path / "cache"),
+                   out=io.StringIO(), port=True)
+    assert [o.action for o in res] == ["Fake_GPU has its own row"]
+    with pytest.raises(EvoError, match="already this GPU's table"):
+        rerender(src.parent / "Fake_GPU", cfg_for(TOY), started(), FakeCompiler(tmp_path / "cache"), out=io.StringIO(), port=True)
