@@ -261,10 +261,12 @@ def summary(results: list[Outcome]) -> str:
         if not o.new_us:
             print(f"{o.shape:>18}  {o.family:<18} {'':>9} {'':>9} {'':>8} {'':>7}  {o.action}", file=buf)
             continue
-        best = min(o.old_us, o.new_us) if o.action == "replaced" else o.old_us
+        kept = [u for u in (o.old_us, o.new_us) if u]  # a port keeps the faster; a rerender the new only if it won
+        best = min(kept) if o.action.startswith(("replaced", "ported")) else (o.old_us or o.new_us)
         vs = f"{o.best_library_us / best:.3f}x" if o.best_library_us and best else "-"
-        print(f"{o.shape:>18}  {o.family:<18} {o.old_us:9.2f} {o.new_us:9.2f} {o.old_us / o.new_us:7.3f}x {vs:>7}  "
-              f"{o.action}", file=buf)
+        old = f"{o.old_us:9.2f}" if o.old_us else f"{'(same)':>9}"
+        ratio = f"{o.old_us / o.new_us:7.3f}x" if o.old_us else f"{'-':>8}"
+        print(f"{o.shape:>18}  {o.family:<18} {old} {o.new_us:9.2f} {ratio} {vs:>7}  {o.action}", file=buf)
     return buf.getvalue().rstrip()
 
 
