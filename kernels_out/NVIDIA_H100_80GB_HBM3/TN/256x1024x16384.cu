@@ -1,7 +1,7 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 4, PANEL: 0,
+params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 16, PANEL: 0,
   PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_RS: 0, STAGES: 7,
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
@@ -85,7 +85,7 @@ constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 7;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 4;
+constexpr int GROUP = 16;
 constexpr int SPLIT_K = 4;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;

@@ -1,8 +1,8 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 64, CLUSTER: 1, CONSUMERS: 1, EPI: 0, EPI_HINT: 0, GROUP: 4, PANEL: 0,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 2, SPLIT_RS: 0, STAGES: 7,
+params: {BM: 64, BN: 64, CLUSTER: 1, CONSUMERS: 1, EPI: 0, EPI_HINT: 0, GROUP: 8, PANEL: 0,
+  PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 1, SPLIT_K: 2, SPLIT_RS: 0, STAGES: 8,
   SWAP_AB: 1}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -82,10 +82,10 @@ namespace evo_sm90 {
 constexpr int BM = 64;                 // tile rows (kernel view)
 constexpr int BN = 64;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 7;
+constexpr int STAGES = 8;
 constexpr int CONSUMERS = 1;
-constexpr int PERSISTENT = 1;
-constexpr int GROUP = 4;
+constexpr int PERSISTENT = 0;
+constexpr int GROUP = 8;
 constexpr int SPLIT_K = 2;
 constexpr int SWAP_AB = 1;
 constexpr int PINGPONG = 0;
@@ -93,7 +93,7 @@ constexpr int EPI = 0;                 // TMA-store staging buffers per consumer
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
-constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
+constexpr int SPLIT_CLUSTER = 1;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -639,7 +639,7 @@ using namespace evo_sm90;
 #define EVO_EPI 0
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
-#elif 0
+#elif 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
 #else
 #define EVO_CLUSTER_DIMS
