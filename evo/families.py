@@ -220,6 +220,20 @@ def fingerprint(families: list[Family]) -> str:
     return h.hexdigest()[:16]
 
 
+def rerendered(ks: KernelSource, families: list["Family"], problem: Problem | None = None) -> KernelSource:
+    """A kernel rendered anew from its family's current template with its own parameters (a published kernel
+    after the template improved). A parameter the family no longer has, at 0, is a switch removed at its "off"
+    value and is left out; EvoError where the family is gone or the parameters no longer render."""
+    fam = next((f for f in families if f.name == ks.meta.family), None)
+    if fam is None:
+        raise EvoError(f"no template family {ks.meta.family}")
+    params = {k: v for k, v in ks.meta.params.items() if k in fam.space or v not in (0, False)}
+    try:
+        return fam.render(params, problem)
+    except EvoError as e:
+        raise EvoError(f"parameters no longer render: {e}") from None
+
+
 def load_families(root: Path | None = None, names: list[str] | None = None, arch: str | None = None) -> list[Family]:
     root = Path(root) if root else templates_root()
     if not root.is_dir():

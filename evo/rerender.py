@@ -62,11 +62,11 @@ class Outcome:
 
 def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] | None = None) -> tuple[dict, list[Rendering]]:
     """The table's evo rows (those of `shapes` where given) with their re-rendered kernels. CPU only."""
-    from .families import load_families
+    from .families import load_families, rerendered
 
     table_dir = Path(table_dir)
     doc, rows = read_table(table_dir)
-    fams = {f.name: f for f in load_families(Path(templates) if templates else None)}
+    fams = load_families(Path(templates) if templates else None)
     out = []
     for r in rows:
         if not r.hash or not r.kernel_path or (shapes and r.shape not in shapes):
@@ -76,16 +76,10 @@ def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] |
         except (OSError, EvoError) as e:
             out.append(Rendering(r, None, None, f"kernel file unreadable: {str(e).splitlines()[0]}"))  # type: ignore[arg-type]
             continue
-        fam = fams.get(old.meta.family)
-        if fam is None:
-            out.append(Rendering(r, old, None, f"no template family {old.meta.family}"))
-            continue
-        # a parameter the family no longer has, at 0, is a switch removed at its "off" value: left out
-        params = {k: v for k, v in old.meta.params.items() if k in fam.space or v not in (0, False)}
         try:
-            new = fam.render(params, parse_shape(r.shape, r.layout))
+            new = rerendered(old, fams, parse_shape(r.shape, r.layout))
         except EvoError as e:
-            out.append(Rendering(r, old, None, f"parameters no longer render: {e}"))
+            out.append(Rendering(r, old, None, str(e)))
             continue
         out.append(Rendering(r, old, new, "same source" if new.hash == old.hash else ""))
     return doc, out

@@ -14,7 +14,7 @@ from .cli import config_from_args, parser, require_positive
 from .compile import Compiler, stored_cubin
 from .config import Config
 from .errors import EvoError, cli_entry
-from .families import Family, load_families
+from .families import Family, load_families, rerendered
 from .gpu.device import COMPILE_ONLY_HINT, require_gpu
 from .gpu.worker import GpuWorker, WorkerFault
 from .kernel import KernelSource
@@ -224,11 +224,13 @@ class Search:
         # final runoff) and the winners of other shapes
         table_hash, table_src = self._published(info) if cfg.search.runoff > 1 else ("", "")
         seeds = ([Proposal(table_src, "seed", (), "the table's kernel for this shape")] if table_src else [])
+        seeds += self._rerendered_seed(table_src, fams)
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
-                prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape, winners of other shapes) "
+                prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape and its rendering from today's "
+                          "template, winners of other shapes) "
                           "before proposing anything new")
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
@@ -367,6 +369,19 @@ class Search:
                           compiled=r.ok, correct=ev.ok, time_us=ev.time_us, cublas_us=ev.cublas_us,
                           error=ev.error, registers=r.registers, smem=r.smem_static,
                           compile_log=r.log if not r.ok else "")
+
+    def _rerendered_seed(self, table_src: str, fams: list[Family]) -> list[Proposal]:
+        """The table's kernel for this shape rendered from today's template of its family, where that differs (the
+        template improved since it was found): timed beside it, so a search takes the improvement up."""
+        if not table_src:
+            return []
+        try:
+            old = KernelSource.parse(table_src)
+            new = rerendered(old, fams, self.problem)
+        except EvoError:
+            return []
+        return [] if new.hash == old.hash else [Proposal(new.text, "seed", (old.hash,),
+                                                         "the table's kernel rendered from today's template")]
 
     def _published(self, info: GpuInfo) -> tuple[str, str]:
         """The kernel the table in paths.out publishes for this shape: (hash, source text), ('', '') if none; the

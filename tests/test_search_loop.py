@@ -276,3 +276,24 @@ def test_the_table_kernel_is_timed_where_the_archive_lacks_it(tmp_path):
     store = Store(cfg2.paths.db)
     assert store.evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")
     assert s1.best_hash[:10] in text.split("runoff: ")[1].splitlines()[0] and s2.best_hash == s1.best_hash
+
+
+def test_the_table_kernel_is_also_timed_as_rendered_from_todays_template(tmp_path):
+    """A table kernel found with an older template (its text differs from what the family renders today for its
+    parameters) is seeded twice: as published and re-rendered, so a search takes a template's improvement up."""
+    s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)
+    table = Path(cfg1.paths.out) / "Fake_GPU" / "table.json"
+    doc = json.loads(table.read_text())
+    kfile = Path(cfg1.paths.out) / doc["rows"][0]["kernel_path"]
+    older = kfile.read_text().replace("float acc = 0.f;", "float acc = 0.f; acc += 0.f;")  # "the older template"
+    kfile.write_text(older)
+    doc["rows"][0]["hash"] = KernelSource.parse(older).hash
+    table.write_text(json.dumps(doc))
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=1)
+    cfg2.paths.out = cfg1.paths.out
+    out = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg2, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "timing 2 seed kernels (the table's kernel for this shape and its rendering from today's template" in out.getvalue()
+    store = Store(cfg2.paths.db)
+    assert store.evaluated(KernelSource.parse(older).hash, "256x256x256", "TN", "Fake_GPU")
+    assert store.evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")  # today's rendering of the same parameters
