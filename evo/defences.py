@@ -22,6 +22,8 @@ DEFENCES = {
     "fresh_module": "a fresh cuModuleLoad and workspace per phase (off: cupy's per-process module cache)",
     "ptx_checks": "static PTX gate: publication without release ordering, module-scope mutable state",
     "sanitizer_padding": "compute-sanitizer runs with --padding on exact cudaMalloc allocations",
+    "host_sandbox": "a launch: host candidate's host code runs in a process of its own, stopped between requests "
+                    "(off: loaded into the GPU worker, with its context and pointers)",
 }
 
 

@@ -142,26 +142,47 @@ class HostLibrary:
     def _args(args: tuple[int, ...]):
         return (ctypes.c_longlong * max(1, len(args)))(*args)
 
-    def query(self, problem: Problem, num_sms: int, args: tuple[int, ...] = ()) -> HostGeometry:
+    def raw_query(self, problem: Problem, num_sms: int, args: tuple[int, ...] = ()) -> tuple[int, EvoHostLaunch]:
+        """evo_host_query's return code and struct, unchecked (the sandbox sends them back as they are)."""
         out = EvoHostLaunch()
         rc = self._query(problem.m, problem.n, problem.k, num_sms, self._args(args), len(args), ctypes.byref(out))
-        if rc:
-            raise EvoError(f"host code refuses {problem.key}: {out.message.decode(errors='replace') or f'code {rc}'}")
-        return HostGeometry.from_struct(out)
+        return int(rc), out
 
-    def params(self, problem: Problem, num_sms: int, args: tuple[int, ...], a: int, b: int, c: int,
-               workspace: int) -> tuple[HostGeometry, ctypes.Array]:
-        """The parameter block (a ctypes buffer of exactly params_bytes) and the geometry for these pointers."""
+    def raw_params(self, problem: Problem, num_sms: int, args: tuple[int, ...], a: int, b: int, c: int,
+                   workspace: int) -> tuple[int, EvoHostLaunch, bytes]:
+        """evo_host_params's return code, struct and the first params_bytes bytes of its block (at most
+        PARAMS_CAP), unchecked."""
         out = EvoHostLaunch()
         buf = ctypes.create_string_buffer(PARAMS_CAP)
         rc = self._params(problem.m, problem.n, problem.k, num_sms, self._args(args), len(args), a, b, c, workspace,
                           ctypes.byref(out), buf, PARAMS_CAP)
-        if rc:
-            raise EvoError(f"host code cannot build parameters for {problem.key}: "
-                           f"{out.message.decode(errors='replace') or f'code {rc}'}")
-        g = HostGeometry.from_struct(out)
-        block = ctypes.create_string_buffer(buf.raw[:g.params_bytes], g.params_bytes)
-        return g, block
+        return int(rc), out, buf.raw[:min(max(0, int(out.params_bytes)), PARAMS_CAP)]
+
+    def query(self, problem: Problem, num_sms: int, args: tuple[int, ...] = ()) -> HostGeometry:
+        return queried(problem, *self.raw_query(problem, num_sms, args))
+
+    def params(self, problem: Problem, num_sms: int, args: tuple[int, ...], a: int, b: int, c: int,
+               workspace: int) -> tuple[HostGeometry, ctypes.Array]:
+        """The parameter block (a ctypes buffer of exactly params_bytes) and the geometry for these pointers."""
+        return built(problem, *self.raw_params(problem, num_sms, args, a, b, c, workspace))
+
+
+def queried(problem: Problem, rc: int, out: EvoHostLaunch) -> HostGeometry:
+    """The geometry evo_host_query reported, checked; EvoError where it refused the shape or reported nonsense."""
+    if rc:
+        raise EvoError(f"host code refuses {problem.key}: {out.message.decode(errors='replace') or f'code {rc}'}")
+    return HostGeometry.from_struct(out)
+
+
+def built(problem: Problem, rc: int, out: EvoHostLaunch, raw: bytes) -> tuple[HostGeometry, ctypes.Array]:
+    """The geometry and parameter block evo_host_params reported, checked."""
+    if rc:
+        raise EvoError(f"host code cannot build parameters for {problem.key}: "
+                       f"{out.message.decode(errors='replace') or f'code {rc}'}")
+    g = HostGeometry.from_struct(out)
+    if len(raw) < g.params_bytes:
+        raise EvoError(f"host code reports a {g.params_bytes}-byte parameter block but sent {len(raw)} bytes")
+    return g, ctypes.create_string_buffer(raw[:g.params_bytes], g.params_bytes)
 
 
 # ---- the driver, through ctypes -------------------------------------------------------------------------------
@@ -234,13 +255,31 @@ class HostLaunchedKernel:
     Same interface as evo.gpu.launch.LoadedKernel (call with A, B, C; close())."""
 
     def __init__(self, ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int,
-                 fresh: bool = True, pdl: bool = False):
+                 fresh: bool = True, pdl: bool = False, isolate: bool = False):
+        """isolate: the host code runs in a sandbox process (evo.gpu.host_sandbox), as the evaluator wants for a
+        candidate; without it the library is loaded here (a published kernel served by evo.dispatch)."""
         self.ks = ks
         self.problem = problem
         self.num_sms = num_sms
         self.args = ks.host_arg_values(problem, num_sms)
         self.pdl = pdl
-        self.lib = HostLibrary(host_library(cubin_path))
+        self.module = None
+        if isolate:
+            from .host_sandbox import SandboxedHostLibrary
+
+            import cupy
+
+            self.lib: HostLibrary | Any = SandboxedHostLibrary(host_library(cubin_path), device=cupy.cuda.runtime.getDevice())
+        else:
+            self.lib = HostLibrary(host_library(cubin_path))
+        try:
+            self._set_up(cubin_path, smem_limit, fresh)
+        except BaseException:
+            self.close()
+            raise
+
+    def _set_up(self, cubin_path: str, smem_limit: int, fresh: bool) -> None:
+        problem, num_sms = self.problem, self.num_sms
         self.geometry = self.lib.query(problem, num_sms, self.args)
         g = self.geometry
         threads = g.block[0] * g.block[1] * g.block[2]
@@ -292,12 +331,15 @@ class HostLaunchedKernel:
         return hit
 
     def close(self) -> None:
-        close = getattr(self.module, "close", None)
+        close = getattr(getattr(self, "module", None), "close", None)
         if close is not None:
             close()
+        lib_close = getattr(getattr(self, "lib", None), "close", None)  # the sandbox process, if any
+        if lib_close is not None:
+            lib_close()
         self.fn_ptr = 0
         self.workspace = None
-        self._blocks.clear()
+        getattr(self, "_blocks", {}).clear()
 
     def __call__(self, a: Any, b: Any, c: Any) -> None:
         import cupy
@@ -324,11 +366,12 @@ class HostLaunchedKernel:
             raise cupy.cuda.driver.CUDADriverError(rc)
 
 
-def load_kernel(ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int, **kw: Any):
-    """The launcher the candidate's ABI asks for: HostLaunchedKernel for ``launch: host``, else LoadedKernel
-    (keyword arguments, e.g. ``fresh``, go to either)."""
+def load_kernel(ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int,
+                isolate_host: bool = False, **kw: Any):
+    """The launcher the candidate's ABI asks for: HostLaunchedKernel for ``launch: host`` (its host code in a
+    sandbox process with ``isolate_host``), else LoadedKernel (keyword arguments, e.g. ``fresh``, go to either)."""
     if ks.meta.launch == "host":
-        return HostLaunchedKernel(ks, cubin_path, problem, num_sms, smem_limit, **kw)
+        return HostLaunchedKernel(ks, cubin_path, problem, num_sms, smem_limit, isolate=isolate_host, **kw)
     from .launch import LoadedKernel
 
     return LoadedKernel(ks, cubin_path, problem, num_sms, smem_limit, **kw)

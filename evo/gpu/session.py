@@ -88,7 +88,7 @@ class Session:
         reps = reps or max(self.cfg.baselines.reps, self.cfg.timing.reps)
         for name, (source, cubin) in (extra or {}).items():
             k = load_kernel(KernelSource.parse(source), cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
-                             fresh="fresh_module" not in self.off)
+                             fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
             rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup, reps, self.off,
                               self.info.sm_count)
             kernels[name] = (k, rot)
@@ -139,7 +139,7 @@ class Session:
             raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
         self._fits(problem)
         return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
-                            fresh="fresh_module" not in self.off)
+                            fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
 
     def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
         """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
@@ -214,7 +214,7 @@ class Session:
                 continue
             try:
                 k = load_kernel(ks, cubin, p, self.info.sm_count, self.info.smem_per_block_optin,
-                                 fresh="fresh_module" not in self.off)
+                                 fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
                 r = check_kernel(k, p, cfg, self._next_seed(), self.off)
                 k.close()
                 msg = "ok" if r.correct else r.error

@@ -1,0 +1,222 @@
+"""A candidate's host code (``launch: host``) run in a process of its own, stopped between requests.
+
+The host shared object of a candidate is code the search did not write: loaded into the GPU worker it would run
+there with the worker's CUDA context and pointers (constructors at ``dlopen``, threads it starts, work it launches
+on streams of its own outside the timing window). The evaluator therefore never loads it: ``SandboxedHostLibrary``
+starts ``python -m evo.gpu.host_sandbox <lib.so>``, which loads the library and answers ``evo_host_query`` /
+``evo_host_params`` requests, and keeps that process stopped (``SIGSTOP``) except while it answers. The worker gets
+back plain bytes (the ``EvoHostLaunch`` struct and the parameter block) and checks them as it checks an in-process
+answer (``host_launch.queried`` / ``built``); the addresses it passes are numbers there, in another address space
+whose CUDA context (the device's primary context of that process, which the driver's tensor-map encoder needs) holds
+none of the worker's allocations, streams or modules, so the code cannot touch the inputs, the output or the
+worker's streams. A library that crashes, hangs past the deadline or garbles the replies costs its candidate, not
+the worker. What it leaves running on the GPU from its own context while stopped is bounded by its phase (the
+process is killed when the kernel is closed) and slows every contender of an interleaved window alike.
+
+Protocol: one JSON line per request on the child's stdin; each reply on the child's original stdout (its fd 1 is
+pointed at stderr first, so the library's own prints cannot reach it): ``EVOH`` + status (0 ok, 1 error) + three
+length-prefixed fields (the struct, the parameter block, a message), little-endian int32 lengths.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import EvoError
+from ..problem import Problem, parse_shape
+from .host_launch import PARAMS_CAP, EvoHostLaunch, HostGeometry, HostLibrary, built, queried
+
+MAGIC = b"EVOH"
+MAX_MESSAGE = 4096
+STRUCT_BYTES = ctypes.sizeof(EvoHostLaunch)
+
+
+def _frame(status: int, struct_bytes: bytes = b"", params: bytes = b"", message: str = "") -> bytes:
+    msg = message.encode(errors="replace")[:MAX_MESSAGE]
+    return (MAGIC + struct.pack("<i", status) + b"".join(struct.pack("<i", len(x)) + x for x in (struct_bytes, params, msg)))
+
+
+def _read_exact(fd: int, n: int, deadline: float) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return buf
+
+
+def _read_frame(fd: int, deadline: float) -> tuple[int, bytes, bytes, str]:
+    if _read_exact(fd, 4, deadline) != MAGIC:
+        raise ValueError("garbled reply")
+    status = struct.unpack("<i", _read_exact(fd, 4, deadline))[0]
+    fields = []
+    for cap in (STRUCT_BYTES, PARAMS_CAP, MAX_MESSAGE):
+        n = struct.unpack("<i", _read_exact(fd, 4, deadline))[0]
+        if not 0 <= n <= cap:
+            raise ValueError(f"a reply field of {n} bytes")
+        fields.append(_read_exact(fd, n, deadline) if n else b"")
+    return status, fields[0], fields[1], fields[2].decode(errors="replace")
+
+
+class SandboxedHostLibrary:
+    """HostLibrary's interface (query, params), answered by the library loaded in a stopped child process."""
+
+    def __init__(self, path: str, timeout_s: float = 60.0, device: int | None = None):
+        """device: the CUDA device whose primary context the sandbox makes current (its own, in its own process:
+        the driver's tensor-map encoder wants one); None for none (host code that makes no driver call)."""
+        self.path = path
+        self.timeout_s = timeout_s
+        self._err = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding the evo package
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        try:
+            argv = [sys.executable, "-m", "evo.gpu.host_sandbox", path] + ([] if device is None else [str(int(device))])
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=self._err, env=env, start_new_session=True)
+        except OSError as e:
+            raise EvoError(f"cannot start the host-code sandbox: {e}") from None
+        self._request(None)  # the library loaded (or why not)
+
+    def _request(self, req: dict | None) -> tuple[bytes, bytes]:
+        p = self.proc
+        if p is None:
+            raise EvoError("the host-code sandbox is closed")
+        try:
+            if req is not None:
+                os.killpg(p.pid, signal.SIGCONT)
+                p.stdin.write((json.dumps(req) + "\n").encode())
+                p.stdin.flush()
+            status, st, params, message = _read_frame(p.stdout.fileno(), time.monotonic() + self.timeout_s)
+        except TimeoutError:
+            self.close()
+            raise EvoError(f"host code did not answer within {self.timeout_s:.0f} s (hung?); its process was killed") from None
+        except (EOFError, BrokenPipeError, ProcessLookupError, OSError, ValueError) as e:
+            try:
+                code = p.wait(timeout=5)  # a crash closes the pipe a moment before the process is gone
+            except subprocess.TimeoutExpired:
+                code = None
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+            tail = self._stderr_tail()
+            self.close()
+            what = "garbled its reply" if isinstance(e, ValueError) else f"crashed ({how})"
+            raise EvoError(f"host code {what}" + (f": {tail}" if tail else "")) from None
+        try:
+            os.killpg(p.pid, signal.SIGSTOP)  # nothing of it runs between requests:
+            os.waitpid(p.pid, os.WUNTRACED)   # stopped (every thread) before the caller goes on
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        if status:
+            raise EvoError(message or "host code failed")
+        return st, params
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._err.seek(0)
+            lines = [x for x in self._err.read().decode(errors="replace").splitlines() if x.strip()]
+            return lines[-1][:300] if lines else ""
+        except OSError:
+            return ""
+
+    @staticmethod
+    def _struct(raw: bytes) -> EvoHostLaunch:
+        if len(raw) != STRUCT_BYTES:
+            raise EvoError(f"host code sent a {len(raw)}-byte launch struct (expected {STRUCT_BYTES})")
+        return EvoHostLaunch.from_buffer_copy(raw)
+
+    def query(self, problem: Problem, num_sms: int, args: tuple[int, ...] = ()) -> HostGeometry:
+        st, _ = self._request({"op": "query", "shape": problem.key, "sms": num_sms, "args": list(args)})
+        return queried(problem, 0, self._struct(st))
+
+    def params(self, problem: Problem, num_sms: int, args: tuple[int, ...], a: int, b: int, c: int,
+               workspace: int) -> tuple[HostGeometry, ctypes.Array]:
+        st, raw = self._request({"op": "params", "shape": problem.key, "sms": num_sms, "args": list(args),
+                                 "ptrs": [int(a), int(b), int(c), int(workspace)]})
+        return built(problem, 0, self._struct(st), raw)
+
+    def close(self) -> None:
+        p, self.proc = getattr(self, "proc", None), None
+        if p is not None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # its session: threads and any children it started
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+            for f in (p.stdin, p.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        err = getattr(self, "_err", None)
+        if err is not None:
+            err.close()
+            self._err = None
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _context(device: int) -> None:
+    """Make the device's primary context current on this thread: cuTensorMapEncodeTiled (a CUTLASS kernel's TMA
+    descriptors) fails with CUDA_ERROR_INVALID_CONTEXT without one. This process's own context: the worker's
+    allocations, streams and modules are not in it."""
+    try:
+        cu = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    if cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), device) == 0 \
+            and cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0:
+        cu.cuCtxSetCurrent(ctx)
+
+
+def serve(path: str, device: int | None = None) -> int:
+    """The sandbox process: load the library, then answer requests until stdin closes."""
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # the library's prints go to stderr, never into a reply
+    if device is not None:
+        _context(device)
+    try:
+        lib = HostLibrary(path)
+    except EvoError as e:
+        out.write(_frame(1, message=str(e)))
+        return 0
+    out.write(_frame(0))
+    for line in sys.stdin.buffer:
+        try:
+            req = json.loads(line)
+            p = parse_shape(req["shape"])
+            args = tuple(int(x) for x in req["args"])
+            if req["op"] == "query":
+                rc, st = lib.raw_query(p, int(req["sms"]), args)
+                queried(p, rc, st)  # a refusal or a nonsensical geometry: EvoError, its message sent back
+                raw = b""
+            else:
+                rc, st, raw = lib.raw_params(p, int(req["sms"]), args, *(int(x) for x in req["ptrs"]))
+                built(p, rc, st, raw)
+            out.write(_frame(0, ctypes.string_at(ctypes.addressof(st), STRUCT_BYTES), raw))
+        except EvoError as e:
+            out.write(_frame(1, message=str(e)))
+        except (ValueError, KeyError, TypeError) as e:
+            out.write(_frame(1, message=f"bad request: {e}"))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.stderr.write("usage: python -m evo.gpu.host_sandbox LIBRARY.so [DEVICE]\n")
+        raise SystemExit(2)
+    raise SystemExit(serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) == 3 else None))

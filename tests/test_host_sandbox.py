@@ -1,0 +1,157 @@
+"""evo.gpu.host_sandbox: a candidate's host code runs in a process of its own, stopped between requests; what it
+does there (crash, hang, print, threads) costs its candidate only and never runs in the caller (no GPU)."""
+import os
+import re
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA
+from evo.compile import Compiler, host_library
+from evo.config import load_config
+from evo.errors import EvoError
+from evo.gpu.host_launch import HostLibrary
+from evo.gpu.host_sandbox import MAGIC, SandboxedHostLibrary, _frame, _read_frame
+from evo.kernel import KernelSource
+from evo.problem import parse_shape
+
+P = parse_shape("100x200x64")
+
+
+@pytest.fixture(scope="module")
+def hostile_so(tmp_path_factory):
+    cfg = load_config(overrides={"compile": {"cache_dir": str(tmp_path_factory.mktemp("cache"))}})
+    r = Compiler.from_config(cfg.compile).compile(KernelSource.parse((DATA / "hostile_host.cu").read_text()), "sm_90a")
+    assert r.ok, r.error
+    return host_library(r.cubin_path)
+
+
+@pytest.fixture
+def lib(hostile_so):
+    box = SandboxedHostLibrary(hostile_so, timeout_s=5.0)
+    yield box
+    box.close()
+
+
+def state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.nvcc
+def test_sandbox_answers_like_the_library_in_process(lib, hostile_so):
+    here = HostLibrary(hostile_so)
+    assert lib.query(P, 132, (16, 0)) == here.query(P, 132, (16, 0))
+    g, block = lib.params(P, 132, (16, 0), 0x1000, 0x2000, 0x3000, 0)
+    g2, block2 = here.params(P, 132, (16, 0), 0x1000, 0x2000, 0x3000, 0)
+    assert g == g2 and block.raw[:36] == block2.raw[:36] and len(block.raw) == 40  # 4 bytes of padding
+    assert struct.unpack("<QQQiii", block.raw[:36]) == (0x1000, 0x2000, 0x3000, 100, 200, 64)
+    with pytest.raises(EvoError, match="TILE must be"):  # the library's own refusal comes back as its message
+        lib.query(P, 132, (64, 0))
+    # with a device named, the sandbox makes that device's primary context current first (no driver here: skipped)
+    box = SandboxedHostLibrary(hostile_so, device=0)
+    assert box.query(P, 132, (16, 0)) == here.query(P, 132, (16, 0))
+    box.close()
+
+
+@pytest.mark.nvcc
+def test_host_code_runs_in_another_process_stopped_between_requests(lib):
+    with pytest.raises(EvoError, match=r"pid \d+") as e:
+        lib.query(P, 132, (16, 4))
+    pid = int(re.search(r"pid (\d+)", str(e.value)).group(1))
+    assert pid == lib.proc.pid and pid != os.getpid()
+    lib.query(P, 132, (16, 5))  # starts a thread that spins, counting
+    time.sleep(0.2)
+    assert state(pid) == "T"  # stopped: neither the process nor its thread runs between requests
+    with pytest.raises(EvoError, match=r"ticks (\d+)") as e1:
+        lib.query(P, 132, (16, 6))
+    time.sleep(0.5)
+    with pytest.raises(EvoError, match=r"ticks (\d+)") as e2:
+        lib.query(P, 132, (16, 6))
+    t1, t2 = (int(re.search(r"ticks (\d+)", str(x.value)).group(1)) for x in (e1, e2))
+    assert t1 > 0 and t2 >= t1 and state(pid) == "T"
+    lib.close()
+    assert not Path(f"/proc/{pid}").exists() or state(pid) == "Z"
+
+
+@pytest.mark.nvcc
+def test_a_crash_or_a_hang_costs_the_candidate_not_the_caller(hostile_so):
+    box = SandboxedHostLibrary(hostile_so, timeout_s=5.0)
+    with pytest.raises(EvoError, match=r"host code crashed \(killed by signal 11\)"):
+        box.query(P, 132, (16, 1))  # not a crash of this process
+    with pytest.raises(EvoError, match="closed"):
+        box.query(P, 132, (16, 0))
+    box = SandboxedHostLibrary(hostile_so, timeout_s=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(EvoError, match="did not answer within 1 s"):
+        box.query(P, 132, (16, 2))
+    assert time.monotonic() - t0 < 4.0 and box.proc is None
+
+
+@pytest.mark.nvcc
+def test_prints_of_the_host_code_do_not_reach_the_replies(lib):
+    assert lib.query(P, 132, (16, 3)).grid == (13, 7, 1)
+    assert lib.query(P, 132, (16, 0)).grid == (13, 7, 1)
+
+
+def test_a_missing_library_is_one_line(tmp_path):
+    with pytest.raises(EvoError, match="cannot load the host library"):
+        SandboxedHostLibrary(str(tmp_path / "nowhere.so"))
+
+
+def test_replies_are_framed_and_bounded():
+    r, w = os.pipe()
+    os.write(w, _frame(0, b"s" * 8, b"p" * 3, "hi"))
+    assert _read_frame(r, time.monotonic() + 1) == (0, b"s" * 8, b"ppp", "hi")
+    os.write(w, MAGIC + struct.pack("<ii", 0, 1 << 30))  # a struct field of 1 GiB: refused before reading it
+    with pytest.raises(ValueError, match="reply field"):
+        _read_frame(r, time.monotonic() + 1)
+    os.write(w, b"XXXX")
+    with pytest.raises(ValueError, match="garbled"):
+        _read_frame(r, time.monotonic() + 1)
+    with pytest.raises(TimeoutError):
+        _read_frame(r, time.monotonic() + 0.1)
+    os.close(w)
+    with pytest.raises(EOFError):
+        _read_frame(r, time.monotonic() + 1)
+    os.close(r)
+
+
+# ---- GPU: the host-launched families evaluate with their host code in the sandbox (the evaluator's default) ------
+@pytest.fixture(scope="module")
+def gpu(tmp_path_factory):
+    from conftest import gpu_worker_session
+
+    yield from gpu_worker_session(tmp_path_factory.mktemp("gpu"), reps=10)
+
+
+@pytest.mark.gpu
+def test_host_launched_families_evaluate_through_the_sandbox(gpu):
+    """naive_host and a CUTLASS SM90 instance (TMA descriptors encoded by cuTensorMapEncodeTiled in the sandbox,
+    a process with no CUDA context) are correct on off-tile shapes; the hostile library's honest mode too."""
+    from evo.families import load_families
+
+    w, comp, _ = gpu
+    cutlass = next(f for f in load_families(arch=w.info.arch) if f.name == "cutlass_sm90")
+    texts = [(DATA / "naive_host.cu").read_text(), (DATA / "hostile_host.cu").read_text(),
+             cutlass.render(cutlass.instances_for_ci()[0]).text]
+    for text in texts:
+        ks = KernelSource.parse(text)
+        r = comp.compile(ks, w.info.arch)
+        assert r.ok, r.error
+        for shape in ("200x136x72", "1000x1000x1000"):
+            ev = w.call("evaluate", timeout_s=120, problem=parse_shape(shape), source=text, cubin=r.cubin_path, h=ks.hash)
+            assert ev.ok, f"{ks.meta.family} {shape}: {ev.error}"
+
+
+@pytest.mark.gpu
+def test_a_crashing_host_library_costs_its_candidate_not_the_worker(gpu):
+    w, comp, _ = gpu
+    text = (DATA / "hostile_host.cu").read_text().replace("params: {TILE: 16, MODE: 0}", "params: {TILE: 16, MODE: 1}")
+    ks = KernelSource.parse(text)
+    r = comp.compile(ks, w.info.arch)
+    restarts = w.restarts
+    ev = w.call("evaluate", timeout_s=120, problem=parse_shape("200x136x72"), source=text, cubin=r.cubin_path, h=ks.hash)
+    assert not ev.ok and "host code crashed (killed by signal 11)" in ev.error
+    assert w.restarts == restarts  # the worker went on
