@@ -225,12 +225,14 @@ class Search:
         table_hash, table_src = self._published(info) if cfg.search.runoff > 1 else ("", "")
         seeds = ([Proposal(table_src, "seed", (), "the table's kernel for this shape")] if table_src else [])
         seeds += self._rerendered_seed(table_src, fams)
+        if not table_hash and cfg.search.runoff > 1:
+            seeds += self._other_gpus_seeds(info, fams)
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
                 prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape and its rendering from today's "
-                          "template, winners of other shapes) "
+                          "template, or other GPUs' tables' kernels for it; winners of other shapes) "
                           "before proposing anything new")
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
@@ -383,20 +385,37 @@ class Search:
         return [] if new.hash == old.hash else [Proposal(new.text, "seed", (old.hash,),
                                                          "the table's kernel rendered from today's template")]
 
+    def _other_gpus_seeds(self, info: GpuInfo, fams: list[Family]) -> list[Proposal]:
+        """Where this GPU's table has no kernel for the shape: the kernels other GPUs' tables in paths.out publish
+        for it (families that claim this GPU's arch), each as published and as rendered from today's template. A
+        first search on a new GPU starts from what the others found (timed here like any seed)."""
+        out: list[Proposal] = []
+        root = Path(self.cfg.paths.out)
+        for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != info.key) if root.is_dir() else []:
+            h, text = self._published_in(folder)
+            if not text or info.arch not in KernelSource.parse(text).meta.archs:
+                continue
+            out.append(Proposal(text, "seed", (), f"the {folder.name} table's kernel for this shape"))
+            out += self._rerendered_seed(text, fams)
+        return out
+
     def _published(self, info: GpuInfo) -> tuple[str, str]:
         """The kernel the table in paths.out publishes for this shape: (hash, source text), ('', '') if none; the
         text is '' where its file is missing or is not that kernel."""
+        return self._published_in(Path(self.cfg.paths.out) / info.key)
+
+    def _published_in(self, table_dir: Path) -> tuple[str, str]:
         from .export import read_table
 
         try:
-            _, rows = read_table(Path(self.cfg.paths.out) / info.key)
+            _, rows = read_table(table_dir)
         except EvoError:
             return "", ""
         row = next((r for r in rows if r.shape == self.problem.key and r.layout == self.problem.layout and r.hash), None)
         if row is None:
             return "", ""
         try:
-            text = (Path(self.cfg.paths.out) / row.kernel_path).read_text() if row.kernel_path else ""
+            text = (table_dir.parent / row.kernel_path).read_text() if row.kernel_path else ""
             text = text if text and KernelSource.parse(text).hash == row.hash else ""
         except (OSError, EvoError):
             text = ""

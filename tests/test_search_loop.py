@@ -2,6 +2,7 @@
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -297,3 +298,33 @@ def test_the_table_kernel_is_also_timed_as_rendered_from_todays_template(tmp_pat
     store = Store(cfg2.paths.db)
     assert store.evaluated(KernelSource.parse(older).hash, "256x256x256", "TN", "Fake_GPU")
     assert store.evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")  # today's rendering of the same parameters
+
+
+def test_a_gpu_without_a_table_row_starts_from_other_gpus_tables(tmp_path):
+    """A first search on a new GPU times the kernel another GPU's table publishes for the shape (as published and
+    as rendered today), if its family claims this GPU's arch."""
+    s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)
+    out = Path(cfg1.paths.out)
+    (out / "Fake_GPU").rename(out / "Other_GPU")
+    table = out / "Other_GPU" / "table.json"
+    doc = json.loads(table.read_text())
+    for r in doc["rows"]:
+        r["gpu"], r["kernel_path"] = "Other_GPU", r["kernel_path"].replace("Fake_GPU/", "Other_GPU/")
+    table.write_text(json.dumps(doc))
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=1, runoff=3)
+    cfg2.paths.out = cfg1.paths.out
+    text = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg2, out=text, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "timing 1 seed kernels" in text.getvalue()
+    assert Store(cfg2.paths.db).evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")
+    # a kernel whose family does not claim this GPU's arch is not seeded
+    shutil.rmtree(out / "Fake_GPU")  # the table the second search wrote for this GPU
+    kfile = out / doc["rows"][0]["kernel_path"]
+    kfile.write_text(kfile.read_text().replace("archs: [sm_80, sm_90a]", "archs: [sm_80]"))
+    doc["rows"][0]["hash"] = KernelSource.parse(kfile.read_text()).hash
+    table.write_text(json.dumps(doc))
+    cfg3 = make_cfg(tmp_path / "third", max_candidates=1, runoff=3)
+    cfg3.paths.out = cfg1.paths.out
+    text = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg3, out=text, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "seed kernels" not in text.getvalue()
