@@ -155,3 +155,28 @@ def test_a_crashing_host_library_costs_its_candidate_not_the_worker(gpu):
     ev = w.call("evaluate", timeout_s=120, problem=parse_shape("200x136x72"), source=text, cubin=r.cubin_path, h=ks.hash)
     assert not ev.ok and "host code crashed (killed by signal 11)" in ev.error
     assert w.restarts == restarts  # the worker went on
+
+
+@pytest.mark.nvcc
+def test_the_sandbox_dies_with_the_process_that_started_it(hostile_so, tmp_path):
+    """A worker killed (for a timeout) while its sandbox hangs in host code leaves no process behind."""
+    import subprocess
+    import sys
+
+    script = (f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})\n"
+              "from evo.gpu.host_sandbox import SandboxedHostLibrary\n"
+              "from evo.problem import parse_shape\n"
+              f"box = SandboxedHostLibrary({hostile_so!r}, timeout_s=60)\n"
+              "print(box.proc.pid, flush=True)\n"
+              "box.query(parse_shape('100x200x64'), 132, (16, 2))\n")  # hangs in the library
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    time.sleep(0.5)
+    assert Path(f"/proc/{pid}").exists() and state(pid) != "T"  # running (hung), not stopped
+    parent.kill()
+    parent.wait()
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists() or state(pid) == "Z":
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists() or state(pid) == "Z"

@@ -71,10 +71,19 @@ def _read_frame(fd: int, deadline: float) -> tuple[int, bytes, bytes, str]:
     return status, fields[0], fields[1], fields[2].decode(errors="replace")
 
 
+def _die_with_parent() -> None:
+    """In the child before exec: killed when the worker that started it dies (a worker killed for a timeout must
+    not leave a hung library spinning)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 class SandboxedHostLibrary:
     """HostLibrary's interface (query, params), answered by the library loaded in a stopped child process."""
 
-    def __init__(self, path: str, timeout_s: float = 60.0, device: int | None = None):
+    def __init__(self, path: str, timeout_s: float = 30.0, device: int | None = None):
         """device: the CUDA device whose primary context the sandbox makes current (its own, in its own process:
         the driver's tensor-map encoder wants one); None for none (host code that makes no driver call)."""
         self.path = path
@@ -85,8 +94,8 @@ class SandboxedHostLibrary:
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         try:
             argv = [sys.executable, "-m", "evo.gpu.host_sandbox", path] + ([] if device is None else [str(int(device))])
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=self._err, env=env, start_new_session=True)
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=env,
+                                         start_new_session=True, preexec_fn=_die_with_parent)
         except OSError as e:
             raise EvoError(f"cannot start the host-code sandbox: {e}") from None
         self._request(None)  # the library loaded (or why not)
