@@ -180,3 +180,24 @@ def test_the_sandbox_dies_with_the_process_that_started_it(hostile_so, tmp_path)
             break
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists() or state(pid) == "Z"
+
+
+def test_load_kernel_sandboxes_host_code_only_when_asked(monkeypatch):
+    """The evaluator asks (isolate_host: the host_sandbox defence); evo.dispatch and the benchmarks do not."""
+    import sys
+    import types
+
+    import evo.gpu.host_launch as hl
+    import evo.gpu.host_sandbox as hs
+
+    made = []
+    monkeypatch.setattr(hl, "HostLibrary", lambda path: made.append(("here", path)) or types.SimpleNamespace())
+    monkeypatch.setattr(hs, "SandboxedHostLibrary",
+                        lambda path, device=None: made.append(("sandbox", path, device)) or types.SimpleNamespace())
+    monkeypatch.setattr(hl.HostLaunchedKernel, "_set_up", lambda self, *a: None)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 3))))
+    ks = KernelSource.parse((DATA / "naive_host.cu").read_text())
+    hl.load_kernel(ks, "/x/k.cubin", P, 132, 227 * 1024, isolate_host=True)
+    hl.load_kernel(ks, "/x/k.cubin", P, 132, 227 * 1024)
+    assert made == [("sandbox", "/x/k.so", 3), ("here", "/x/k.so")]
