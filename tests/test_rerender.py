@@ -205,3 +205,24 @@ def test_port_leaves_shapes_the_destination_has_and_refuses_its_own_table(tmp_pa
     assert [o.action for o in res] == ["Fake_GPU has its own row"]
     with pytest.raises(EvoError, match="already this GPU's table"):
         rerender(src.parent / "Fake_GPU", cfg_for(TOY), started(), FakeCompiler(tmp_path / "cache"), out=io.StringIO(), port=True)
+
+
+def test_port_takes_the_published_kernel_where_the_rendering_does_not_compile(tmp_path, fast_marker):
+    class Failing(FakeCompiler):
+        def compile(self, ks, arch):
+            if "FAST" in ks.text:
+                from evo.records import CompileResult
+                return CompileResult(ks.hash, arch, False, error="error: today's template breaks here")
+            return super().compile(ks, arch)
+
+    src = make_table(tmp_path, gpu="NVIDIA_H200")
+    out = io.StringIO()
+    res = rerender(src, cfg_for(templates(tmp_path, "FAST")), started(), Failing(tmp_path / "cache"), out=out, port=True)
+    assert [o.action for o in res] == ["ported"] and "the published kernel alone" in out.getvalue()
+    r = read_table(src.parent / "Fake_GPU")[1][0]
+    assert r.hash == read_table(src)[1][0].hash and r.time_us == 20.0
+    # rerendering its own table, a rendering that does not compile leaves the row alone
+    res = rerender(src.parent / "Fake_GPU", cfg_for(tmp_path / "templates"), started(), Failing(tmp_path / "cache2"),
+                   out=io.StringIO())
+    assert res[0].action.startswith("not compiled for sm_90a: error: today's template") and \
+        read_table(src.parent / "Fake_GPU")[1][0].hash == r.hash
