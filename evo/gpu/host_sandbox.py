@@ -71,13 +71,16 @@ def _read_frame(fd: int, deadline: float) -> tuple[int, bytes, bytes, str]:
     return status, fields[0], fields[1], fields[2].decode(errors="replace")
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: killed when the worker that started it dies (a worker killed for a timeout must
-    not leave a hung library spinning)."""
+def _die_with_parent(parent: int) -> None:
+    """In the sandbox, first thing: be killed when the worker that started it dies (a worker killed for a timeout
+    must not leave a hung library spinning). Set here, not in a pre-exec hook: the worker has threads, and code run
+    between fork and exec may deadlock on a lock one of them held. A parent gone before this ran: exit."""
     try:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if parent and os.getppid() != parent:
+        os._exit(0)
 
 
 class SandboxedHostLibrary:
@@ -94,8 +97,9 @@ class SandboxedHostLibrary:
         env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         try:
             argv = [sys.executable, "-m", "evo.gpu.host_sandbox", path] + ([] if device is None else [str(int(device))])
+            argv.insert(3, f"--parent={os.getpid()}")
             self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=env,
-                                         start_new_session=True, preexec_fn=_die_with_parent)
+                                         start_new_session=True)
         except OSError as e:
             raise EvoError(f"cannot start the host-code sandbox: {e}") from None
         self._request(None)  # the library loaded (or why not)
@@ -192,8 +196,9 @@ def _context(device: int) -> None:
         cu.cuCtxSetCurrent(ctx)
 
 
-def serve(path: str, device: int | None = None) -> int:
+def serve(path: str, device: int | None = None, parent: int = 0) -> int:
     """The sandbox process: load the library, then answer requests until stdin closes."""
+    _die_with_parent(parent)
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # the library's prints go to stderr, never into a reply
     if device is not None:
@@ -225,7 +230,9 @@ def serve(path: str, device: int | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
-        sys.stderr.write("usage: python -m evo.gpu.host_sandbox LIBRARY.so [DEVICE]\n")
+    argv = sys.argv[1:]
+    parent = int(argv.pop(0).split("=", 1)[1]) if argv and argv[0].startswith("--parent=") else 0
+    if len(argv) not in (1, 2):
+        sys.stderr.write("usage: python -m evo.gpu.host_sandbox [--parent=PID] LIBRARY.so [DEVICE]\n")
         raise SystemExit(2)
-    raise SystemExit(serve(sys.argv[1], int(sys.argv[2]) if len(sys.argv) == 3 else None))
+    raise SystemExit(serve(argv[0], int(argv[1]) if len(argv) == 2 else None, parent))
