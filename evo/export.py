@@ -117,44 +117,50 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
     h = best["hash"] if best is not None else ""
     if best is not None:
         base.update({k: v for k, v in json.loads(conf["baselines"]).items() if k in LIBRARIES})
-    libs = {k: v for k, v in base.items() if k in LIBRARIES and v > 0}
-    best_lib = min(libs, key=libs.get) if libs else ""
-    best_lib_us = libs.get(best_lib, 0.0)
     evo_spread = float(conf["spread"] or 0.0) if best is not None else 0.0
-    lib_spread = float(spreads.get(best_lib, 0.0) or 0.0)
-    band = noise.band(evo_spread, lib_spread, floor=noise_floor() if floor is None else floor)
-    verdict = noise.verdict(best_lib_us, time_us, band) if best is not None else ""
-    evo_wins = best is not None and (not best_lib_us or verdict == "win")
-    rel_dir = Path(gpu) / problem.layout
-    kernel_path = ""
-    if best is not None:
-        kernel_path = str(rel_dir / f"{problem.key}.cu")
+    kernel_path = str(Path(gpu) / problem.layout / f"{problem.key}.cu") if best is not None else ""
     roof = problem.roofline_us(*ceilings) if ceilings else 0.0
     ds = datasheet(gpu)
     ds_roof = problem.roofline_us(ds.peak_tflops_fp16_dense, ds.dram_gbs) if ds else 0.0
-    shown = time_us if evo_wins else best_lib_us
-    sp = lambda lib: (libs[lib] / time_us) if time_us and lib in libs else 0.0  # noqa: E731
     row = TableRow(
         gpu=gpu, shape=problem.key, layout=problem.layout, m=problem.m, n=problem.n, k=problem.k,
-        winner="evo" if evo_wins else best_lib, family=best["family"] if best else "", hash=h,
-        kernel_path=kernel_path, time_us=round(time_us, 3), tflops=round(problem.tflops(time_us), 2) if time_us else 0.0,
-        cublas_us=libs.get("cublas", 0.0), cublaslt_heuristic_us=libs.get("cublaslt_heuristic", 0.0),
-        cublaslt_autotune_us=libs.get("cublaslt_autotune", 0.0),
-        speedup_cublas=round(sp("cublas"), 4), speedup_cublaslt_heuristic=round(sp("cublaslt_heuristic"), 4),
-        speedup_cublaslt_autotune=round(sp("cublaslt_autotune"), 4),
-        speedup_best_library=round(best_lib_us / time_us, 4) if time_us and best_lib_us else 0.0,
-        best_library=best_lib, roofline_us=round(roof, 3),
-        pct_of_roofline=round(100.0 * roof / shown, 1) if roof and shown else 0.0,
+        family=best["family"] if best else "", hash=h, kernel_path=kernel_path,
+        **timed_fields(problem, time_us, evo_spread, base, spreads, noise_floor() if floor is None else floor, roof, ds_roof),
         timing_source=source, lineage=" <- ".join(lineage(store, h)) if h else "",
         cuda=best["cuda"] if best else "", driver=best["driver"] if best else "",
-        date=time.strftime("%Y-%m-%d", time.gmtime()),
-        spread=round(evo_spread, 4), best_library_spread=round(lib_spread, 4), noise_band=round(band, 4),
-        verdict=verdict, library_algorithms=algos, datasheet_roof_us=round(ds_roof, 3),
-        pct_of_datasheet_roof=round(100.0 * ds_roof / shown, 1) if ds_roof and shown else 0.0,
+        date=time.strftime("%Y-%m-%d", time.gmtime()), library_algorithms=algos,
     )
     if best is not None and (write or not (out_dir / kernel_path).is_file()):
         write_kernel_files(store, problem, row, out_dir, best)
     return row
+
+
+def timed_fields(problem: Problem, time_us: float, spread: float, libs: dict[str, float], lib_spreads: dict[str, float],
+                 floor: float, roofline_us: float = 0.0, datasheet_roof_us: float = 0.0) -> dict:
+    """A row's fields that follow from one side-by-side window: evo's time (0: no evo kernel) and spread, each
+    library's time and spread; the speedups, the best library, the noise band (evo.noise.band), the verdict and the
+    winner (evo only beyond the band), and the percentages of the two rooflines for the winner's time."""
+    libs = {k: v for k, v in libs.items() if k in LIBRARIES and v > 0}
+    best_lib = min(libs, key=libs.get) if libs else ""
+    best_lib_us = libs.get(best_lib, 0.0)
+    lib_spread = float(lib_spreads.get(best_lib, 0.0) or 0.0)
+    band = noise.band(spread, lib_spread, floor=floor)
+    verdict = noise.verdict(best_lib_us, time_us, band) if time_us else ""
+    evo_wins = bool(time_us) and (not best_lib_us or verdict == "win")
+    shown = time_us if evo_wins else best_lib_us
+    sp = lambda lib: round(libs[lib] / time_us, 4) if time_us and lib in libs else 0.0  # noqa: E731
+    return dict(
+        winner="evo" if evo_wins else best_lib, time_us=round(time_us, 3),
+        tflops=round(problem.tflops(time_us), 2) if time_us else 0.0,
+        cublas_us=libs.get("cublas", 0.0), cublaslt_heuristic_us=libs.get("cublaslt_heuristic", 0.0),
+        cublaslt_autotune_us=libs.get("cublaslt_autotune", 0.0), speedup_cublas=sp("cublas"),
+        speedup_cublaslt_heuristic=sp("cublaslt_heuristic"), speedup_cublaslt_autotune=sp("cublaslt_autotune"),
+        speedup_best_library=round(best_lib_us / time_us, 4) if time_us and best_lib_us else 0.0, best_library=best_lib,
+        roofline_us=round(roofline_us, 3), pct_of_roofline=round(100.0 * roofline_us / shown, 1) if roofline_us and shown else 0.0,
+        spread=round(spread, 4), best_library_spread=round(lib_spread, 4), noise_band=round(band, 4), verdict=verdict,
+        datasheet_roof_us=round(datasheet_roof_us, 3),
+        pct_of_datasheet_roof=round(100.0 * datasheet_roof_us / shown, 1) if datasheet_roof_us and shown else 0.0,
+    )
 
 
 def write_kernel_files(store: Store | None, problem: Problem, row: TableRow, out_dir: Path, best=None,
@@ -317,6 +323,19 @@ def _table_row(d: dict) -> TableRow:
     for k in missing:  # an older table: absent text columns are empty, numbers 0
         kw[k] = "" if fields[k].type in ("str", str) else 0
     return TableRow(**kw)
+
+
+def published_kernel(out_dir: str | Path, row: TableRow) -> KernelSource:
+    """The kernel a table row publishes (its file under the table folder `out_dir`, e.g. kernels_out); EvoError
+    with one line where the file is missing or unreadable or is not the kernel the row names (its hash)."""
+    path = Path(out_dir) / row.kernel_path
+    try:
+        ks = KernelSource.parse(path.read_text()) if row.kernel_path else None
+    except (OSError, EvoError) as e:
+        raise EvoError(f"kernel file {path} unreadable: {str(e).splitlines()[0]}") from None
+    if ks is None or ks.hash != row.hash:
+        raise EvoError(f"{path} is not the row's kernel {row.hash[:10]}" if ks else f"row {row.shape} names no kernel file")
+    return ks
 
 
 def read_table(table_dir: str | Path) -> tuple[dict, list[TableRow]]:

@@ -32,7 +32,9 @@ from typing import TextIO
 
 from . import noise
 from .errors import EvoError, cli_entry
-from .export import TableRow, read_table, refresh_table, write_kernel_files, write_table
+from .datasheet import datasheet
+from .export import (TableRow, published_kernel, read_table, refresh_table, timed_fields, write_kernel_files,
+                     write_table)
 from .kernel import KernelSource
 from .ltgemm import algorithm_from_detail
 from .problem import parse_shape
@@ -72,9 +74,9 @@ def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] |
         if not r.hash or not r.kernel_path or (shapes and r.shape not in shapes):
             continue
         try:
-            old = KernelSource.parse((table_dir.parent / r.kernel_path).read_text())
-        except (OSError, EvoError) as e:
-            out.append(Rendering(r, None, None, f"kernel file unreadable: {str(e).splitlines()[0]}"))  # type: ignore[arg-type]
+            old = published_kernel(table_dir.parent, r)
+        except EvoError as e:
+            out.append(Rendering(r, None, None, str(e)))  # type: ignore[arg-type]
             continue
         try:
             new = rerendered(old, fams, parse_shape(r.shape, r.layout))
@@ -92,27 +94,23 @@ def decide(old_us: float, old_spread: float, new_us: float, new_spread: float, f
     return (new_us > 0 and old_us > 0 and new_us * (1.0 + band) < old_us), band
 
 
-def updated_row(row: TableRow, new: KernelSource, t: dict, gpu_info, floor: float, source: str = "rerender") -> TableRow:
-    """The row with the new kernel and this window's times (t: name -> BaselineResult, the new kernel under "new")."""
+def updated_row(row: TableRow, new: KernelSource, t: dict, gpu_info, floor: float, source: str = "rerender",
+                roofline_us: float | None = None) -> TableRow:
+    """The row with the new kernel and this window's times (t: name -> BaselineResult, the new kernel under "new"):
+    speedups, band, verdict and winner as an export computes them (evo.export.timed_fields)."""
     p = parse_shape(row.shape, row.layout)
     mine = t["new"]
-    libs = {lib: t[lib].time_us for lib in LIBRARIES if lib in t and t[lib].time_us > 0}
-    best_lib = min(libs, key=libs.get) if libs else row.best_library
-    best_lib_us = libs.get(best_lib, 0.0)
-    lib_spread = t[best_lib].spread if best_lib in t else 0.0
-    sp = lambda lib: round(libs[lib] / mine.time_us, 4) if lib in libs else 0.0  # noqa: E731
+    libs = {k: b.time_us for k, b in t.items() if k in LIBRARIES}
+    ds = datasheet(gpu_info.key)
     algos = {k: a for k in libs if k.startswith("cublaslt") for a in [algorithm_from_detail(t[k].detail)] if a}
     return replace(
-        row, hash=new.hash, family=new.meta.family, time_us=round(mine.time_us, 3), tflops=round(p.tflops(mine.time_us), 2),
-        cublas_us=libs.get("cublas", 0.0), cublaslt_heuristic_us=libs.get("cublaslt_heuristic", 0.0),
-        cublaslt_autotune_us=libs.get("cublaslt_autotune", 0.0), speedup_cublas=sp("cublas"),
-        speedup_cublaslt_heuristic=sp("cublaslt_heuristic"), speedup_cublaslt_autotune=sp("cublaslt_autotune"),
-        speedup_best_library=round(best_lib_us / mine.time_us, 4) if best_lib_us else 0.0, best_library=best_lib,
+        row, gpu=gpu_info.key, hash=new.hash, family=new.meta.family,
+        **timed_fields(p, mine.time_us, mine.spread, libs, {k: t[k].spread for k in libs}, floor,
+                       row.roofline_us if roofline_us is None else roofline_us,
+                       p.roofline_us(ds.peak_tflops_fp16_dense, ds.dram_gbs) if ds else 0.0),
         timing_source=source, lineage=f"{new.hash[:10]}({source}) <- {row.lineage}".strip(" <-"),
         cuda=gpu_info.cuda_runtime, driver=gpu_info.driver, date=time.strftime("%Y-%m-%d", time.gmtime()),
-        spread=round(mine.spread, 4), best_library_spread=round(lib_spread, 4),
-        noise_band=round(noise.band(mine.spread, lib_spread, floor=floor), 4),
-        library_algorithms=algos or row.library_algorithms, verdict="",
+        library_algorithms=algos or row.library_algorithms,
     )
 
 
@@ -208,11 +206,11 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
             o.action = "ported" + (" (as published)" if pick == "old" else "")
             o.new_us = o.new_us or t[pick].time_us
             chosen = it.old if pick == "old" else it.new
-            base = replace(it.row, gpu=info.key, kernel_path=f"{info.key}/{it.row.layout}/{p.key}.cu",
-                           roofline_us=round(p.roofline_us(doc["ceilings"]["peak_tflops"], doc["ceilings"]["bw_gbs"]), 3)
-                           if doc.get("ceilings") else 0.0,
+            base = replace(it.row, kernel_path=f"{info.key}/{it.row.layout}/{p.key}.cu",
                            lineage=f"{doc_gpu(table_dir)}: {it.row.lineage}")
-            row = updated_row(base, chosen, {**t, "new": t[pick]}, info, floor, source="port")
+            c = doc.get("ceilings") or {}
+            roof = p.roofline_us(c["peak_tflops"], c["bw_gbs"]) if c.get("peak_tflops") and c.get("bw_gbs") else 0.0
+            row = updated_row(base, chosen, {**t, "new": t[pick]}, info, floor, source="port", roofline_us=roof)
             what = ("published = rendered " if it.new.hash == it.old.hash else f"published {o.old_us:.2f} us, rendered ") \
                 + (f"{t['new'].time_us:.2f} us" if "new" in t else "failed")
             print(f"{head}: {what}, best library {o.best_library_us:.2f} us: {o.action}", file=out, flush=True)

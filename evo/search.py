@@ -405,7 +405,7 @@ class Search:
         return self._published_in(Path(self.cfg.paths.out) / info.key)
 
     def _published_in(self, table_dir: Path) -> tuple[str, str]:
-        from .export import read_table
+        from .export import published_kernel, read_table
 
         try:
             _, rows = read_table(table_dir)
@@ -415,9 +415,8 @@ class Search:
         if row is None:
             return "", ""
         try:
-            text = (table_dir.parent / row.kernel_path).read_text() if row.kernel_path else ""
-            text = text if text and KernelSource.parse(text).hash == row.hash else ""
-        except (OSError, EvoError):
+            text = published_kernel(table_dir.parent, row).text
+        except EvoError:
             text = ""
         return row.hash, text
 

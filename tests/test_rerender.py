@@ -12,6 +12,7 @@ from evo.config import load_config
 from evo.errors import EvoError
 from evo.export import TableRow, read_table, write_table
 from evo.families import load_families
+from evo.kernel import KernelSource
 from evo.problem import parse_shape
 from evo.records import BaselineResult
 from evo.rerender import decide, plan, rerender, summary
@@ -75,15 +76,34 @@ def test_plan_lists_rows_whose_rendering_differs(tmp_path):
     assert items[0].new.meta.params == items[0].old.meta.params
 
 
+def publish(table: Path, text: str) -> None:
+    """Rewrite the one row's kernel file with this text, and the row's hash with it (as an export would)."""
+    doc, rows = read_table(table)
+    (table.parent / rows[0].kernel_path).write_text(text)
+    rows[0].hash = KernelSource.parse(text).hash
+    write_table(table, doc, rows)
+
+
 def test_plan_drops_a_removed_switch_at_zero_but_not_a_set_one(tmp_path):
     table = make_table(tmp_path)
     kpath = table.parent / read_table(table)[1][0].kernel_path
-    kpath.write_text(kpath.read_text().replace("params: {", "params: {GONE: 0, ", 1))
+    publish(table, kpath.read_text().replace("params: {", "params: {GONE: 0, ", 1))
     _, items = plan(table, templates(tmp_path, "FAST"))
     assert items[0].note == "" and "GONE" not in items[0].new.meta.params
-    kpath.write_text(kpath.read_text().replace("GONE: 0", "GONE: 2", 1))
+    publish(table, kpath.read_text().replace("GONE: 0", "GONE: 2", 1))
     _, items = plan(table, tmp_path / "templates")
     assert items[0].new is None and "no parameter GONE" in items[0].note
+
+
+def test_plan_skips_a_row_whose_file_is_not_its_kernel(tmp_path):
+    table = make_table(tmp_path)
+    kpath = table.parent / read_table(table)[1][0].kernel_path
+    kpath.write_text(kpath.read_text().replace("float acc = 0.f;", "float acc = 0.f; acc += 0.f;"))
+    _, items = plan(table, templates(tmp_path, "FAST"))
+    assert items[0].new is None and "is not the row's kernel" in items[0].note
+    kpath.unlink()
+    _, items = plan(table, tmp_path / "templates")
+    assert items[0].new is None and "unreadable" in items[0].note
 
 
 def test_decide_needs_a_win_beyond_the_band():
