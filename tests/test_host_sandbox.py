@@ -102,9 +102,9 @@ def test_a_missing_library_is_one_line(tmp_path):
 
 def test_replies_are_framed_and_bounded():
     r, w = os.pipe()
-    os.write(w, _frame(0, b"s" * 8, b"p" * 3, "hi"))
-    assert _read_frame(r, time.monotonic() + 1) == (0, b"s" * 8, b"ppp", "hi")
-    os.write(w, MAGIC + struct.pack("<ii", 0, 1 << 30))  # a struct field of 1 GiB: refused before reading it
+    os.write(w, _frame(0, 7, b"s" * 8, b"p" * 3, "hi"))
+    assert _read_frame(r, time.monotonic() + 1) == (0, 7, b"s" * 8, b"ppp", "hi")
+    os.write(w, MAGIC + struct.pack("<iii", 0, 0, 1 << 30))  # a struct field of 1 GiB: refused before reading it
     with pytest.raises(ValueError, match="reply field"):
         _read_frame(r, time.monotonic() + 1)
     os.write(w, b"XXXX")

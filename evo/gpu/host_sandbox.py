@@ -14,8 +14,10 @@ the worker. What it leaves running on the GPU from its own context while stopped
 process is killed when the kernel is closed) and slows every contender of an interleaved window alike.
 
 Protocol: one JSON line per request on the child's stdin; each reply on the child's original stdout (its fd 1 is
-pointed at stderr first, so the library's own prints cannot reach it): ``EVOH`` + status (0 ok, 1 error) + three
-length-prefixed fields (the struct, the parameter block, a message), little-endian int32 lengths.
+pointed at stderr first, so the library's own prints cannot reach it): ``EVOH`` + status (0: the library answered,
+1: it could not be loaded or the request was bad) + the library's return code + three length-prefixed fields (the
+struct, the parameter block, a message), little-endian int32s. The sandbox forwards the answer unchecked; the worker
+checks it exactly as an in-process one.
 """
 from __future__ import annotations
 
@@ -40,9 +42,10 @@ MAX_MESSAGE = 4096
 STRUCT_BYTES = ctypes.sizeof(EvoHostLaunch)
 
 
-def _frame(status: int, struct_bytes: bytes = b"", params: bytes = b"", message: str = "") -> bytes:
+def _frame(status: int, rc: int = 0, struct_bytes: bytes = b"", params: bytes = b"", message: str = "") -> bytes:
     msg = message.encode(errors="replace")[:MAX_MESSAGE]
-    return (MAGIC + struct.pack("<i", status) + b"".join(struct.pack("<i", len(x)) + x for x in (struct_bytes, params, msg)))
+    return (MAGIC + struct.pack("<ii", status, rc)
+            + b"".join(struct.pack("<i", len(x)) + x for x in (struct_bytes, params, msg)))
 
 
 def _read_exact(fd: int, n: int, deadline: float) -> bytes:
@@ -58,17 +61,17 @@ def _read_exact(fd: int, n: int, deadline: float) -> bytes:
     return buf
 
 
-def _read_frame(fd: int, deadline: float) -> tuple[int, bytes, bytes, str]:
+def _read_frame(fd: int, deadline: float) -> tuple[int, int, bytes, bytes, str]:
     if _read_exact(fd, 4, deadline) != MAGIC:
         raise ValueError("garbled reply")
-    status = struct.unpack("<i", _read_exact(fd, 4, deadline))[0]
+    status, rc = struct.unpack("<ii", _read_exact(fd, 8, deadline))
     fields = []
     for cap in (STRUCT_BYTES, PARAMS_CAP, MAX_MESSAGE):
         n = struct.unpack("<i", _read_exact(fd, 4, deadline))[0]
         if not 0 <= n <= cap:
             raise ValueError(f"a reply field of {n} bytes")
         fields.append(_read_exact(fd, n, deadline) if n else b"")
-    return status, fields[0], fields[1], fields[2].decode(errors="replace")
+    return status, rc, fields[0], fields[1], fields[2].decode(errors="replace")
 
 
 def _die_with_parent(parent: int) -> None:
@@ -104,7 +107,7 @@ class SandboxedHostLibrary:
             raise EvoError(f"cannot start the host-code sandbox: {e}") from None
         self._request(None)  # the library loaded (or why not)
 
-    def _request(self, req: dict | None) -> tuple[bytes, bytes]:
+    def _request(self, req: dict | None) -> tuple[int, bytes, bytes]:
         p = self.proc
         if p is None:
             raise EvoError("the host-code sandbox is closed")
@@ -113,7 +116,7 @@ class SandboxedHostLibrary:
                 os.killpg(p.pid, signal.SIGCONT)
                 p.stdin.write((json.dumps(req) + "\n").encode())
                 p.stdin.flush()
-            status, st, params, message = _read_frame(p.stdout.fileno(), time.monotonic() + self.timeout_s)
+            status, rc, st, params, message = _read_frame(p.stdout.fileno(), time.monotonic() + self.timeout_s)
         except TimeoutError:
             self.close()
             raise EvoError(f"host code did not answer within {self.timeout_s:.0f} s (hung?); its process was killed") from None
@@ -134,7 +137,7 @@ class SandboxedHostLibrary:
             pass
         if status:
             raise EvoError(message or "host code failed")
-        return st, params
+        return rc, st, params
 
     def _stderr_tail(self) -> str:
         try:
@@ -151,14 +154,14 @@ class SandboxedHostLibrary:
         return EvoHostLaunch.from_buffer_copy(raw)
 
     def query(self, problem: Problem, num_sms: int, args: tuple[int, ...] = ()) -> HostGeometry:
-        st, _ = self._request({"op": "query", "shape": problem.key, "sms": num_sms, "args": list(args)})
-        return queried(problem, 0, self._struct(st))
+        rc, st, _ = self._request({"op": "query", "shape": problem.key, "sms": num_sms, "args": list(args)})
+        return queried(problem, rc, self._struct(st))
 
     def params(self, problem: Problem, num_sms: int, args: tuple[int, ...], a: int, b: int, c: int,
                workspace: int) -> tuple[HostGeometry, ctypes.Array]:
-        st, raw = self._request({"op": "params", "shape": problem.key, "sms": num_sms, "args": list(args),
-                                 "ptrs": [int(a), int(b), int(c), int(workspace)]})
-        return built(problem, 0, self._struct(st), raw)
+        rc, st, raw = self._request({"op": "params", "shape": problem.key, "sms": num_sms, "args": list(args),
+                                     "ptrs": [int(a), int(b), int(c), int(workspace)]})
+        return built(problem, rc, self._struct(st), raw)
 
     def close(self) -> None:
         p, self.proc = getattr(self, "proc", None), None
@@ -215,15 +218,11 @@ def serve(path: str, device: int | None = None, parent: int = 0) -> int:
             p = parse_shape(req["shape"])
             args = tuple(int(x) for x in req["args"])
             if req["op"] == "query":
-                rc, st = lib.raw_query(p, int(req["sms"]), args)
-                queried(p, rc, st)  # a refusal or a nonsensical geometry: EvoError, its message sent back
-                raw = b""
+                (rc, st), raw = lib.raw_query(p, int(req["sms"]), args), b""
             else:
                 rc, st, raw = lib.raw_params(p, int(req["sms"]), args, *(int(x) for x in req["ptrs"]))
-                built(p, rc, st, raw)
-            out.write(_frame(0, ctypes.string_at(ctypes.addressof(st), STRUCT_BYTES), raw))
-        except EvoError as e:
-            out.write(_frame(1, message=str(e)))
+            # as the library answered: the caller checks it (host_launch.queried / built), as it would in-process
+            out.write(_frame(0, rc, ctypes.string_at(ctypes.addressof(st), STRUCT_BYTES), raw))
         except (ValueError, KeyError, TypeError) as e:
             out.write(_frame(1, message=f"bad request: {e}"))
     return 0
