@@ -352,7 +352,7 @@ def read_table(table_dir: str | Path) -> tuple[dict, list[TableRow]]:
 
 def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[TableRow]:
     """Recompute a table's derived columns from its own numbers (no archive needed): noise band (from the spreads
-    it carries, else the floor), verdict, winner, datasheet roof; rewrite table.csv/json and kernels_out/README.md."""
+    it carries, else the floor), verdict, winner, the shares of both rooflines; rewrite table.csv/json and kernels_out/README.md."""
     floor = noise_floor() if floor is None else floor
     table_dir = Path(table_dir)
     doc, rows = read_table(table_dir)
@@ -368,6 +368,7 @@ def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[Tab
             r.verdict = noise.verdict(best_lib_us, r.time_us, r.noise_band) if best_lib_us else "win"
             r.winner = "evo" if r.verdict == "win" else best_lib
         shown = r.time_us if r.winner == "evo" else best_lib_us
+        r.pct_of_roofline = round(100.0 * r.roofline_us / shown, 1) if r.roofline_us and shown else 0.0
         if ds:
             r.datasheet_roof_us = round(p.roofline_us(ds.peak_tflops_fp16_dense, ds.dram_gbs), 3)
             r.pct_of_datasheet_roof = round(100.0 * r.datasheet_roof_us / shown, 1) if shown else 0.0

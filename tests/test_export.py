@@ -89,6 +89,8 @@ def test_refresh_recomputes_verdicts_from_the_table_alone(tmp_path, capsys):
     by = {r.shape: r for r in rows}
     assert by["128x16384x4096"].verdict == "tie" and by["128x16384x4096"].winner == "cublas"
     assert by["1x4096x4096"].winner == "evo" and by["1x4096x4096"].pct_of_datasheet_roof > 0
+    r = by["1x4096x4096"]  # the share of the measured roofline follows the winner's time
+    assert r.pct_of_roofline == round(100.0 * r.roofline_us / r.time_us, 1)
     # without spreads every band is the 2 % floor: a row is a win exactly when evo leads by more than that
     wins = sum(1 for r in doc["rows"] if r["hash"] and r["speedup_best_library"] > 1.02)
     assert wins >= 2 and sum(r.winner == "evo" for r in rows) == wins
