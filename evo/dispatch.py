@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +47,7 @@ from .config import DispatchConfig
 from .decisions import METHOD, Decision, Decisions, key as decision_key
 from .errors import EvoError, NoGpuError
 from .kernel import KernelSource
-from .problem import Problem
+from .problem import Problem, log_distance
 
 Fn = Callable[[Any, Any, Any], None]
 
@@ -114,10 +113,6 @@ def _validate_slow(a: Any, b: Any) -> tuple[int, int, int]:
     if k != k2:
         raise ValueError(f"matmul: K differs: A is [M, K] = {list(a.shape)}, B is [N, K] = {list(b.shape)} (C = A·Bᵀ)")
     return int(m), int(n), int(k)
-
-
-def log_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
-    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))
 
 
 def row_band(row: dict, floor: float) -> float:

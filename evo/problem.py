@@ -96,6 +96,11 @@ def arch_for_cc(major: int, minor: int) -> str:
     return f"sm_{major}{minor}"
 
 
+def log_distance(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """How far apart two shapes (M, N, K) are: the Euclidean distance of their (log2 M, log2 N, log2 K)."""
+    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in zip(a, b)))
+
+
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 

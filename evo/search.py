@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import random
 import sys
 import time
@@ -18,7 +19,7 @@ from .families import Family, load_families, rerendered
 from .gpu.device import COMPILE_ONLY_HINT, require_gpu
 from .gpu.worker import GpuWorker, WorkerFault
 from .kernel import KernelSource
-from .problem import GpuInfo, Problem, parse_shape
+from .problem import GpuInfo, Problem, log_distance, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.mutate import MutateProposer
@@ -228,11 +229,13 @@ class Search:
         if not table_hash and cfg.search.runoff > 1:
             seeds += self._other_gpus_seeds(info, fams)
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
+        if not table_hash:
+            seeds += self._table_neighbour_seeds(info, fams, cfg.search.seed_winners - len(self.seed_sources))
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
                 prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape and its rendering from today's "
-                          "template, or other GPUs' tables' kernels for it; winners of other shapes) "
+                          "template, or other GPUs' tables' kernels for it; winners of the nearest other shapes) "
                           "before proposing anything new")
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
@@ -397,6 +400,51 @@ class Search:
                 continue
             out.append(Proposal(text, "seed", (), f"the {folder.name} table's kernel for this shape"))
             out += self._rerendered_seed(text, fams)
+        return out
+
+    def _table_neighbour_seeds(self, info: GpuInfo, fams: list[Family], limit: int) -> list[Proposal]:
+        """Where this GPU's table has no kernel for the shape: the kernels the table publishes for the nearest other
+        shapes (log-distance of M, N, K; other GPUs' tables where this GPU has none), rendered from today's template
+        for this shape, that accept it, at most `limit`. A search of a shape no sweep has seen starts from what the
+        sweeps found for its neighbours, as the dispatcher serves it (evo.dispatch); families outside the search's
+        are left out."""
+        from .export import published_kernel, read_table
+
+        if limit <= 0:
+            return []
+        p, names = self.problem, {f.name for f in fams}
+        root = Path(self.cfg.paths.out)
+        folders = [d for d in sorted(root.iterdir()) if d.is_dir()] if root.is_dir() else []
+        own = [d for d in folders if d.name == info.key]
+        near = []
+        for folder in own or folders:
+            try:
+                _, rows = read_table(folder)
+            except EvoError:
+                continue
+            near += [(log_distance((p.m, p.n, p.k), (r.m, r.n, r.k)), r.shape, folder, r) for r in rows
+                     if r.hash and r.family in names and r.layout == p.layout and r.shape != p.key]
+        out: list[Proposal] = []
+        seen: set[str] = set()
+        for _, shape, folder, row in sorted(near, key=lambda t: t[:2]):
+            if len(out) >= limit:
+                break
+            try:
+                ks = published_kernel(folder.parent, row)
+            except EvoError:
+                continue
+            if info.arch not in ks.meta.archs:
+                continue
+            with contextlib.suppress(EvoError):  # else as published (a family that compiles the shape in refuses it below)
+                ks = rerendered(ks, fams, p)  # today's template, with this shape's constants where the family compiles them in
+            try:
+                if ks.hash in seen or not ks.accepts(p, info.sm_count):
+                    continue
+                ks.launch(p, info.sm_count)
+            except (EvoError, ValueError, ZeroDivisionError, TypeError):
+                continue
+            seen.add(ks.hash)
+            out.append(Proposal(ks.text, "seed", (), f"the {folder.name} table's kernel for {shape}, the nearest shapes first"))
         return out
 
     def _published(self, info: GpuInfo) -> tuple[str, str]:

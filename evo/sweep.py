@@ -32,7 +32,7 @@ from .errors import EvoError, NoGpuError, cli_entry
 from .export import LIBRARIES, export_table
 from .kernel import KernelSource
 from .prior import GpuSpec
-from .problem import GpuInfo, Problem
+from .problem import GpuInfo, Problem, log_distance
 from .shapes import load_shapes
 from .space import Enumerations
 from .store import Store
@@ -110,10 +110,6 @@ class SweepLog:
 
 # --- compile once, time everywhere ------------------------------------------------------------------------
 
-def log_distance(a: Problem, b: Problem) -> float:
-    return math.sqrt(sum((math.log2(x) - math.log2(y)) ** 2 for x, y in ((a.m, b.m), (a.n, b.n), (a.k, b.k))))
-
-
 def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms: int, limit: int) -> list[str]:
     """Winners of the searched shapes nearest to `problem` (log-space of M, N, K) on this GPU that accept it."""
     if limit <= 0:
@@ -123,7 +119,7 @@ def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms
     winners = []
     for shape, h, _ in store.rows(q, (gpu, problem.layout, problem.key)):
         m, n, k = (int(x) for x in shape.split("x"))
-        winners.append((log_distance(problem, Problem(m, n, k, problem.layout)), shape, h))
+        winners.append((log_distance((problem.m, problem.n, problem.k), (m, n, k)), shape, h))
     winners.sort()
     out: list[str] = []
     seen: set[str] = set()

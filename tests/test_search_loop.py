@@ -328,3 +328,30 @@ def test_a_gpu_without_a_table_row_starts_from_other_gpus_tables(tmp_path):
     text = io.StringIO()
     Search(parse_shape("256x256x256"), cfg3, out=text, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
     assert "seed kernels" not in text.getvalue()
+
+
+def test_a_shape_the_table_lacks_starts_from_its_nearest_rows(tmp_path):
+    """A search of a shape no table row has times first the kernels the table publishes for the nearest other shapes
+    (rendered for this shape), at most search.seed_winners, and only of the search's families."""
+    s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)  # the table now publishes 256x256x256's best
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=1)
+    cfg2.paths.out = cfg1.paths.out
+    out = io.StringIO()
+    Search(parse_shape("512x256x256"), cfg2, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "timing 1 seed kernels" in out.getvalue() and "winners of the nearest other shapes" in out.getvalue()
+    assert Store(cfg2.paths.db).evaluated(s1.best_hash, "512x256x256", "TN", "Fake_GPU")
+    cfg3 = make_cfg(tmp_path / "third", max_candidates=1, seed_winners=0)  # (a shape neither search has seen)
+    cfg3.paths.out = cfg1.paths.out
+    out = io.StringIO()
+    Search(parse_shape("256x256x512"), cfg3, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "seed kernels" not in out.getvalue()
+    table = Path(cfg1.paths.out) / "Fake_GPU" / "table.json"
+    doc = json.loads(table.read_text())
+    for r in doc["rows"]:
+        r["family"] = "retired"  # a family the search does not run
+    table.write_text(json.dumps(doc))
+    cfg4 = make_cfg(tmp_path / "fourth", max_candidates=1)
+    cfg4.paths.out = cfg1.paths.out
+    out = io.StringIO()
+    Search(parse_shape("256x512x256"), cfg4, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "seed kernels" not in out.getvalue()
