@@ -97,6 +97,7 @@ class Search:
         enumerations: evo.space.Enumerations shared by a sweep's searches (each family's space enumerated once)."""
         self.enumerations = enumerations
         self.seed_sources = list(seed_sources or [])
+        self.neighbour_seeds: list[str] = []  # kernels of other shapes this run timed first (seed_sources, the table's nearest rows)
         self.shared_worker = worker
         self.problem = problem
         self.cfg = cfg
@@ -228,9 +229,11 @@ class Search:
         seeds += self._rerendered_seed(table_src, fams)
         if not table_hash and cfg.search.runoff > 1:
             seeds += self._other_gpus_seeds(info, fams)
-        seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
+        neighbours = [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if not table_hash:
-            seeds += self._table_neighbour_seeds(info, fams, cfg.search.seed_winners - len(self.seed_sources))
+            neighbours += self._table_neighbour_seeds(info, fams, cfg.search.seed_winners - len(self.seed_sources))
+        self.neighbour_seeds = [x.source for x in neighbours]
+        seeds += neighbours
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:

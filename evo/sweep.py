@@ -65,7 +65,7 @@ class ShapeResult:
     best_us: float = 0.0
     winner: str = ""  # "evo" or the fastest library
     best_lib_us: float = 0.0
-    seeds_offered: int = 0  # winners of other shapes timed first
+    seeds_offered: int = 0  # kernels of other shapes timed first (the archive's winners, the table's nearest rows)
     seeds_correct: int = 0
     seed_won: int = 0  # 1 when the shape's winner is one of those seeds
     compiles_new: int = 0  # nvcc actually ran
@@ -189,7 +189,6 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
     try:
         if seeds is None:
             seeds = neighbour_seeds(store, problem, info.key, info.arch, info.sm_count, cfg.search.seed_winners)
-        seed_hashes = {KernelSource.parse(s).hash for s in seeds}
         counting = CountingCompiler(compiler)
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{info.key}_{problem.key}.log", "a") as out:
@@ -200,6 +199,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
                 summary = search.run()
             finally:
                 search.store.close()
+        seed_hashes = {KernelSource.parse(s).hash for s in search.neighbour_seeds}  # with the table's nearest rows
         res.status = "done"
         res.stop = summary.stop_reason
         res.best_hash, res.best_us = summary.best_hash, summary.best_us
@@ -486,7 +486,7 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
                      f"this run {gpu_min_now:.1f} GPU-minutes in {wall_s / 60:.1f} min wall.")
     offered = sum(r.seeds_offered for r in done)
     if offered or any(r.compiles_reused for r in done):
-        parts.append(f"Compile once, time everywhere: {offered} winners of neighbouring shapes timed as seeds "
+        parts.append(f"Compile once, time everywhere: {offered} kernels of neighbouring shapes timed as seeds "
                      f"({sum(r.seeds_correct for r in done)} correct, the winner on {sum(r.seed_won for r in done)} shapes); "
                      f"compiles reused: {sum(r.compiles_reused for r in done)}, compile seconds saved ≈ "
                      f"{sum(r.compile_seconds_saved for r in done):.0f} s (new compiles: {sum(r.compiles_new for r in done)}, "

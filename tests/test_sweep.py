@@ -466,3 +466,17 @@ def test_a_template_change_makes_done_shapes_due_again(tmp_path):
     assert "0 already done, 4 to search (4 of them done with older templates: searched again)" in text
     assert len(redone.this_run) == 4 and redone.exit_code == 0 and "4 of 4 shapes done" in redone.summary
     assert len({r.templates for r in sweep_rows(cfg).values()}) == 1 and first.this_run[0].templates != redone.this_run[0].templates
+
+
+def test_a_fresh_archive_starts_from_the_tables_nearest_rows(tmp_path):
+    """A sweep on a new archive beside an existing table: even its first shape is offered the kernels the table
+    publishes for the nearest shapes, and the sweep counts them as seeds."""
+    _, _, cfg1 = sweep(tmp_path / "first", shapes=SHAPES[:2])
+    cfg = make_cfg(tmp_path / "second")
+    cfg.paths.out = cfg1.paths.out
+    outcome = run_sweep([parse_shape("300x300x300")], cfg, shapes_file="test.yaml", device_ids=[0],
+                        worker_factory=ShapeFake, compiler=CachingFakeCompiler(), out=io.StringIO())
+    assert outcome.done == 1
+    row = sweep_rows(cfg)["300x300x300"]
+    assert row.seeds_offered >= 1 and row.seeds_correct >= 1
+    assert "kernels of neighbouring shapes timed as seeds" in outcome.summary
