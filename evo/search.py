@@ -229,16 +229,16 @@ class Search:
         seeds += self._rerendered_seed(table_src, fams)
         if not table_hash and cfg.search.runoff > 1:
             seeds += self._other_gpus_seeds(info, fams)
-        neighbours = [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
-        if not table_hash:
-            neighbours += self._table_neighbour_seeds(info, fams, cfg.search.seed_winners - len(self.seed_sources))
-        self.neighbour_seeds = [x.source for x in neighbours]
-        seeds += neighbours
+        seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
+        # the table's kernels of the nearest shapes join generation 0's proposals (ranked there, not forced: they
+        # need compiling for this shape, and a neighbour's winner can be slow here)
+        near = self._table_neighbours(info, fams, cfg.search.seed_winners - len(self.seed_sources)) if not table_hash else []
+        self.neighbour_seeds = self.seed_sources + [x.source for x in near]
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
                 prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape and its rendering from today's "
-                          "template, or other GPUs' tables' kernels for it; winners of the nearest other shapes) "
+                          "template, or other GPUs' tables' kernels for it; winners of other shapes) "
                           "before proposing anything new")
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
@@ -255,6 +255,7 @@ class Search:
             counts = guide.propose_counts(proposers, split_children(cfg, proposers, cfg.search.children))
             for proposer, n in zip(proposers, counts):
                 proposals += proposer.propose(ctx, n)
+            proposals, near = proposals + near, []
             proposals = guide.choose(proposals, cfg.search.children)  # what is compiled: cost model + bandit
             limit = cfg.search.max_candidates - new_candidates if cfg.search.max_candidates else len(proposals)
             fresh = self._admit(proposals, gpu, limit)
@@ -405,12 +406,12 @@ class Search:
             out += self._rerendered_seed(text, fams)
         return out
 
-    def _table_neighbour_seeds(self, info: GpuInfo, fams: list[Family], limit: int) -> list[Proposal]:
+    def _table_neighbours(self, info: GpuInfo, fams: list[Family], limit: int) -> list[Proposal]:
         """Where this GPU's table has no kernel for the shape: the kernels the table publishes for the nearest other
         shapes (log-distance of M, N, K; other GPUs' tables where this GPU has none), rendered from today's template
-        for this shape, that accept it, at most `limit`. A search of a shape no sweep has seen starts from what the
-        sweeps found for its neighbours, as the dispatcher serves it (evo.dispatch); families outside the search's
-        are left out."""
+        for this shape, that accept it, at most `limit`, as proposals of generation 0 (proposer "table"): a search
+        of a shape no sweep has seen weighs what the sweeps found for its neighbours, the kernels the dispatcher
+        would serve it (evo.dispatch). Families outside the search's are left out."""
         from .export import published_kernel, read_table
 
         if limit <= 0:
@@ -447,7 +448,7 @@ class Search:
             except (EvoError, ValueError, ZeroDivisionError, TypeError):
                 continue
             seen.add(ks.hash)
-            out.append(Proposal(ks.text, "seed", (), f"the {folder.name} table's kernel for {shape}, the nearest shapes first"))
+            out.append(Proposal(ks.text, "table", (), f"the {folder.name} table's kernel for {shape}"))
         return out
 
     def _published(self, info: GpuInfo) -> tuple[str, str]:

@@ -199,7 +199,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
                 summary = search.run()
             finally:
                 search.store.close()
-        seed_hashes = {KernelSource.parse(s).hash for s in search.neighbour_seeds}  # with the table's nearest rows
+        seed_hashes = {KernelSource.parse(s).hash for s in search.neighbour_seeds}  # and the table's nearest rows
         res.status = "done"
         res.stop = summary.stop_reason
         res.best_hash, res.best_us = summary.best_hash, summary.best_us
@@ -486,7 +486,7 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
                      f"this run {gpu_min_now:.1f} GPU-minutes in {wall_s / 60:.1f} min wall.")
     offered = sum(r.seeds_offered for r in done)
     if offered or any(r.compiles_reused for r in done):
-        parts.append(f"Compile once, time everywhere: {offered} kernels of neighbouring shapes timed as seeds "
+        parts.append(f"Compile once, time everywhere: {offered} kernels of neighbouring shapes offered as seeds "
                      f"({sum(r.seeds_correct for r in done)} correct, the winner on {sum(r.seed_won for r in done)} shapes); "
                      f"compiles reused: {sum(r.compiles_reused for r in done)}, compile seconds saved ≈ "
                      f"{sum(r.compile_seconds_saved for r in done):.0f} s (new compiles: {sum(r.compiles_new for r in done)}, "

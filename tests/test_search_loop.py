@@ -330,28 +330,54 @@ def test_a_gpu_without_a_table_row_starts_from_other_gpus_tables(tmp_path):
     assert "seed kernels" not in text.getvalue()
 
 
-def test_a_shape_the_table_lacks_starts_from_its_nearest_rows(tmp_path):
-    """A search of a shape no table row has times first the kernels the table publishes for the nearest other shapes
-    (rendered for this shape), at most search.seed_winners, and only of the search's families."""
+def test_a_shape_the_table_lacks_weighs_its_nearest_rows_in_generation_0(tmp_path):
+    """A search of a shape no table row has gets the kernels the table publishes for the nearest other shapes as
+    proposals of generation 0, ranked there with the rest (not timed ahead of everything as seeds)."""
     s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)  # the table now publishes 256x256x256's best
-    cfg2 = make_cfg(tmp_path / "second", max_candidates=1)
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=0)
     cfg2.paths.out = cfg1.paths.out
     out = io.StringIO()
-    Search(parse_shape("512x256x256"), cfg2, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
-    assert "timing 1 seed kernels" in out.getvalue() and "winners of the nearest other shapes" in out.getvalue()
-    assert Store(cfg2.paths.db).evaluated(s1.best_hash, "512x256x256", "TN", "Fake_GPU")
-    cfg3 = make_cfg(tmp_path / "third", max_candidates=1, seed_winners=0)  # (a shape neither search has seen)
-    cfg3.paths.out = cfg1.paths.out
-    out = io.StringIO()
-    Search(parse_shape("256x256x512"), cfg3, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    s2 = Search(parse_shape("512x256x256"), cfg2, out=out, worker_factory=FakeWorker, compiler=FakeCompiler())
+    s2.run()
     assert "seed kernels" not in out.getvalue()
+    assert [KernelSource.parse(t).hash for t in s2.neighbour_seeds] == [s1.best_hash]
+    assert Store(cfg2.paths.db).evaluated(s1.best_hash, "512x256x256", "TN", "Fake_GPU")
+
+
+def test_the_table_neighbours_are_proposals_of_generation_0(tmp_path, monkeypatch):
+    from evo.proposers.mutate import MutateProposer
+
+    s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)
+    monkeypatch.setattr(MutateProposer, "propose", lambda self, ctx, n: [])  # nothing but the table's neighbours
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=0)
+    cfg2.paths.out = cfg1.paths.out
+    out = io.StringIO()
+    s2 = Search(parse_shape("512x256x256"), cfg2, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert s2.best_hash == s1.best_hash and " table " in out.getvalue()
+
+
+def test_the_table_neighbours_offered_nearest_first_within_the_limit_and_the_families(tmp_path):
+    from evo.families import load_families
+    from fakes import FAKE_GPU
+
+    _, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)
     table = Path(cfg1.paths.out) / "Fake_GPU" / "table.json"
     doc = json.loads(table.read_text())
-    for r in doc["rows"]:
-        r["family"] = "retired"  # a family the search does not run
+    far = dict(doc["rows"][0], shape="4096x4096x4096", m=4096, n=4096, k=4096)  # the same kernel, a farther shape
+    fams = load_families(Path(TOY))
+    other = fams[0].render(fams[0].complete({"TILE": 8, "UNROLL": 1, "PAD": 3}))  # another instance for it
+    kfile = Path(cfg1.paths.out) / doc["rows"][0]["kernel_path"]
+    (kfile.parent / "far.cu").write_text(other.text)
+    far.update(hash=other.hash, kernel_path=str(Path(doc["rows"][0]["kernel_path"]).parent / "far.cu"))
+    doc["rows"].append(far)
     table.write_text(json.dumps(doc))
-    cfg4 = make_cfg(tmp_path / "fourth", max_candidates=1)
-    cfg4.paths.out = cfg1.paths.out
-    out = io.StringIO()
-    Search(parse_shape("256x512x256"), cfg4, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
-    assert "seed kernels" not in out.getvalue()
+
+    def offered(shape, limit=8, families=fams):
+        s = Search(parse_shape(shape), cfg1, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler())
+        return [p.idea for p in s._table_neighbours(FAKE_GPU, families, limit)]
+
+    assert offered("512x256x256") == ["the Fake_GPU table's kernel for 256x256x256", "the Fake_GPU table's kernel for 4096x4096x4096"]
+    assert offered("2048x4096x4096") == ["the Fake_GPU table's kernel for 4096x4096x4096", "the Fake_GPU table's kernel for 256x256x256"]
+    assert offered("512x256x256", limit=1) == ["the Fake_GPU table's kernel for 256x256x256"]
+    assert offered("512x256x256", limit=0) == [] and offered("512x256x256", families=[]) == []
+    assert offered("256x256x256") == ["the Fake_GPU table's kernel for 4096x4096x4096"]  # never the shape's own row
