@@ -47,6 +47,10 @@ METRICS: dict[str, tuple[str, str]] = {
     "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active", "achieved occupancy (active warps)"),
     "smem_ld_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "shared-memory load bank conflicts"),
     "smem_st_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared-memory store bank conflicts"),
+    "l2_read_mb": ("lts__t_sectors_srcunit_tex_op_read.sum", "L2 reads by the SMs (TMA and loads)"),
+    "ctas": ("sm__ctas_launched.sum", "CTAs launched"),
+    "sm_active_min": ("sm__cycles_active.min", "active cycles of the least busy SM"),
+    "sm_active_max": ("sm__cycles_active.max", "active cycles of the busiest SM"),
 }
 STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "membar", "wait", "math_pipe_throttle", "mio_throttle",
           "lg_throttle", "not_selected", "dispatch_stall", "sleeping", "no_instruction", "branch_resolving")
@@ -98,8 +102,8 @@ def parse_csv(text: str) -> list[tuple[str, dict[str, float]]]:
 def _normalise(key: str, v: float, unit: str) -> float:
     if key == "duration_us":
         return v * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}.get(unit, 1e-3)
-    if key.endswith("_mb"):
-        return v * {"byte": 1e-6, "kbyte": 1e-3, "mbyte": 1.0, "gbyte": 1e3}.get(unit, 1e-6)
+    if key.endswith("_mb"):  # bytes, or L2 sectors of 32 bytes
+        return v * {"byte": 1e-6, "kbyte": 1e-3, "mbyte": 1.0, "gbyte": 1e3, "sector": 32e-6}.get(unit, 1e-6)
     return v
 
 
@@ -256,12 +260,16 @@ def describe(metrics: dict[str, float]) -> list[str]:
     """Readable lines for a prompt or a terminal: throughput figures, then the top stall reasons."""
     out = []
     for key in ("duration_us", "sm_throughput_pct", "tensor_gmma_pct", "tensor_hmma_pct", "dram_pct", "l2_pct",
-                "l2_hit_pct", "occupancy_pct", "dram_read_mb", "dram_write_mb", "smem_ld_conflicts", "smem_st_conflicts"):
+                "l2_hit_pct", "occupancy_pct", "dram_read_mb", "dram_write_mb", "l2_read_mb", "smem_ld_conflicts",
+                "smem_st_conflicts", "ctas"):
         if key in metrics:
             v = metrics[key]
             unit = " µs" if key == "duration_us" else "%" if key.endswith("_pct") else " MB" if key.endswith("_mb") else ""
-            num = f"{v:.0f}" if key.endswith("conflicts") else f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3f}"
+            num = f"{v:.0f}" if key.endswith("conflicts") or key == "ctas" else f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3f}"
             out.append(f"{METRICS[key][1]}: {num}{unit}")
+    lo, hi = metrics.get("sm_active_min", 0.0), metrics.get("sm_active_max", 0.0)
+    if hi > 0:  # SMs with no work, or with much longer work than others: tail, imbalance or coupled CTAs
+        out.append(f"busiest SM active {hi:.0f} cycles, least busy {lo:.0f}" + (f" ({hi / lo:.2f}x)" if lo > 0 else " (an idle SM)"))
     stalls = sorted(((k, v) for k, v in metrics.items() if k.startswith("stall_") and v > 0), key=lambda kv: -kv[1])
     if stalls:
         total = sum(v for _, v in stalls)

@@ -47,6 +47,19 @@ def test_parse_csv_units_and_kernels():
     assert parse_csv("==ERROR== nothing") == []
 
 
+def test_l2_sectors_cta_count_and_sm_spread():
+    rows = "\n".join(f'"0","1","python","h","evo_gemm","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","m","{m}","{u}","{v}"'
+                     for m, u, v in (("lts__t_sectors_srcunit_tex_op_read.sum", "sector", "5,203,644"),
+                                     ("sm__ctas_launched.sum", "block", "128"), ("sm__cycles_active.min", "cycle", "0"),
+                                     ("sm__cycles_active.max", "cycle", "47,215")))
+    m = parse_csv(CSV.splitlines()[1] + "\n" + rows)[0][1]
+    assert m == {"l2_read_mb": pytest.approx(166.5166), "ctas": 128, "sm_active_min": 0, "sm_active_max": 47215}
+    lines = describe(m)
+    assert "L2 reads by the SMs (TMA and loads): 166.5 MB" in lines and "CTAs launched: 128" in lines
+    assert lines[-1] == "busiest SM active 47215 cycles, least busy 0 (an idle SM)"
+    assert describe({"sm_active_min": 29301.0, "sm_active_max": 31900.0})[-1].endswith("(1.09x)")
+
+
 def test_describe_orders_stall_reasons():
     lines = describe({"duration_us": 10.0, "tensor_gmma_pct": 60.0, "stall_barrier": 2.0, "stall_wait": 0.5,
                       "stall_long_scoreboard": 1.5, "smem_ld_conflicts": 1024.0})
