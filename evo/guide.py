@@ -90,7 +90,7 @@ class Guide:
             parsed.append((p, ks))
         preds = self.model.predict_us([(ks.meta.family, ks.meta.params) for _, ks in parsed], self.problem)
         for (p, ks), us in zip(parsed, preds):
-            if is_seed(p) or p.proposer == "llm":
+            if is_seed(p) or p.proposer in ("llm", "table"):  # table: the table's kernels of the nearest shapes (search)
                 keep.append((us, p))
             else:
                 rest.append((us, ks.meta.family, p))

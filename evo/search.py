@@ -230,8 +230,8 @@ class Search:
         if not table_hash and cfg.search.runoff > 1:
             seeds += self._other_gpus_seeds(info, fams)
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
-        # the table's kernels of the nearest shapes join generation 0's proposals (ranked there, not forced: they
-        # need compiling for this shape, and a neighbour's winner can be slow here)
+        # the table's kernels of the nearest shapes are compiled with generation 0 (beside the prior's picks, in
+        # predicted order), not ahead of it: they need compiling for this shape, and a neighbour's winner can be slow here
         near = self._table_neighbours(info, fams, cfg.search.seed_winners - len(self.seed_sources)) if not table_hash else []
         self.neighbour_seeds = self.seed_sources + [x.source for x in near]
         if seeds:

@@ -48,6 +48,19 @@ def test_choose_keeps_seeds_and_picks_the_fastest_predicted(tmp_path):
     assert "left out" in g.lines()[0]
 
 
+def test_the_tables_nearest_rows_are_compiled_beside_the_priors_picks(tmp_path):
+    """Generation 0 keeps the prior's picks whatever the slot count; the table's kernels of the nearest shapes are
+    kept with them, not left to slots those picks have filled."""
+    cfg = _cfg(tmp_path, explore=0.0)
+    (fam,) = load_families(Path(TOY))
+    g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), parse_shape("256x256x256"))
+    props = [Proposal(fam.render({"TILE": 16, "UNROLL": u, "PAD": d}).text, "mutate", (), f"prior {u} {d}")
+             for u in (1, 2, 4, 8) for d in (0, 1)]
+    table = Proposal(fam.render({"TILE": 8, "UNROLL": 1, "PAD": 3}).text, "table", (), "the X table's kernel for 64x64x64")
+    chosen = g.choose(props + [table], 4)
+    assert table in chosen and len(chosen) == len(props) + 1
+
+
 def test_explore_slots_take_proposals_outside_the_ranking(tmp_path):
     cfg = _cfg(tmp_path, explore=1.0)
     (fam,) = load_families(Path(TOY))
