@@ -409,9 +409,9 @@ class Search:
     def _table_neighbours(self, info: GpuInfo, fams: list[Family], limit: int) -> list[Proposal]:
         """Where this GPU's table has no kernel for the shape: the kernels the table publishes for the nearest other
         shapes (log-distance of M, N, K; other GPUs' tables where this GPU has none), rendered from today's template
-        for this shape, that accept it, at most `limit`, as proposals of generation 0 (proposer "table"): a search
-        of a shape no sweep has seen weighs what the sweeps found for its neighbours, the kernels the dispatcher
-        would serve it (evo.dispatch). Families outside the search's are left out."""
+        for this shape, that accept it, at most `limit`; compiled with generation 0 (proposer "table", kept beside
+        the prior's picks by evo.guide): a search of a shape no sweep has seen tries what the sweeps found for its
+        neighbours, the kernels the dispatcher would serve it (evo.dispatch). Families outside the search's are left out."""
         from .export import published_kernel, read_table
 
         if limit <= 0:
