@@ -409,16 +409,7 @@ class Dispatcher:
         return self._sources[h]
 
     def _accepts(self, ks: KernelSource, p: Problem) -> bool:
-        try:
-            arch = getattr(self.backend, "arch", "")
-            if arch and arch not in ks.meta.archs:
-                return False
-            if not ks.accepts(p, self.backend.num_sms):
-                return False
-            ks.launch(p, self.backend.num_sms)
-            return True
-        except (EvoError, ValueError, ZeroDivisionError, TypeError):
-            return False
+        return ks.serves(p, getattr(self.backend, "arch", ""), self.backend.num_sms)
 
     def candidates(self, m: int, n: int, k: int) -> list[tuple[str, dict]]:
         """Evo kernels that could serve (M, N, K), nearest first: [(kind, row)]; a library is always the rest."""

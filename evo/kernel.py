@@ -132,6 +132,19 @@ class KernelSource:
     def accepts(self, problem: Problem, num_sms: int = 132) -> bool:
         return bool(expr.evaluate(self.meta.requires, self.env(problem, num_sms)))
 
+    def serves(self, problem: Problem, arch: str, num_sms: int) -> bool:
+        """Whether this kernel can run `problem` on a GPU of `arch` ("" = any) with num_sms SMs: the arch is one it
+        claims, its `requires` accept the shape and its launch geometry evaluates to a non-empty grid there."""
+        try:
+            if arch and arch not in self.meta.archs:
+                return False
+            if not self.accepts(problem, num_sms):
+                return False
+            self.launch(problem, num_sms)
+            return True
+        except (EvoError, ValueError, ZeroDivisionError, TypeError):
+            return False
+
     def host_arg_values(self, problem: Problem, num_sms: int) -> tuple[int, ...]:
         """launch: host: the front matter's host_args evaluated for this problem (int64s for the host functions)."""
         env = self.env(problem, num_sms)

@@ -97,7 +97,7 @@ class Search:
         enumerations: evo.space.Enumerations shared by a sweep's searches (each family's space enumerated once)."""
         self.enumerations = enumerations
         self.seed_sources = list(seed_sources or [])
-        self.neighbour_seeds: list[str] = []  # kernels of other shapes this run timed first (seed_sources, the table's nearest rows)
+        self.neighbour_seeds: list[str] = []  # kernels of other shapes this run offered (seed_sources, the table's nearest rows)
         self.shared_worker = worker
         self.problem = problem
         self.cfg = cfg
@@ -437,15 +437,9 @@ class Search:
                 ks = published_kernel(folder.parent, row)
             except EvoError:
                 continue
-            if info.arch not in ks.meta.archs:
-                continue
             with contextlib.suppress(EvoError):  # else as published (a family that compiles the shape in refuses it below)
                 ks = rerendered(ks, fams, p)  # today's template, with this shape's constants where the family compiles them in
-            try:
-                if ks.hash in seen or not ks.accepts(p, info.sm_count):
-                    continue
-                ks.launch(p, info.sm_count)
-            except (EvoError, ValueError, ZeroDivisionError, TypeError):
+            if ks.hash in seen or not ks.serves(p, info.arch, info.sm_count):
                 continue
             seen.add(ks.hash)
             out.append(Proposal(ks.text, "table", (), f"the {folder.name} table's kernel for {shape}"))

@@ -51,6 +51,17 @@ def test_requires_and_tensor_maps(naive_source):
         KernelSource.parse(src.replace("operand: A", "operand: D"))
 
 
+def test_serves_needs_the_arch_the_requires_and_a_launch(naive_source):
+    src = naive_source.replace("workspace: 0\n", "workspace: 0\nrequires: \"K % 8 == 0\"\n")
+    ks = KernelSource.parse(src)
+    assert ks.serves(parse_shape("64x64x64"), "sm_90a", 132) and ks.serves(parse_shape("64x64x64"), "", 132)
+    assert not ks.serves(parse_shape("64x64x64"), "sm_100a", 132)  # an arch it does not claim
+    assert not ks.serves(parse_shape("64x64x60"), "sm_90a", 132)  # its requires refuse the shape
+    empty = KernelSource.parse(src.replace('grid: ["cdiv(N, 16)", "cdiv(M, 16)", 1]', 'grid: ["cdiv(N, 16) - 4", "cdiv(M, 16)", 1]'))
+    assert not empty.serves(parse_shape("64x64x64"), "sm_90a", 132)  # an empty grid there
+    assert empty.serves(parse_shape("64x128x64"), "sm_90a", 132)
+
+
 def test_expr_safe():
     env = {"M": 100, "BM": 64, "NUM_SMS": 132}
     assert expr.evaluate("cdiv(M, BM) * 2", env) == 4
