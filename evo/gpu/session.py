@@ -87,8 +87,7 @@ class Session:
         kernels = {}
         reps = reps or max(self.cfg.baselines.reps, self.cfg.timing.reps)
         for name, (source, cubin) in (extra or {}).items():
-            k = load_kernel(KernelSource.parse(source), cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
-                             fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
+            k = self._launcher(KernelSource.parse(source), cubin, problem)
             rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup, reps, self.off,
                               self.info.sm_count)
             kernels[name] = (k, rot)
@@ -138,8 +137,12 @@ class Session:
         if not ks.accepts(problem, self.info.sm_count):
             raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
         self._fits(problem)
+        return self._launcher(ks, cubin, problem)
+
+    def _launcher(self, ks: KernelSource, cubin: str, problem: Problem):
+        """The kernel as the ABI launches it, with the evaluator's defences (fresh module, host-code sandbox)."""
         return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
-                            fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
+                           fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
 
     def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
         """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
@@ -213,8 +216,7 @@ class Session:
                 out[p.key] = "not accepted"
                 continue
             try:
-                k = load_kernel(ks, cubin, p, self.info.sm_count, self.info.smem_per_block_optin,
-                                 fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
+                k = self._launcher(ks, cubin, p)
                 r = check_kernel(k, p, cfg, self._next_seed(), self.off)
                 k.close()
                 msg = "ok" if r.correct else r.error
