@@ -1,7 +1,7 @@
 /*---evo
 family: wgmma_skinny_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 48, CLK: 16, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, STAGES: 6, SWAP_AB: 1}
+params: {BM: 64, BN: 48, CLK: 16, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, STAGES: 8, SWAP_AB: 1}
 block: ["128 * CONSUMERS + 32", 1, 1]
 grid: ["CLK * MC * NC * G * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(cdiv(M if SWAP_AB else N, BN), NC)", 1, 1]
 smem: "max(STAGES * (BM + BN) * 128, (BN if SWAP_AB else BM) * ((BM + 4) if SWAP_AB else (BN + 8)) * 4) + 1024"
@@ -50,7 +50,7 @@ namespace evo_skinny {
 constexpr int BM = 64;            // tile rows (kernel view), CONSUMERS * 64 * MT
 constexpr int BN = 48;            // tile cols = wgmma N
 constexpr int BK = 64;                // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 6;
+constexpr int STAGES = 8;
 constexpr int CONSUMERS = 1;
 constexpr int CLK = 16;          // CTAs of a cluster that split one tile's K (DSMEM reduce)
 constexpr int MC = 1;            // CTAs of a cluster on consecutive row tiles (column operand multicast)

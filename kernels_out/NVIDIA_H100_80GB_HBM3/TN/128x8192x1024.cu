@@ -1,7 +1,7 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 1, EPI_HINT: 0, GROUP: 8, PANEL: 0,
+params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EPI: 1, EPI_HINT: 0, GROUP: 8, PANEL: 0,
   PERSISTENT: 1, PINGPONG: 1, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_RS: 0, STAGES: 8,
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
@@ -79,8 +79,8 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 
 namespace evo_sm90 {
 
-constexpr int BM = 64;                 // tile rows (kernel view)
-constexpr int BN = 128;                 // tile cols = wgmma N
+constexpr int BM = 128;                 // tile rows (kernel view)
+constexpr int BN = 64;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 8;
 constexpr int CONSUMERS = 2;
