@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -30,6 +30,8 @@ _REGS = re.compile(r"Used (\d+) registers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _C7510 = re.compile(r"C7510|wgmma\.mma_async instructions are serialized")
+CANCELLED = "cancelled: the caller stopped the compiles (a search's budget was spent)"
+_CANCELLED_RC = -2
 
 
 @dataclass(frozen=True)
@@ -90,16 +92,19 @@ class Compiler:
             cmd.insert(1, f"-I{inc}")
         return cmd
 
-    def compile(self, ks: KernelSource, arch: str) -> CompileResult:
+    def compile(self, ks: KernelSource, arch: str, cancel: threading.Event | None = None) -> CompileResult:
+        """cancel: once set, a compile not finished is killed and returns error CANCELLED (nothing cached)."""
         if arch not in ks.meta.archs:
             return CompileResult(ks.hash, arch, False, error=f"family {ks.meta.family} does not claim {arch}")
         key = self.key(ks, arch)
         with self._key_lock(key):  # two candidates with the same code compile once
-            res = self._compile(ks, arch, key)
+            if cancel is not None and cancel.is_set():
+                return CompileResult(ks.hash, arch, False, error=CANCELLED)
+            res = self._compile(ks, arch, key, cancel)
         res.hash = ks.hash  # a cache entry may have been made for another candidate with the same code
         return res
 
-    def _compile(self, ks: KernelSource, arch: str, key: str) -> CompileResult:
+    def _compile(self, ks: KernelSource, arch: str, key: str, cancel: threading.Event | None = None) -> CompileResult:
         folder = self.cache_dir / arch
         folder.mkdir(parents=True, exist_ok=True)
         meta_path, cubin = folder / f"{key}.json", folder / f"{key}.cubin"
@@ -129,7 +134,13 @@ class Compiler:
             keep.mkdir(exist_ok=True)
         tmp_so = folder / f"{key}.{os.getpid()}.{threading.get_ident()}.tmp.so" if host else None
         try:
-            log, rc = run_capped(self.command(cu, tmp_cubin, arch, keep, tmp_so), self.timeout_s, _limits, "nvcc")
+            log, rc = run_capped(self.command(cu, tmp_cubin, arch, keep, tmp_so), self.timeout_s, _limits, "nvcc",
+                                 cancel)
+            if rc == _CANCELLED_RC:  # not a result: nothing is cached, a later run compiles it again
+                tmp_cubin.unlink(missing_ok=True)
+                if tmp_so is not None:
+                    tmp_so.unlink(missing_ok=True)
+                return CompileResult(ks.hash, arch, False, error=CANCELLED, seconds=time.monotonic() - t0)
             if host and rc == 0:  # the device code of the shared object, as nvcc -keep left it
                 rc, log = take_kept_cubin(keep, cu, tmp_cubin, rc, log)
             ptx_error = ptx_gate(keep) if self.ptx_checks and keep is not None and rc == 0 else ""
@@ -162,41 +173,67 @@ class Compiler:
         return res
 
     def compile_many(self, items: Iterable[tuple[KernelSource, str]], jobs: int = 0,
-                     on_done: Callable[[CompileResult], None] | None = None) -> list[CompileResult]:
+                     on_done: Callable[[CompileResult], None] | None = None,
+                     stop: Callable[[], bool] | None = None) -> list[CompileResult]:
         """Compile every item on `jobs` threads; results in the items' order. `on_done` runs in the calling thread
         as each compile finishes, in the order they finish: a slow compile (a CUTLASS instance: 30-70 s) never holds
         back the evaluation of the quick ones queued after it, so a search's budget is spent timing kernels, not
-        waiting behind one."""
+        waiting behind one. `stop` is asked after each result and at least every half second: once it says so, the
+        queued compiles are dropped and the running ones killed (a search whose budget is spent does not keep its
+        GPU idle while they finish); those items are left out of the returned list and never reach `on_done`."""
         items = list(items)
         jobs = jobs or os.cpu_count() or 1
         out: list[CompileResult | None] = [None] * len(items)
+        cancel = threading.Event()
+        extra = {"cancel": cancel} if stop is not None else {}
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            index = {pool.submit(self.compile, *it): i for i, it in enumerate(items)}
-            for fut in as_completed(index):
-                res = fut.result()
-                out[index[fut]] = res
-                if on_done:
-                    on_done(res)
-        return out  # type: ignore[return-value]
+            index = {pool.submit(self.compile, *it, **extra): i for i, it in enumerate(items)}
+            pending = set(index)
+            while pending:
+                done, pending = wait(pending, timeout=0.5 if stop is not None else None, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=index.__getitem__):
+                    if fut.cancelled():
+                        continue
+                    res = fut.result()
+                    if res.error == CANCELLED:
+                        continue
+                    out[index[fut]] = res
+                    if on_done:
+                        on_done(res)
+                if stop is not None and not cancel.is_set() and pending and stop():
+                    cancel.set()
+                    for fut in pending:
+                        fut.cancel()  # the queued ones; the running ones see `cancel` and kill their nvcc
+        return [r for r in out if r is not None]
 
 
-def run_capped(cmd: list[str], timeout_s: float, preexec, what: str) -> tuple[str, int]:
-    """Run cmd in its own process group; past timeout_s the whole group (nvcc and the cudafe++/cicc/ptxas
-    it started) is killed: killing nvcc alone leaves its children running and holding the output pipes."""
+def run_capped(cmd: list[str], timeout_s: float, preexec, what: str,
+               cancel: threading.Event | None = None) -> tuple[str, int]:
+    """Run cmd in its own process group; past timeout_s, or once `cancel` is set (rc -2), the whole group (nvcc
+    and the cudafe++/cicc/ptxas it started) is killed: killing nvcc alone leaves its children running and
+    holding the output pipes."""
     import signal
 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=preexec, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout_s)
-        return out or "", proc.returncode
-    except subprocess.TimeoutExpired:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.communicate()
-        return f"{what} ran longer than {timeout_s:g} s and was killed", -1
+            out, _ = proc.communicate(timeout=max(0.0, min(left, 0.25)) if cancel is not None else timeout_s)
+            return out or "", proc.returncode
+        except subprocess.TimeoutExpired:
+            cancelled = cancel is not None and cancel.is_set()
+            if cancel is not None and not cancelled and time.monotonic() < deadline:
+                continue  # output is not lost across retried communicate() calls
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            if cancelled:
+                return f"{what} was cancelled", _CANCELLED_RC
+            return f"{what} ran longer than {timeout_s:g} s and was killed", -1
 
 
 def take_kept_cubin(keep: Path, cu: Path, cubin: Path, rc: int, log: str) -> tuple[int, str]:

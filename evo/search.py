@@ -324,16 +324,24 @@ class Search:
         items = [(ks, info.arch) for ks, _ in fresh]
         by_hash = {ks.hash: (ks, prop) for ks, prop in fresh}
         children: list[Individual] = []
+        starts_left = {ks.hash for ks, prop in fresh if prog.generation == 1 and is_start(prop)}
 
         def compiled(r: CompileResult) -> None:
             # each candidate is evaluated as soon as its compile finishes (in the order compiles finish), while others compile
             store.add_compile(r)
+            starts_left.discard(r.hash)
             ks, prop = by_hash[r.hash]
             child = self._evaluate_compiled(ks, prop, r, worker, info, prog, out_of_budget, run_id)
             if child is not None:
                 children.append(child)
 
-        self.compiler.compile_many(items, self.cfg.compile.jobs, on_done=compiled)
+        def stop() -> bool:
+            # the budget is spent and a kernel is correct: the compiles still queued or running are dropped, not
+            # waited for with the GPU idle (a generation of CUTLASS instances overran a 0.3-minute budget by ~40 s);
+            # generation 0's family starts are still compiled and timed (as in _evaluate_compiled)
+            return bool(out_of_budget()) and bool(prog.best_us) and not starts_left
+
+        self.compiler.compile_many(items, self.cfg.compile.jobs, on_done=compiled, stop=stop)
         return children
 
     def _evaluate_compiled(self, ks: KernelSource, prop: Proposal, r: CompileResult, worker: GpuWorker, info: GpuInfo,

@@ -157,7 +157,8 @@ class CountingCompiler:
         self.seconds = self.saved = 0.0
         self.reused_hashes: set[str] = set()
 
-    def compile_many(self, items: Iterable, jobs: int = 0, on_done: Callable | None = None) -> list:
+    def compile_many(self, items: Iterable, jobs: int = 0, on_done: Callable | None = None,
+                     stop: Callable[[], bool] | None = None) -> list:
         def done(r: Any) -> None:
             if getattr(r, "cached", False):
                 self.reused += 1
@@ -169,7 +170,7 @@ class CountingCompiler:
             if on_done:
                 on_done(r)
 
-        return self.inner.compile_many(items, jobs, on_done=done)
+        return self.inner.compile_many(items, jobs, on_done=done, stop=stop)
 
 
 def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_dir: Path,

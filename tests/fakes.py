@@ -88,9 +88,11 @@ class FakeCompiler:
             Path(path).touch()
         return CompileResult(ks.hash, arch, True, cubin_path=path, registers=32)
 
-    def compile_many(self, items, jobs=0, on_done=None):
+    def compile_many(self, items, jobs=0, on_done=None, stop=None):
         out = []
         for ks, arch in items:
+            if stop is not None and stop():
+                break  # like Compiler.compile_many: what is left is dropped
             r = self.compile(ks, arch)
             out.append(r)
             if on_done:

@@ -96,9 +96,9 @@ def test_candidates_with_the_same_code_share_one_compile(tmp_path):
     calls = []
 
     class Counting(Compiler):
-        def _compile(self, ks, arch, key):
+        def _compile(self, ks, arch, key, cancel=None):
             calls.append(key)
-            return super()._compile(ks, arch, key)
+            return super()._compile(ks, arch, key, cancel)
 
     src = (Path(__file__).parent / "data" / "naive.cu").read_text()
     a = KernelSource.parse(src)
@@ -140,3 +140,61 @@ def test_compile_many_hands_over_results_as_they_finish(tmp_path):
     out = comp.compile_many([("slow", "sm_90a"), ("quick", "sm_90a")], jobs=2, on_done=done)
     assert seen == ["quick", "slow"]
     assert [r.hash for r in out] == ["slow", "quick"]
+
+
+def test_compile_many_drops_what_is_left_once_stop_says_so(tmp_path):
+    # a search whose budget is spent stops its compiles: the queued ones never start, the running ones are told to
+    # stop (a real compile kills its nvcc), and neither reaches on_done or the returned list. Two threads: "quick"
+    # frees one, which takes "slow2"; "queued" waits behind the two slow ones until the stop drops it
+    import threading
+    import time
+
+    from evo.compile import CANCELLED, CompileResult
+
+    started = []
+
+    class Staged(Compiler):
+        def compile(self, ks, arch, cancel=None):
+            started.append(ks)
+            if ks != "quick":
+                assert cancel is not None and cancel.wait(10)  # a slow compile, running until cancelled
+                return CompileResult(ks, arch, False, error=CANCELLED)
+            return CompileResult(ks, arch, True)
+
+    comp = Staged(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                  reject_spills=True)
+    seen: list[str] = []
+    t0 = time.monotonic()
+    out = comp.compile_many([("quick", "sm_90a"), ("slow1", "sm_90a"), ("slow2", "sm_90a"), ("queued", "sm_90a")],
+                            jobs=2, on_done=lambda r: seen.append(r.hash), stop=lambda: "quick" in seen)
+    assert seen == ["quick"] and [r.hash for r in out] == ["quick"]
+    assert "queued" not in started and time.monotonic() - t0 < 5
+    # without `stop` every compile is waited for (the behaviour of callers that need every result)
+    class Done(Compiler):
+        def compile(self, ks, arch):
+            return CompileResult(ks, arch, True)
+
+    done = Done(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                reject_spills=True)
+    assert [r.hash for r in done.compile_many([("a", "sm_80"), ("b", "sm_80")], jobs=2)] == ["a", "b"]
+
+
+def test_a_cancelled_nvcc_is_killed_and_nothing_is_cached(tmp_path, naive_source):
+    import threading
+    import time
+
+    from evo.compile import CANCELLED
+
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\nsleep 30 &\nsleep 30\n")  # a compile that would run 30 s, with a child of its own
+    nvcc.chmod(0o755)
+    comp = Compiler(nvcc=str(nvcc), flags=(), include_dirs=(), cache_dir=tmp_path / "cache", timeout_s=60,
+                    memory_mb=0, reject_spills=True, ptx_checks=False)
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    t0 = time.monotonic()
+    r = comp.compile(KernelSource.parse(naive_source), "sm_80", cancel=cancel)
+    assert not r.ok and r.error == CANCELLED and time.monotonic() - t0 < 5
+    assert not list((tmp_path / "cache").rglob("*.json")) and not list((tmp_path / "cache").rglob("*.cubin"))
+    # a compile asked for after the cancel does not start at all
+    assert comp.compile(KernelSource.parse(naive_source), "sm_80", cancel=cancel).error == CANCELLED

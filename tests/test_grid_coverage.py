@@ -120,10 +120,11 @@ def test_budget_spent_during_generation_zero_still_yields_a_kernel(tmp_path):
     assert summary.stop_reason == "time budget spent"
     compiles = [h for op, h in log if op == "compile"]
     evals = [h for op, h in log if op == "evaluate"]
-    assert len(compiles) > 1 and 1 <= len(evals) < len(compiles)  # bounded: up to the first correct one
-    # evaluated as its compile finished: before the next compile
+    # bounded: past the budget the compiles end with the first correct kernel (the generation's other proposals are
+    # dropped, not compiled with the GPU idle), and each is evaluated as its compile finishes
+    assert 1 <= len(evals) == len(compiles) < 6
     first = log.index(("evaluate", evals[0]))
-    assert log[first - 1] == ("compile", evals[0]) and first < len(log) - 1
+    assert log[first - 1] == ("compile", evals[0])
 
 
 def test_generation_zero_times_every_known_good_start_even_past_the_budget(tmp_path):
@@ -152,4 +153,6 @@ def test_generation_zero_times_every_known_good_start_even_past_the_budget(tmp_p
     evals = [h for op, h in log if op == "evaluate"]
     assert start_hashes <= set(evals), out.getvalue()
     compiles = [h for op, h in log if op == "compile"]
-    assert len(evals) < len(compiles)  # the other compiled candidates wait for a later run
+    # and the compiles end there: the generation's other proposals are dropped (a later generation or run proposes
+    # again), at most the first correct kernel besides the starts
+    assert len(compiles) <= len(start_hashes) + 1

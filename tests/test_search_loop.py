@@ -381,3 +381,42 @@ def test_the_table_neighbours_offered_nearest_first_within_the_limit_and_the_fam
     assert offered("512x256x256", limit=1) == ["the Fake_GPU table's kernel for 256x256x256"]
     assert offered("512x256x256", limit=0) == [] and offered("512x256x256", families=[]) == []
     assert offered("256x256x256") == ["the Fake_GPU table's kernel for 4096x4096x4096"]  # never the shape's own row
+
+
+def test_a_spent_budget_stops_the_compiles_left_but_not_the_starts(tmp_path):
+    # once the budget is spent and a kernel is correct, the generation's compiles still queued are dropped (the GPU
+    # would wait idle for them): a 0.3-minute search on a fresh machine overran its budget by the ~40 s its first
+    # generation took to compile. Generation 0's family starts are still compiled and timed.
+    import time
+
+    default = {"TILE": 16, "UNROLL": 1, "PAD": 0}  # the toy family's default instance: a start
+
+    class SlowCompiler(FakeCompiler):
+        def __init__(self):
+            super().__init__()
+            self.params = []
+
+        def compile(self, ks, arch):
+            time.sleep(0.1)
+            self.params.append(dict(ks.meta.params))
+            return super().compile(ks, arch)
+
+        def compile_many(self, items, jobs=0, on_done=None, stop=None):
+            rest = [it for it in items if it[0].meta.params != default]
+            items = rest[:2] + [it for it in items if it[0].meta.params == default] + rest[2:]  # the start third
+            return super().compile_many(items, jobs, on_done=on_done, stop=stop)
+
+    class IgnoresStop(SlowCompiler):
+        def compile_many(self, items, jobs=0, on_done=None, stop=None):
+            return super().compile_many(items, jobs, on_done=on_done)
+
+    def search(comp):
+        cfg = make_cfg(tmp_path / type(comp).__name__, budget_minutes=0.001, max_candidates=0, children=12,
+                       initial_random=8)
+        s = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=comp)
+        return s.run()
+
+    stopped, waited = SlowCompiler(), IgnoresStop()
+    s_stopped, _ = search(stopped), search(waited)
+    assert 2 <= len(stopped.compiled) < len(waited.compiled)
+    assert default in stopped.params and s_stopped.correct == 2  # the first correct one, then the start (third) timed
