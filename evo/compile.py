@@ -186,24 +186,32 @@ class Compiler:
         out: list[CompileResult | None] = [None] * len(items)
         cancel = threading.Event()
         extra = {"cancel": cancel} if stop is not None else {}
+        def drop(pending: set) -> None:
+            cancel.set()
+            for fut in pending:
+                fut.cancel()  # the queued ones; the running ones see `cancel` and kill their nvcc
+
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             index = {pool.submit(self.compile, *it, **extra): i for i, it in enumerate(items)}
             pending = set(index)
-            while pending:
-                done, pending = wait(pending, timeout=0.5 if stop is not None else None, return_when=FIRST_COMPLETED)
-                for fut in sorted(done, key=index.__getitem__):
-                    if fut.cancelled():
-                        continue
-                    res = fut.result()
-                    if res.error == CANCELLED:
-                        continue
-                    out[index[fut]] = res
-                    if on_done:
-                        on_done(res)
-                if stop is not None and not cancel.is_set() and pending and stop():
-                    cancel.set()
-                    for fut in pending:
-                        fut.cancel()  # the queued ones; the running ones see `cancel` and kill their nvcc
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.5 if stop is not None else None,
+                                         return_when=FIRST_COMPLETED)
+                    for fut in sorted(done, key=index.__getitem__):
+                        if fut.cancelled():
+                            continue
+                        res = fut.result()
+                        if res.error == CANCELLED:
+                            continue
+                        out[index[fut]] = res
+                        if on_done:
+                            on_done(res)
+                    if stop is not None and not cancel.is_set() and pending and stop():
+                        drop(pending)
+            except BaseException:  # Ctrl-C or a failing on_done: do not wait for the rest of the queue to compile
+                drop(pending)
+                raise
         return [r for r in out if r is not None]
 
 

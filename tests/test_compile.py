@@ -198,3 +198,32 @@ def test_a_cancelled_nvcc_is_killed_and_nothing_is_cached(tmp_path, naive_source
     assert not list((tmp_path / "cache").rglob("*.json")) and not list((tmp_path / "cache").rglob("*.cubin"))
     # a compile asked for after the cancel does not start at all
     assert comp.compile(KernelSource.parse(naive_source), "sm_80", cancel=cancel).error == CANCELLED
+
+
+def test_an_interrupted_compile_many_returns_without_compiling_the_rest(tmp_path):
+    # Ctrl-C while a search's generation compiles: the queue is dropped and the running compiles are killed, so the
+    # search ends (and saves what it has) at once instead of after the slowest compile of the generation
+    import time
+
+    from evo.compile import CANCELLED, CompileResult
+
+    started = []
+
+    class Staged(Compiler):
+        def compile(self, ks, arch, cancel=None):
+            started.append(ks)
+            if ks != "quick":
+                assert cancel.wait(10)
+                return CompileResult(ks, arch, False, error=CANCELLED)
+            return CompileResult(ks, arch, True)
+
+    def interrupt(r):
+        raise KeyboardInterrupt
+
+    comp = Staged(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                  reject_spills=True)
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        comp.compile_many([("quick", "sm_90a"), ("slow1", "sm_90a"), ("slow2", "sm_90a"), ("queued", "sm_90a")],
+                          jobs=2, on_done=interrupt, stop=lambda: False)
+    assert time.monotonic() - t0 < 5 and "queued" not in started
