@@ -186,6 +186,7 @@ class Compiler:
         out: list[CompileResult | None] = [None] * len(items)
         cancel = threading.Event()
         extra = {"cancel": cancel} if stop is not None else {}
+
         def drop(pending: set) -> None:
             cancel.set()
             for fut in pending:
@@ -225,14 +226,14 @@ def run_capped(cmd: list[str], timeout_s: float, preexec, what: str,
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=preexec, start_new_session=True)
     deadline = time.monotonic() + timeout_s
+    poll = 0.25 if cancel is not None else timeout_s  # how often `cancel` is looked at
     while True:
-        left = deadline - time.monotonic()
         try:
-            out, _ = proc.communicate(timeout=max(0.0, min(left, 0.25)) if cancel is not None else timeout_s)
+            out, _ = proc.communicate(timeout=max(0.0, min(deadline - time.monotonic(), poll)))
             return out or "", proc.returncode
         except subprocess.TimeoutExpired:
             cancelled = cancel is not None and cancel.is_set()
-            if cancel is not None and not cancelled and time.monotonic() < deadline:
+            if not cancelled and time.monotonic() < deadline:
                 continue  # output is not lost across retried communicate() calls
             try:
                 os.killpg(proc.pid, signal.SIGKILL)

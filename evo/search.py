@@ -23,7 +23,7 @@ from .problem import GpuInfo, Problem, log_distance, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.mutate import MutateProposer
-from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual
+from .records import LIBRARIES, CompileResult, EvalResult, Individual
 from .select import Diversity, Selector
 from .store import Store
 
@@ -74,6 +74,13 @@ def build_proposers(cfg: Config, selector: Selector, store: Store | None = None,
                 p.check_endpoints()
             out.append(p)
     return out
+
+
+def timed_past_budget(prop: Proposal, generation: int) -> bool:
+    """Besides everything while no kernel is correct: the families' known-good starts in generation 0 are compiled
+    and timed past the budget, so a budget spent on a fresh machine's first compiles and evaluation still ends with
+    the vetted instances timed (a few, ~1 s each)."""
+    return generation == 1 and is_start(prop)
 
 
 def quick_compiles_first(fresh: list, seconds: dict[str, float]) -> list:
@@ -324,7 +331,7 @@ class Search:
         items = [(ks, info.arch) for ks, _ in fresh]
         by_hash = {ks.hash: (ks, prop) for ks, prop in fresh}
         children: list[Individual] = []
-        starts_left = {ks.hash for ks, prop in fresh if prog.generation == 1 and is_start(prop)}
+        starts_left = {ks.hash for ks, prop in fresh if timed_past_budget(prop, prog.generation)}
 
         def compiled(r: CompileResult) -> None:
             # each candidate is evaluated as soon as its compile finishes (in the order compiles finish), while others compile
@@ -338,7 +345,7 @@ class Search:
         def stop() -> bool:
             # the budget is spent and a kernel is correct: the compiles still queued or running are dropped, not
             # waited for with the GPU idle (a generation of CUTLASS instances overran a 0.3-minute budget by ~40 s);
-            # generation 0's family starts are still compiled and timed (as in _evaluate_compiled)
+            # what is timed past the budget (timed_past_budget) is still compiled
             return bool(out_of_budget()) and bool(prog.best_us) and not starts_left
 
         self.compiler.compile_many(items, self.cfg.compile.jobs, on_done=compiled, stop=stop)
@@ -350,11 +357,8 @@ class Search:
         if not r.ok:
             prog.compile_failed += 1
             ev = EvalResult(ks.hash, False, "compile", r.error)
-        elif out_of_budget() and prog.best_us and not (prog.generation == 1 and is_start(prop)):
-            # compiled and cached; a later run evaluates it. Past the budget only while no kernel is correct, and
-            # for the families' known-good starts in generation 0: a budget spent on a fresh machine's first
-            # compiles and evaluation (seconds) still ends with the vetted instances timed (a few, ~1 s each)
-            return None
+        elif out_of_budget() and prog.best_us and not timed_past_budget(prop, prog.generation):
+            return None  # compiled and cached before the compiles were stopped; a later run evaluates it
         else:
             prog.compiled += 1
             try:

@@ -22,12 +22,12 @@ import subprocess
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .cli import config_from_args, parser, require_positive
-from .config import Config, load_config
+from .config import Config
 from .errors import EvoError, NoGpuError, cli_entry
 from .export import LIBRARIES, export_table
 from .kernel import KernelSource

@@ -146,7 +146,6 @@ def test_compile_many_drops_what_is_left_once_stop_says_so(tmp_path):
     # a search whose budget is spent stops its compiles: the queued ones never start, the running ones are told to
     # stop (a real compile kills its nvcc), and neither reaches on_done or the returned list. Two threads: "quick"
     # frees one, which takes "slow2"; "queued" waits behind the two slow ones until the stop drops it
-    import threading
     import time
 
     from evo.compile import CANCELLED, CompileResult
