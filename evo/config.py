@@ -42,6 +42,7 @@ class SearchConfig:
     cost_model: bool
     propose_factor: int
     explore: float
+    start_slack: float
     bandit_c: float
     patience_seconds: float
     min_seconds: float
@@ -267,6 +268,8 @@ def _validate(cfg: Config) -> None:
         raise EvoError("config search.explore must be between 0 and 1")
     if s.propose_factor < 1:
         raise EvoError("config search.propose_factor must be at least 1")
+    if s.start_slack and s.start_slack < 1:
+        raise EvoError("config search.start_slack must be 0 (off) or at least 1")
     known = {"mutate", "optuna", "llm"}
     bad = [p for p in s.proposers if p not in known]
     if bad:

@@ -13,6 +13,7 @@ behind one small interface for evo.search.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from typing import Any
@@ -26,7 +27,7 @@ from .families import Family
 from .kernel import KernelSource
 from .prior import INFEASIBLE, GpuSpec, Prior, competitive_families
 from .problem import GpuInfo, Problem
-from .proposers.base import Proposal, is_start
+from .proposers.base import DEMOTED, Proposal, is_start
 from .records import Individual
 from .space import Enumerations
 
@@ -46,6 +47,7 @@ class Guide:
                                  if s.cost_model else CostModel(families, self.spec, seed, prior=self.prior))
         self.factor = max(1, s.propose_factor)
         self.explore = s.explore
+        self.start_slack = s.start_slack
         self.bandit = Bandit(s.bandit_c)
         self.conv = Convergence(s.patience_seconds, s.min_seconds)
         self.rng = random.Random(seed * 7 + 11)
@@ -89,7 +91,12 @@ class Guide:
                 continue
             parsed.append((p, ks))
         preds = self.model.predict_us([(ks.meta.family, ks.meta.params) for _, ks in parsed], self.problem)
+        best = min(list(preds) + [INFEASIBLE])
         for (p, ks), us in zip(parsed, preds):
+            if self.start_slack and is_start(p) and best < INFEASIBLE and us > self.start_slack * best:
+                # a start vetted on other shapes that this one does not suit (a skinny split-K start on a large square):
+                # ranked with the rest instead of compiled first and timed past the budget
+                p = dataclasses.replace(p, idea=f"{p.idea} {DEMOTED}: {us:.1f} us predicted, the best {best:.1f} us)")
             if is_seed(p) or p.proposer in ("llm", "table"):  # table: the table's kernels of the nearest shapes (search)
                 keep.append((us, p))
             else:

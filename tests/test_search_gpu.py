@@ -25,7 +25,7 @@ def session(tmp_path_factory):
     cfg = load_config(overrides={
         "paths": {"db": str(tmp / "evo.db"), "out": str(tmp / "out")},
         "compile": {"cache_dir": str(tmp / "cache")},
-        "search": {"families": ["wgmma_sm90", "mma_sm80"], "budget_minutes": 2.0, "max_candidates": 18,
+        "search": {"families": ["wgmma_sm90", "mma_sm80"], "budget_minutes": 2.0, "max_candidates": 40,
                    "children": 6, "initial_random": 0, "prior_top": 8, "confirm_reps": 30, "screen_reps": 5,
                    "patience_seconds": 0},
         "check": {"sanitize": False},
@@ -45,7 +45,7 @@ def test_guided_search_finds_a_correct_kernel_with_a_trained_cost_model(session,
     first = io.StringIO()
     s1 = Search(parse_shape("1024x1024x4096"), cfg, out=first, compiler=comp, worker=w).run()
     assert s1.best_hash, first.getvalue()[-3000:]
-    assert "prior " in _ideas(cfg, "1024x1024x4096")  # generation 0 came from the prior
+    assert "prior " in _ideas(cfg, "1024x1024x4096")  # generation 0 came from the prior (after the ~25 starts this shape suits)
     out = io.StringIO()
     s2 = Search(parse_shape("512x2048x4096"), cfg, out=out, compiler=comp, worker=w).run()
     text = out.getvalue()
