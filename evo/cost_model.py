@@ -78,6 +78,7 @@ class CostModel:
         self.failures = 0
         self.rows = 0
         self.shapes = 0
+        self.shipped_rows = 0  # correct measurements among the training rows that came from beside the table
 
     @property
     def ready(self) -> bool:
@@ -185,10 +186,15 @@ def history(store: Any, gpu: str, layout: str = "TN", failures: bool = False) ->
 
 
 def train_from_store(store: Any, gpu: str, families: list[Family], spec: GpuSpec, seed: int = 0,
-                     exclude_shape: str = "", prior: Prior | None = None) -> CostModel:
-    """A model of this GPU from the archive; ``exclude_shape`` leaves one shape's measurements out."""
-    samples = [s for s in history(store, gpu, failures=True) if s.shape != exclude_shape]
-    return CostModel(families, spec, seed, prior=prior).fit(samples)
+                     exclude_shape: str = "", prior: Prior | None = None, shipped: list[Sample] = ()) -> CostModel:
+    """A model of this GPU from the archive and the ``shipped`` measurements beside its table (evo.measurements; the
+    archive's own row wins for a kernel both hold); ``exclude_shape`` leaves one shape's measurements out."""
+    own = history(store, gpu, failures=True)
+    have = {(s.shape, s.hash) for s in own}
+    extra = [s for s in shipped if (s.shape, s.hash) not in have]
+    model = CostModel(families, spec, seed, prior=prior).fit([s for s in own + extra if s.shape != exclude_shape])
+    model.shipped_rows = sum(1 for s in extra if s.ok and s.shape != exclude_shape)
+    return model
 
 
 # --- accuracy on held-out shapes ---------------------------------------------------------------------------
@@ -284,6 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", help="GPU key as stored (default: the GPU with the most measurements)")
     ap.add_argument("--per-shape", action="store_true", help="leave one shape out at a time and print every shape")
     ap.add_argument("--folds", type=int, default=5, help="shape folds without --per-shape (default 5)")
+    ap.add_argument("--save", metavar="FILE", help="write the GPU's measurements (correct and failed) merged into FILE, "
+                    "e.g. kernels_out/<GPU>/measurements.csv.gz, where searches on a machine with an empty archive "
+                    "train on them (evo.measurements), and skip the accuracy report")
     args = ap.parse_args(argv)
     from pathlib import Path
 
@@ -308,6 +317,12 @@ def main(argv: list[str] | None = None) -> int:
         samples = history(store, gpu, failures=True)
     finally:
         store.close()
+    if args.save:
+        from .measurements import save
+
+        n = save(args.save, samples)
+        print(f"{args.save}: {n} measurements of {gpu} ({len(samples)} from {args.db}, merged over the file's rows)")
+        return 0
     fams = load_families()
     results = evaluate_held_out(samples, fams, spec, args.folds, args.per_shape)
     ok = [s for s in samples if s.ok]

@@ -25,6 +25,8 @@ from .cost_model import MIN_ROWS, MIN_SHAPES, CostModel, train_from_store
 from .errors import EvoError
 from .families import Family
 from .kernel import KernelSource
+from .measurements import load as load_measurements
+from .measurements import shipped_path
 from .prior import INFEASIBLE, GpuSpec, Prior, competitive_families
 from .problem import GpuInfo, Problem
 from .proposers.base import DEMOTED, Proposal, is_start
@@ -43,7 +45,9 @@ class Guide:
         self.spec = GpuSpec.from_info(info)
         self.prior = Prior(families, self.spec, sample=s.prior_sample, seed=seed, enumerations=enumerations)
         self.use_model = s.cost_model
-        self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed, prior=self.prior)
+        shipped = load_measurements(shipped_path(cfg.paths.out, info.key)) if s.cost_model else []
+        self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed, prior=self.prior,
+                                                  shipped=shipped)
                                  if s.cost_model else CostModel(families, self.spec, seed, prior=self.prior))
         self.factor = max(1, s.propose_factor)
         self.explore = s.explore
@@ -57,6 +61,8 @@ class Guide:
     def intro(self) -> str:
         if self.model.ready:
             what = f"cost model trained on {self.model.rows} measurements of {self.model.shapes} shapes on this GPU"
+            if self.model.shipped_rows:
+                what += f" ({self.model.shipped_rows} of them shipped beside the table)"
             if self.model.failure_model is not None:
                 what += f", success classifier on {self.model.failures} failures"
         elif self.use_model:
