@@ -633,12 +633,28 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             text = summarize(store, gpu, shapes, results, time.monotonic() - t0, backend.n_gpus,
                              shapes_file or "the shape set", cfg.paths.out, interrupted, current)
             print("\n" + text, file=out, flush=True)
+            if results:
+                print(ship_measurements(store, gpu, cfg.paths.out), file=out, flush=True)
             done_set = sweep_log.done(gpu, shapes[0].layout, current)
             sel = {p.key for p in shapes}
             outcome = SweepOutcome(len(shapes), len(done_set & sel), sum(r.status != "done" for r in results),
                                    len(sel - done_set), results, text, interrupted)
         store.close()
     return outcome
+
+
+def ship_measurements(store: Store, gpu: str, out_dir: str) -> str:
+    """The archive's measurements of ``gpu`` merged into the file beside its table (evo.measurements), where a
+    machine with an empty archive trains its cost model on them; one line saying so (or why not)."""
+    from .cost_model import history
+    from .measurements import save, shipped_path
+
+    path = shipped_path(out_dir, gpu)
+    try:
+        n = save(path, history(store, gpu, failures=True))
+    except (EvoError, OSError) as e:
+        return f"measurements beside the table not written ({e})"
+    return f"measurements beside the table: {path} ({n} rows, what a fresh machine's cost model trains on)"
 
 
 @cli_entry

@@ -159,6 +159,11 @@ def test_sweep_runs_every_shape_and_summarizes(tmp_path):
     assert "compiles reused:" in summary and "compile seconds saved ≈" in summary and "GPU-minutes per shape" in summary
     assert (Path(cfg.paths.out) / "Fake_GPU" / "table.csv").is_file()
     assert (tmp_path / "sweep_logs" / "Fake_GPU_256x256x256.log").read_text().startswith("evo search 256x256x256")
+    # the sweep's measurements go beside the table, where a fresh machine's cost model trains on them
+    from evo.measurements import load
+
+    shipped = load(Path(cfg.paths.out) / "Fake_GPU" / "measurements.csv.gz")
+    assert {s.shape for s in shipped} == set(SHAPES) and f"({len(shipped)} rows" in text
 
 
 def test_rerun_is_idempotent(tmp_path):
