@@ -45,7 +45,12 @@ class Guide:
         self.spec = GpuSpec.from_info(info)
         self.prior = Prior(families, self.spec, sample=s.prior_sample, seed=seed, enumerations=enumerations)
         self.use_model = s.cost_model
-        shipped = load_measurements(shipped_path(cfg.paths.out, info.key)) if s.cost_model else []
+        shipped, self.shipped_error = [], ""
+        if s.cost_model:
+            try:
+                shipped = load_measurements(shipped_path(cfg.paths.out, info.key))
+            except EvoError as e:  # they only rank: a search goes on without them, and says so
+                self.shipped_error = str(e)
         self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed, prior=self.prior,
                                                   shipped=shipped)
                                  if s.cost_model else CostModel(families, self.spec, seed, prior=self.prior))
@@ -70,6 +75,8 @@ class Guide:
                     f"it needs {MIN_ROWS} of {MIN_SHAPES} or more): the prior ranks proposals")
         else:
             what = "cost model off: the prior ranks proposals"
+        if self.shipped_error:
+            what += f" ({self.shipped_error}: not used)"
         return f"guide: {what}; {self.factor}x proposals per compile slot, bandit over (family, proposer)"
 
     def ranked(self) -> list:

@@ -77,6 +77,12 @@ def test_a_search_with_an_empty_archive_trains_on_the_shipped_rows(tmp_path):
     assert not Guide(off, fams, FAKE_GPU, Store(off.paths.db), parse_shape("2048x2048x2048")).model.ready
     other = load_config(overrides={"paths": {"db": str(tmp_path / "evo3.db"), "out": str(tmp_path / "elsewhere")}})
     assert not Guide(other, fams, FAKE_GPU, Store(other.paths.db), parse_shape("2048x2048x2048")).model.ready
+    broken = shipped_path(tmp_path / "broken", FAKE_GPU.key)
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"not gzip")
+    bad = load_config(overrides={"paths": {"db": str(tmp_path / "evo4.db"), "out": str(tmp_path / "broken")}})
+    g = Guide(bad, fams, FAKE_GPU, Store(bad.paths.db), parse_shape("2048x2048x2048"))
+    assert not g.model.ready and "cannot read the measurements" in g.intro() and "not used" in g.intro()
 
 
 def test_cli_saves_an_archives_measurements(tmp_path, capsys):
