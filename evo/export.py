@@ -276,7 +276,9 @@ def readme_text(out: Path) -> str:
              "library, its µs, each baseline's µs, speedups, the noise band and verdict, % of roofline, family, lineage,",
              "CUDA and driver), `TN/<MxNxK>.cu` (the kernel) with `TN/<MxNxK>.json` (its launch geometry for that shape).",
              "Load it from a program with `evo.dispatch` or the `evo::matmul` torch op (README); render the report with",
-             "`python -m evo.report` (it needs only these files).", "", "## What is here", ""]
+             "`python -m evo.report` (it needs only these files). `measurements.csv.gz`, where a folder has one: the",
+             "sweeps' measurements on that GPU, what a search's cost model trains on when its own archive lacks them.",
+             "", "## What is here", ""]
     found = False
     for tj in sorted(out.glob("*/table.json")):
         try:
