@@ -27,6 +27,8 @@ from .errors import EvoError, cli_entry
 from .families import Family
 from .prior import INFEASIBLE, Estimate, GpuSpec, Prior
 from .problem import Problem, parse_shape
+from .measurements import merged, save as save_measurements
+from .records import Sample
 
 # parameters that name the same thing across families; the rest of a family's parameters go by name
 PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "GROUP_M", "KI", "MC",
@@ -36,18 +38,6 @@ MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
 MIN_FAILS = 20  # failures needed before a classifier of "will it compile and be correct" is fitted
 MAX_ROWS = 50000  # a larger archive is subsampled (seeded) for training: featurizing costs ~60 us a row
 MIN_SHAPES = 2
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One correct measurement of the archive."""
-
-    shape: str
-    hash: str
-    family: str
-    params: dict[str, Any]
-    time_us: float
-    ok: bool = True  # False: failed to compile, check or time on that shape
 
 
 def features(family_index: int, params: dict[str, Any], problem: Problem, est: Estimate) -> list[float]:
@@ -189,11 +179,10 @@ def train_from_store(store: Any, gpu: str, families: list[Family], spec: GpuSpec
                      exclude_shape: str = "", prior: Prior | None = None, shipped: list[Sample] = ()) -> CostModel:
     """A model of this GPU from the archive and the ``shipped`` measurements beside its table (evo.measurements; the
     archive's own row wins for a kernel both hold); ``exclude_shape`` leaves one shape's measurements out."""
-    own = history(store, gpu, failures=True)
-    have = {(s.shape, s.hash) for s in own}
-    extra = [s for s in shipped if (s.shape, s.hash) not in have]
-    model = CostModel(families, spec, seed, prior=prior).fit([s for s in own + extra if s.shape != exclude_shape])
-    model.shipped_rows = sum(1 for s in extra if s.ok and s.shape != exclude_shape)
+    own = [s for s in history(store, gpu, failures=True) if s.shape != exclude_shape]
+    extra = [s for s in merged(own, shipped)[len(own):] if s.shape != exclude_shape]
+    model = CostModel(families, spec, seed, prior=prior).fit(own + extra)
+    model.shipped_rows = sum(1 for s in extra if s.ok)
     return model
 
 
@@ -318,9 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         store.close()
     if args.save:
-        from .measurements import save
-
-        n = save(args.save, samples)
+        n = save_measurements(args.save, samples)
         print(f"{args.save}: {n} measurements of {gpu} ({len(samples)} from {args.db}, merged over the file's rows)")
         return 0
     fams = load_families()

@@ -72,11 +72,12 @@ class TableRow:
     pct_of_datasheet_roof: float = 0.0
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write ``data`` (text, or bytes as they are) so that a killed run leaves the old file whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -25,11 +25,10 @@ from .cost_model import MIN_ROWS, MIN_SHAPES, CostModel, train_from_store
 from .errors import EvoError
 from .families import Family
 from .kernel import KernelSource
-from .measurements import load as load_measurements
-from .measurements import shipped_path
+from .measurements import load as load_measurements, shipped_path
 from .prior import INFEASIBLE, GpuSpec, Prior, competitive_families
 from .problem import GpuInfo, Problem
-from .proposers.base import DEMOTED, Proposal, is_start
+from .proposers.base import Proposal, is_start
 from .records import Individual
 from .space import Enumerations
 
@@ -109,7 +108,8 @@ class Guide:
             if self.start_slack and is_start(p) and best < INFEASIBLE and us > self.start_slack * best:
                 # a start vetted on other shapes that this one does not suit (a skinny split-K start on a large square):
                 # ranked with the rest instead of compiled first and timed past the budget
-                p = dataclasses.replace(p, idea=f"{p.idea} {DEMOTED}: {us:.1f} us predicted, the best {best:.1f} us)")
+                p = dataclasses.replace(p, demoted=True,
+                                        idea=f"{p.idea} (predicted slow here: {us:.1f} us, the best {best:.1f} us)")
             if is_seed(p) or p.proposer in ("llm", "table"):  # table: the table's kernels of the nearest shapes (search)
                 keep.append((us, p))
             else:

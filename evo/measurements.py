@@ -18,8 +18,9 @@ import io
 import json
 from pathlib import Path
 
-from .cost_model import Sample
 from .errors import EvoError
+from .export import atomic_write
+from .records import Sample
 
 FILE_NAME = "measurements.csv.gz"
 COLUMNS = ("shape", "hash", "family", "params", "time_us", "ok")
@@ -40,7 +41,7 @@ def load(path: str | Path) -> list[Sample]:
             rows = list(csv.DictReader(f))
         return [Sample(r["shape"], r["hash"], r["family"], json.loads(r["params"] or "{}"), float(r["time_us"] or 0.0),
                        r["ok"] == "1") for r in rows]
-    except (OSError, EOFError, KeyError, ValueError) as e:
+    except (OSError, EOFError, KeyError, ValueError, csv.Error) as e:
         raise EvoError(f"cannot read the measurements in {p}: {e}") from None
 
 
@@ -61,9 +62,5 @@ def save(path: str | Path, samples: list[Sample]) -> int:
     w.writerow(COLUMNS)
     for s in rows:
         w.writerow([s.shape, s.hash, s.family, json.dumps(s.params, sort_keys=True), f"{s.time_us:.3f}", int(s.ok)])
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_suffix(p.suffix + ".tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
-        f.write(text.getvalue().encode())
-    tmp.replace(p)  # a killed run leaves the old file whole
+    atomic_write(p, gzip.compress(text.getvalue().encode(), mtime=0))
     return len(rows)

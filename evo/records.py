@@ -100,3 +100,15 @@ class Individual:
     def fitness(self) -> float:
         """Higher is better; failed or unmeasured candidates rank last."""
         return 1.0 / self.time_us if self.correct and self.time_us > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement of an instance on a shape (the archive's, or shipped beside a table: evo.measurements)."""
+
+    shape: str
+    hash: str
+    family: str
+    params: dict[str, Any]
+    time_us: float
+    ok: bool = True  # False: failed to compile, check or time on that shape

@@ -29,8 +29,10 @@ from typing import Any, Callable, Iterable
 from .cli import config_from_args, parser, require_positive
 from .config import Config
 from .errors import EvoError, NoGpuError, cli_entry
+from .cost_model import history
 from .export import LIBRARIES, export_table
 from .kernel import KernelSource
+from .measurements import save as save_measurements, shipped_path
 from .prior import GpuSpec
 from .problem import GpuInfo, Problem, log_distance
 from .shapes import load_shapes
@@ -646,12 +648,9 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
 def ship_measurements(store: Store, gpu: str, out_dir: str) -> str:
     """The archive's measurements of ``gpu`` merged into the file beside its table (evo.measurements), where a
     machine with an empty archive trains its cost model on them; one line saying so (or why not)."""
-    from .cost_model import history
-    from .measurements import save, shipped_path
-
     path = shipped_path(out_dir, gpu)
     try:
-        n = save(path, history(store, gpu, failures=True))
+        n = save_measurements(path, history(store, gpu, failures=True))
     except (EvoError, OSError) as e:
         return f"measurements beside the table not written ({e})"
     return f"measurements beside the table: {path} ({n} rows, what a fresh machine's cost model trains on)"

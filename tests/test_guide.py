@@ -8,7 +8,7 @@ from evo.families import load_families
 from evo.guide import Guide
 from evo.kernel import KernelSource
 from evo.problem import Problem, parse_shape
-from evo.proposers.base import DEMOTED, Proposal, ProposalContext, is_start
+from evo.proposers.base import Proposal, ProposalContext, is_start
 from evo.proposers.optuna_tpe import OptunaProposer
 from evo.records import Individual
 from evo.search import Search
@@ -53,7 +53,7 @@ def test_a_start_predicted_far_slower_than_the_best_loses_its_priority(tmp_path,
     search.start_slack x slower than the generation's fastest proposal is ranked like any proposal instead."""
     (fam,) = load_families(Path(TOY))
 
-    def run(slack):
+    def run(slack, n=3):
         cfg = _cfg(tmp_path, explore=0.0, start_slack=slack)
         g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), parse_shape("256x256x256"))
         us = {(1, 0): 10.0, (2, 0): 20.0, (4, 0): 40.0, (8, 0): 80.0, (1, 1): 25.0, (1, 2): 200.0}  # (UNROLL, PAD)
@@ -62,14 +62,16 @@ def test_a_start_predicted_far_slower_than_the_best_loses_its_priority(tmp_path,
                  for u in (1, 2, 4, 8)]
         near = Proposal(fam.render({"TILE": 16, "UNROLL": 1, "PAD": 1}).text, "mutate", (), "toy start instance 1")
         far = Proposal(fam.render({"TILE": 16, "UNROLL": 1, "PAD": 2}).text, "mutate", (), "toy start instance 2")
-        return g.choose(props + [near, far], 3), near, far
+        return g.choose(props + [near, far], n), near, far
 
     chosen, near, far = run(3.0)
     assert chosen[0] is near and is_start(chosen[0])  # within 3x the best (25 vs 10 us): still first
     assert far.source not in [c.source for c in chosen]  # 200 us predicted: lost its slot to 10 and 20 us
     assert [c.idea for c in chosen[1:]] == ["mutate 1", "mutate 2"]
-    demoted = Proposal(far.source, "mutate", (), far.idea + " " + DEMOTED + ": 200.0 us predicted, the best 10.0 us)")
-    assert not is_start(demoted)  # nor is it timed past the budget (evo.search.timed_past_budget)
+    chosen, near, far = run(3.0, n=6)  # slots for every proposal: the demoted start is compiled last, as predicted
+    assert chosen[0] is near and chosen[-1].source == far.source and chosen[-1].demoted
+    assert "predicted slow here: 200.0 us, the best 10.0 us" in chosen[-1].idea
+    assert not is_start(chosen[-1])  # nor is it timed past the budget (evo.search.timed_past_budget)
     chosen, near, far = run(0.0)  # off: every start first, whatever its prediction
     assert [c.source for c in chosen[:2]] == [near.source, far.source] and all(is_start(c) for c in chosen[:2])
 

@@ -21,19 +21,18 @@ class Proposal:
     model: str = ""
     tokens_in: int = 0
     tokens_out: int = 0
+    demoted: bool = False  # a start the guide predicted far slower than the generation's best (evo.guide.Guide.choose)
 
 
 # what the mutate proposer calls a family's default and known-good starts (family.yaml `starts`)
 START_IDEAS = ("default instance", "start instance")
-# what the guide appends to a start it predicts far slower than the generation's best (evo.guide.Guide.choose): it
-# competes for a compile slot like any proposal and is not timed past the budget
-DEMOTED = "(predicted slow here"
 
 
 def is_start(p: Proposal) -> bool:
     """A family's default or known-good start: tried on every problem, and timed in generation 0 even past the
-    budget, unless the guide predicted it far slower than the best proposal on this shape."""
-    return any(s in p.idea for s in START_IDEAS) and DEMOTED not in p.idea
+    budget, unless the guide demoted it (predicted far slower than the best proposal on this shape: it then competes
+    for a compile slot like any proposal)."""
+    return not p.demoted and any(s in p.idea for s in START_IDEAS)
 
 
 @dataclass
