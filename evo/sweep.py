@@ -159,16 +159,25 @@ class CountingCompiler:
         self.seconds = self.saved = 0.0
         self.reused_hashes: set[str] = set()
 
+    def _count(self, r: Any) -> None:
+        if getattr(r, "cached", False):
+            self.reused += 1
+            self.saved += r.seconds or 0.0
+            self.reused_hashes.add(r.hash)
+        else:
+            self.new += 1
+            self.seconds += r.seconds or 0.0
+
+    def compile(self, ks: Any, arch: str, **kw: Any) -> Any:
+        """One compile (e.g. an archived kernel whose cubin is not on this machine: evo.compile.stored_cubin)."""
+        r = self.inner.compile(ks, arch, **kw)
+        self._count(r)
+        return r
+
     def compile_many(self, items: Iterable, jobs: int = 0, on_done: Callable | None = None,
                      stop: Callable[[], bool] | None = None) -> list:
         def done(r: Any) -> None:
-            if getattr(r, "cached", False):
-                self.reused += 1
-                self.saved += r.seconds or 0.0
-                self.reused_hashes.add(r.hash)
-            else:
-                self.new += 1
-                self.seconds += r.seconds or 0.0
+            self._count(r)
             if on_done:
                 on_done(r)
 

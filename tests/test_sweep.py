@@ -486,3 +486,23 @@ def test_a_fresh_archive_starts_from_the_tables_nearest_rows(tmp_path):
     row = sweep_rows(cfg)["300x300x300"]
     assert row.seeds_offered == 2  # the two rows of the table
     assert "kernels of neighbouring shapes offered as seeds" in outcome.summary
+
+
+def test_counting_compiler_recompiles_an_archived_kernel_whose_cubin_is_gone(tmp_path):
+    """A sweep carried to a fresh machine re-checks the archive's best kernels, whose cubins were built elsewhere:
+    evo.compile.stored_cubin compiles them again through the sweep's counting wrapper (it once had no .compile and
+    every shape of such a sweep failed with an AttributeError)."""
+    from evo.compile import stored_cubin
+    from evo.kernel import KernelSource
+    from evo.sweep import CountingCompiler
+
+    source = (Path(__file__).parent / "data" / "naive.cu").read_text()
+    ks = KernelSource.parse(source)
+    store = Store(str(tmp_path / "evo.db"))
+    store.add_compile(CompileResult(ks.hash, "sm_90a", True, cubin_path=str(tmp_path / "elsewhere" / "k.cubin"), registers=32))
+    counting = CountingCompiler(FakeCompiler(cache_dir=tmp_path / "cache"))
+    path = stored_cubin(counting, store, source, "sm_90a")
+    assert Path(path).is_file() and path.startswith(str(tmp_path / "cache"))
+    assert counting.new == 1 and counting.reused == 0
+    assert store.compile_result(ks.hash, "sm_90a").cubin_path == path  # the record points at this machine's cubin
+    store.close()
