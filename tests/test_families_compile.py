@@ -25,6 +25,10 @@ def test_every_family_claims_a_known_arch_and_has_ci_instances():
     for fam in fams:
         assert set(fam.archs) <= {"sm_80", "sm_90a"} and fam.archs
         assert 1 <= len(fam.instances_for_ci()) <= 5, f"{fam.name}: keep CI instances few (2-core CI)"
+        # a start or CI instance that breaks a constraint (e.g. after a new parameter's default) would be dropped
+        # from generation 0 without a word (Family.start_instances keeps the valid ones)
+        for p in list(fam.starts) + list(fam.ci_instances):
+            assert fam.valid(fam.complete(p)), f"{fam.name}: {p} violates the family's constraints"
 
 
 @pytest.mark.nvcc

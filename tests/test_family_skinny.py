@@ -42,7 +42,9 @@ def test_launch_rules(fam):
     assert l.workspace == 256 + 2 * 8 * 64 * 128 * 4  # counters (2 tiles x 8 ranks, padded) + fp32 slices
     # 64x4096x4096: swap 64x64, cluster 2, no global split: no workspace
     l = fam.render({"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 2, "G": 1, "STAGES": 8}).launch(Problem(64, 4096, 4096), 132)
-    assert l.grid == (128, 1, 1) and l.workspace == 0 and l.smem == 8 * 128 * 128 + 1024
+    assert l.grid == (128, 1, 1) and l.workspace == 0 and l.smem == 8 * 128 * 128 + 64 * 64 * 4 + 1024  # + PUSH's slots
+    l0 = fam.render({"BM": 64, "BN": 64, "CONSUMERS": 1, "CLK": 2, "G": 1, "STAGES": 8, "PUSH": 0}).launch(Problem(64, 4096, 4096), 132)
+    assert l0.smem == 8 * 128 * 128 + 1024  # the pull reduce reads the peers' staged tiles in place
     # multicast: the column operand's box is BN / MC rows; row tiles padded to a multiple of MC
     l = fam.render({"CLK": 1, "MC": 4, "G": 1, "STAGES": 5}).launch(Problem(128, 12288 - 128, 4096), 132)
     assert l.grid == (96, 1, 1)  # 95 row tiles -> 24 groups of 4
@@ -68,6 +70,16 @@ def test_grids_are_whole_clusters_and_workspace_covers_the_slices(fam):
             # the reduce tile (fp32, C orientation, padded rows) fits in the dynamic smem with the ring
             r, cc, pitch = (64, 128, 132) if swap else (128, 64, 72)
             assert l.smem >= r * pitch * 4 + 1024 and l.smem >= p["STAGES"] * (128 + 64) * 128 + 1024
+
+
+def test_push_needs_k_ranks_and_room_for_the_receive_slots(fam):
+    # without K ranks there is nothing to send: one value of PUSH only (the default), and no receive slots
+    assert fam.valid(fam.complete({"CLK": 1, "MC": 2})) and not fam.valid(fam.complete({"CLK": 1, "MC": 2, "PUSH": 0}))
+    l = fam.render({"CLK": 1, "MC": 2, "G": 1, "STAGES": 5}).launch(Problem(128, 4096, 4096), 132)
+    assert l.smem == max(5 * 256 * 128, 128 * 132 * 4) + 1024
+    # 128 x 256 tiles, 3 stages: the ring (144 KB) has no room beside 128 KB of receive slots; the pull reduce fits
+    assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "CONSUMERS": 2, "CLK": 2, "STAGES": 3, "PUSH": 1}))
+    assert fam.valid(fam.complete({"BM": 128, "BN": 256, "CONSUMERS": 2, "CLK": 2, "STAGES": 3, "PUSH": 0}))
 
 
 def _k_blocks(sidx, S, kblocks, ki):  # the kernel's k-block assignment of split sidx of S

@@ -137,6 +137,41 @@ def test_split_reduce_scatter_correct_on_gpu(gpu):
     assert ran >= 8 and not failures, "\n".join(failures)
 
 
+SKINNY_REDUCE_INSTANCES = [  # wgmma_skinny_sm90: K ranks sending their slices (PUSH 1) or reading the peers' (PUSH 0)
+    {"BM": 64, "BN": 48, "CLK": 16, "CONSUMERS": 1, "G": 1, "STAGES": 8, "PUSH": 1},
+    {"BM": 64, "BN": 48, "CLK": 16, "CONSUMERS": 1, "G": 1, "STAGES": 8, "PUSH": 0},
+    {"BM": 64, "BN": 64, "CLK": 8, "CONSUMERS": 1, "G": 1, "STAGES": 8, "PUSH": 1},
+    {"BM": 64, "BN": 64, "CLK": 16, "CONSUMERS": 1, "G": 2, "SWAP_AB": 0, "STAGES": 4, "PUSH": 1},  # a global split on top
+    {"BM": 128, "BN": 128, "CLK": 2, "MC": 2, "NC": 2, "G": 1, "STAGES": 5, "KI": 1, "PUSH": 1},   # multicast peers
+    {"BM": 128, "BN": 128, "CONSUMERS": 2, "CLK": 2, "G": 4, "STAGES": 5, "PUSH": 1},
+]
+
+
+def test_skinny_reduce_paths_correct_on_gpu(gpu):
+    """wgmma_skinny_sm90's on-chip split-K reduce, sent (PUSH) and read (pull), with a global split and with multicast
+    peers, on off-tile shapes; 77x200x72 has 2 k blocks, so most K ranks send zeros. The checker launches each
+    several times: the receive barriers and the split counters must be ready for the next launch."""
+    from evo.families import load_families
+
+    w, comp, _ = gpu
+    (fam,) = load_families(names=["wgmma_skinny_sm90"])
+    failures, ran = [], 0
+    for params in SKINNY_REDUCE_INSTANCES:
+        assert fam.valid(fam.complete(params)), params
+        ks = fam.render(params)
+        r = comp.compile(ks, w.info.arch)
+        assert r.ok, r.error
+        for shape in ("128x128x16384", "77x200x72", "130x260x16392", "200x136x72"):
+            p = parse_shape(shape)
+            if not ks.accepts(p, w.info.sm_count):
+                continue
+            ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+            ran += 1
+            if not ev.ok:
+                failures.append(f"{params} {shape}: {ev.error}")
+    assert ran >= 20 and not failures, "\n".join(failures)
+
+
 def _count(db):
     con = sqlite3.connect(db)
     try:
