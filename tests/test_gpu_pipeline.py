@@ -111,22 +111,19 @@ def test_families_correct_on_gpu(gpu):
     assert not failures, "\n".join(failures)
 
 
-def test_split_reduce_scatter_correct_on_gpu(gpu):
-    """wgmma_sm90's one-wave reduce-scatter split-K (compiled in CI by tests/test_family_sm90.py) on off-tile shapes,
-    empty K slices included (77x200x72 has 2 k blocks for 4-8 splits); the checker launches each several times, so
-    the barrier's counters must be left ready for the next launch."""
-    from test_family_sm90 import SPLIT_RS_INSTANCES
-
+def check_instances(gpu, family: str, instances: list[dict], shapes: tuple[str, ...]) -> tuple[int, list[str]]:
+    """Compile each instance of `family` and evaluate it on every shape it accepts: (evaluations run, failures)."""
     from evo.families import load_families
 
     w, comp, _ = gpu
-    (fam,) = load_families(names=["wgmma_sm90"])
+    (fam,) = load_families(names=[family])
     failures, ran = [], 0
-    for params in SPLIT_RS_INSTANCES:
+    for params in instances:
+        assert fam.valid(fam.complete(params)), params
         ks = fam.render(params)
         r = comp.compile(ks, w.info.arch)
         assert r.ok, r.error
-        for shape in ("1000x1000x1000", "128x128x16384", "77x200x72", "64x4096x4096", "200x136x72"):
+        for shape in shapes:
             p = parse_shape(shape)
             if not ks.accepts(p, w.info.sm_count):
                 continue
@@ -134,6 +131,17 @@ def test_split_reduce_scatter_correct_on_gpu(gpu):
             ran += 1
             if not ev.ok:
                 failures.append(f"{params} {shape}: {ev.error}")
+    return ran, failures
+
+
+def test_split_reduce_scatter_correct_on_gpu(gpu):
+    """wgmma_sm90's one-wave reduce-scatter split-K (compiled in CI by tests/test_family_sm90.py) on off-tile shapes,
+    empty K slices included (77x200x72 has 2 k blocks for 4-8 splits); the checker launches each several times, so
+    the barrier's counters must be left ready for the next launch."""
+    from test_family_sm90 import SPLIT_RS_INSTANCES
+
+    ran, failures = check_instances(gpu, "wgmma_sm90", SPLIT_RS_INSTANCES,
+                                    ("1000x1000x1000", "128x128x16384", "77x200x72", "64x4096x4096", "200x136x72"))
     assert ran >= 8 and not failures, "\n".join(failures)
 
 
@@ -151,25 +159,24 @@ def test_skinny_reduce_paths_correct_on_gpu(gpu):
     """wgmma_skinny_sm90's on-chip split-K reduce, sent (PUSH) and read (pull), with a global split and with multicast
     peers, on off-tile shapes; 77x200x72 has 2 k blocks, so most K ranks send zeros. The checker launches each
     several times: the receive barriers and the split counters must be ready for the next launch."""
-    from evo.families import load_families
-
-    w, comp, _ = gpu
-    (fam,) = load_families(names=["wgmma_skinny_sm90"])
-    failures, ran = [], 0
-    for params in SKINNY_REDUCE_INSTANCES:
-        assert fam.valid(fam.complete(params)), params
-        ks = fam.render(params)
-        r = comp.compile(ks, w.info.arch)
-        assert r.ok, r.error
-        for shape in ("128x128x16384", "77x200x72", "130x260x16392", "200x136x72"):
-            p = parse_shape(shape)
-            if not ks.accepts(p, w.info.sm_count):
-                continue
-            ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
-            ran += 1
-            if not ev.ok:
-                failures.append(f"{params} {shape}: {ev.error}")
+    ran, failures = check_instances(gpu, "wgmma_skinny_sm90", SKINNY_REDUCE_INSTANCES,
+                                    ("128x128x16384", "77x200x72", "130x260x16392", "200x136x72"))
     assert ran >= 20 and not failures, "\n".join(failures)
+
+
+SPLIT_CLUSTER_INSTANCES = [  # wgmma_sm90: a tile's K splits in one cluster, slices sent with st.async
+    {"BM": 64, "BN": 64, "CONSUMERS": 1, "SPLIT_K": 2, "SPLIT_CLUSTER": 1, "PERSISTENT": 0, "STAGES": 8, "SWAP_AB": 1},
+    {"BM": 64, "BN": 32, "CONSUMERS": 1, "SPLIT_K": 4, "SPLIT_CLUSTER": 1, "PERSISTENT": 0, "STAGES": 8, "SWAP_AB": 1},
+    {"BM": 128, "BN": 128, "SPLIT_K": 2, "SPLIT_CLUSTER": 1, "PERSISTENT": 0, "STAGES": 4},
+]
+
+
+def test_split_cluster_correct_on_gpu(gpu):
+    """wgmma_sm90's split-K inside a cluster (each split sends the others their column slices, completing their
+    receive barrier by bytes) on off-tile shapes, 77x200x72's empty K slices included, launched several times."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", SPLIT_CLUSTER_INSTANCES,
+                                    ("64x4096x4096", "77x200x72", "130x260x16392", "200x136x72"))
+    assert ran >= 10 and not failures, "\n".join(failures)
 
 
 def _count(db):
