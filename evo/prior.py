@@ -53,6 +53,7 @@ class GpuSpec:
     launch_us: float = 4.0  # event window of a kernel beyond its work (empty kernel 3.4 us + prologue/epilogue)
     fill_us: float = 1.0  # first loads of a wave (DRAM latency + pipeline fill)
     fixup_us: float = 1.5  # serial split-K reduction step (the last arrival sums the partials)
+    onchip_fixup_us: float = 0.7  # split-K summed inside a cluster (DSMEM): 0.7 us traced (staged -> stored), docs/perf-skinny.md
     l2_gbs_per_sm: float = 150.0  # what one SM draws from L2
 
     @staticmethod
@@ -115,14 +116,22 @@ def split_of(params: dict[str, Any]) -> int:
     return split
 
 
+def onchip_split_of(params: dict[str, Any]) -> int:
+    """The K splits summed inside a thread-block cluster through distributed shared memory (no partials in DRAM):
+    CLK K ranks (wgmma_skinny_sm90, mma_small_sm80), or all of SPLIT_K with SPLIT_CLUSTER (wgmma_sm90)."""
+    if int(params.get("SPLIT_CLUSTER", 0)):
+        return split_of(params)
+    return max(1, int(params.get("CLK", 1)))
+
+
 def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Problem, gpu: GpuSpec) -> Estimate:
     tm, tn, m, n, _ = tile_of(params, problem)
     split = split_of(params)
+    global_split = max(1, split // onchip_split_of(params))  # the splits whose partials go through the workspace
     cluster = 1
     for k in CLUSTER_PARAMS:
         cluster *= max(1, int(params.get(k, 1)))
-    in_cluster = bool(int(params.get("SPLIT_CLUSTER", 0)))  # the K splits of a tile are one cluster (DSMEM reduce)
-    if in_cluster:
+    if int(params.get("SPLIT_CLUSTER", 0)):  # the K splits of a tile are one cluster
         cluster *= split
     tiles = cdiv(m, tm) * cdiv(n, tn)
     units = tiles * split
@@ -159,7 +168,7 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     compute_us = per_sm_units * unit_flops / sm_rate if per_sm_units > 1 else unit_flops * busy_units_per_sm / sm_rate
     # memory: A, B and C through DRAM once, split-K partials written and read, tile loads through L2; a few
     # busy SMs cannot draw the full bandwidth
-    dram = problem.min_bytes + (8.0 * problem.m * problem.n * split if split > 1 and not in_cluster else 0.0)
+    dram = problem.min_bytes + (8.0 * problem.m * problem.n * global_split if global_split > 1 else 0.0)
     l2 = units * (tm + tn) * k_per * 2.0
     busy_sms = min(slot_sms, units)
     bw = gpu.bw_gbs * 1e3 * min(1.0, busy_sms / (0.5 * sms))  # bytes per us
@@ -167,19 +176,22 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     # a grid of fewer CTAs than units is persistent: its producers run ahead across units, so the pipeline fills
     # once per CTA; a grid of one CTA per unit fills once per wave
     fills = 1 if geo.ctas < units else math.ceil(waves)
-    overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, gpu)
+    overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, gpu, global_split)
     us = max(compute_us, memory_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
                     compute_us, memory_us, overhead_us, intensity)
 
 
-def fixup_us(params: dict[str, Any], split: int, gpu: GpuSpec) -> float:
+def fixup_us(params: dict[str, Any], split: int, gpu: GpuSpec, global_split: int | None = None) -> float:
     """The split-K reduction's exposed time. The last arrival of a tile reads every split's fp32 partial (the fitted
     step, gpu.fixup_us); when the splits reduce-scatter instead (SPLIT_RS), each writes and reads 2 (split - 1) /
     split of a tile's partials through one SM, so its step is charged in that proportion (128x128 split 8: 0.22 of
-    it; measured 2.8-3.1 us faster than the last-arrival reduce, docs/perf-hopper.md Run 11)."""
+    it; measured 2.8-3.1 us faster than the last-arrival reduce, docs/perf-hopper.md Run 11). Splits summed inside a
+    cluster alone (global_split 1: CLK K ranks, SPLIT_CLUSTER) cost the on-chip step, gpu.onchip_fixup_us."""
     if split <= 1:
         return 0.0
+    if global_split is not None and global_split <= 1:  # every split summed on chip (DSMEM), no serial pass
+        return gpu.onchip_fixup_us
     if int(params.get("SPLIT_RS", 0)):
         return gpu.fixup_us * 2.0 * (split - 1) / (split * split)
     return gpu.fixup_us

@@ -86,6 +86,20 @@ def test_waves_padding_residency():
           for k in (2, 8)}
     serial = {k: estimate("wgmma_sm90", {"BM": 128, "BN": 128, "SPLIT_K": k}, g, w, gpu).overhead_us for k in (2, 8)}
     assert rs[2] < serial[2] and rs[8] < serial[8] and serial[8] - rs[8] > serial[2] - rs[2]
+    # K ranks summed in the cluster (the skinny family's CLK) move no partials through DRAM and cost the on-chip step;
+    # a global split on top (G) writes and reads its partials and pays the serial step
+    t = parse_shape("128x128x16384")
+    onchip = estimate("wgmma_skinny_sm90", {"BM": 64, "BN": 48, "CLK": 16, "SWAP_AB": 1}, Geometry(96, 160, 128_000, 0), t, gpu)
+    glob = estimate("wgmma_skinny_sm90", {"BM": 64, "BN": 48, "CLK": 8, "G": 2, "SWAP_AB": 1}, Geometry(96, 160, 128_000, 1 << 20), t, gpu)
+    assert onchip.split == glob.split == 16
+    assert onchip.overhead_us == pytest.approx(gpu.launch_us + gpu.fill_us + gpu.onchip_fixup_us)
+    assert glob.overhead_us == pytest.approx(gpu.launch_us + gpu.fill_us + gpu.fixup_us) and gpu.onchip_fixup_us < gpu.fixup_us
+    # the same 16 splits of 128 x 128 tiles, 8 in the cluster x 2 global: only the global ones' partials reach DRAM
+    wide = dict(BM=128, BN=128, CONSUMERS=2, SWAP_AB=0)
+    g8 = Geometry(16, 288, 200_000, 0)
+    all_onchip = estimate("wgmma_skinny_sm90", {**wide, "CLK": 16}, g8, t, gpu)
+    two_global = estimate("wgmma_skinny_sm90", {**wide, "CLK": 8, "G": 2}, g8, t, gpu)
+    assert all_onchip.memory_us < two_global.memory_us
 
 
 def test_prior_ranks_shape_appropriate_instances(prior):
