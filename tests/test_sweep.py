@@ -446,8 +446,6 @@ def test_each_family_is_enumerated_once_per_sweep(tmp_path, monkeypatch):
 def test_a_template_change_makes_done_shapes_due_again(tmp_path):
     """A nightly rerun after a template change searches the done shapes again (with the new kernels); a rerun with
     the same templates searches nothing; --keep-stale keeps the old behaviour."""
-    import shutil
-
     tpl = tmp_path / "templates"
     shutil.copytree(TOY, tpl)
     shapes = [parse_shape(s) for s in SHAPES]
