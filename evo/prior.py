@@ -176,13 +176,13 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     # a grid of fewer CTAs than units is persistent: its producers run ahead across units, so the pipeline fills
     # once per CTA; a grid of one CTA per unit fills once per wave
     fills = 1 if geo.ctas < units else math.ceil(waves)
-    overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, gpu, global_split)
+    overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, global_split, gpu)
     us = max(compute_us, memory_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
                     compute_us, memory_us, overhead_us, intensity)
 
 
-def fixup_us(params: dict[str, Any], split: int, gpu: GpuSpec, global_split: int | None = None) -> float:
+def fixup_us(params: dict[str, Any], split: int, global_split: int, gpu: GpuSpec) -> float:
     """The split-K reduction's exposed time. The last arrival of a tile reads every split's fp32 partial (the fitted
     step, gpu.fixup_us); when the splits reduce-scatter instead (SPLIT_RS), each writes and reads 2 (split - 1) /
     split of a tile's partials through one SM, so its step is charged in that proportion (128x128 split 8: 0.22 of
@@ -190,7 +190,7 @@ def fixup_us(params: dict[str, Any], split: int, gpu: GpuSpec, global_split: int
     cluster alone (global_split 1: CLK K ranks, SPLIT_CLUSTER) cost the on-chip step, gpu.onchip_fixup_us."""
     if split <= 1:
         return 0.0
-    if global_split is not None and global_split <= 1:  # every split summed on chip (DSMEM), no serial pass
+    if global_split <= 1:  # every split summed on chip (DSMEM), no serial pass
         return gpu.onchip_fixup_us
     if int(params.get("SPLIT_RS", 0)):
         return gpu.fixup_us * 2.0 * (split - 1) / (split * split)
