@@ -87,7 +87,9 @@ def test_refresh_recomputes_verdicts_from_the_table_alone(tmp_path, capsys):
     assert main(["--refresh", str(dst)]) == 0
     _, rows = read_table(dst)
     by = {r.shape: r for r in rows}
-    assert by["128x16384x4096"].verdict == "tie" and by["128x16384x4096"].winner == "cublas"
+    # a row inside the 2 % band (the only band without spreads) is a tie, served by its best library
+    tie = next(r["shape"] for r in doc["rows"] if r["hash"] and 0.98 < r["speedup_best_library"] < 1.0)
+    assert by[tie].verdict == "tie" and by[tie].winner == by[tie].best_library != "evo"
     assert by["1x4096x4096"].winner == "evo" and by["1x4096x4096"].pct_of_datasheet_roof > 0
     r = by["1x4096x4096"]  # the share of the measured roofline follows the winner's time
     assert r.pct_of_roofline == round(100.0 * r.roofline_us / r.time_us, 1)

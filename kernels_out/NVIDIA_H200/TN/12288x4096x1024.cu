@@ -2,12 +2,13 @@
 family: wgmma_sm90
 archs: [sm_90a]
 params: {BM: 128, BN: 160, CLUSTER: 1, CONSUMERS: 2, EPI: 1, EPI_HINT: 1, GROUP: 4, PANEL: 0,
-  PERSISTENT: 1, PINGPONG: 1, SPLIT_K: 1, STAGES: 5, SWAP_AB: 0}
+  PERSISTENT: 1, PINGPONG: 1, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_RS: 0, STAGES: 5,
+  SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
@@ -30,12 +31,22 @@ tensor_maps:
 //                      consumer never waits on a stage more than one ring lap ahead: parity waits only
 //                      tell adjacent phases apart.
 //   full[s]  mbarrier: producer arms it with the stage's byte count, TMA completes it.
-//   empty[s] mbarrier: every consumer warp arrives once it no longer reads stage s.
+//   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
+//                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
 // Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
+// SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
+//   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
+//   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
+//   buffer (st.async from registers, fragment order, so owner and sender threads hold the same elements; the bytes
+//   complete the owner's `recv_bar`, armed at init), waits for its own slots to land (no cluster barrier: the slowest
+//   CTA no longer holds everyone, and nothing waits for remote store acknowledgements), sums split 0..SPLIT_K-1 in
+//   order (deterministic; its own partial from registers) and writes its slice of C. The cluster barrier before exit
+//   arrives (relaxed) right after the receive wait: once every CTA has arrived no send is in flight. No workspace,
+//   no ticket, no serial reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own smem.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
@@ -83,6 +94,8 @@ constexpr int EPI = 1;                 // TMA-store staging buffers per consumer
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
+constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
+constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -99,10 +112,11 @@ constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
 constexpr int EPI_BYTES = 9216;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
-constexpr int pow2_floor(int x) { return x >= 2 ? 2 * pow2_floor(x / 2) : 1; }
+// the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
+constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * pow2_div(x / 2, cap / 2) : 1; }
 constexpr int RU_BUDGET = (CONSUMERS == 1 ? 32 : 16) / CHUNKS;
-constexpr int RU = pow2_floor(RU_BUDGET < 1 ? 1 : (RU_BUDGET > SPLIT_K ? SPLIT_K : RU_BUDGET));
-static_assert(SPLIT_K % RU == 0, "SPLIT_K is a power of two");
+constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
+static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
@@ -128,6 +142,18 @@ constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
 // stmatrix fragment land in 8 distinct 16-byte bank groups in each case.
 __device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)) % EPI_CHUNKS; }
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
+static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT == 0 && CLUSTER == 1 && PANEL == 0 &&
+                                     (BN / 8) % SPLIT_K == 0),
+              "split-K cluster: 2-16 splits, one unit per CTA, BN / 8 column chunks dealt out evenly");
+static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
+                                (BN / 8) % SPLIT_K == 0),
+              "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
+// split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
+constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
+// SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
+// [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
+constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
+constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -182,7 +208,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank)
       "mapa.shared::cluster.u32 ra, %0, %1;\n"
       "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
 }
-// A consumer warp no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
+// A consumer warpgroup no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
 __device__ __forceinline__ void release_stage(uint32_t bar) {
   if (CLUSTER > 1) {
 #pragma unroll
@@ -238,6 +264,24 @@ __device__ __forceinline__ void bulk_wait_read() {
 // Order this thread's generic-proxy smem writes before later async-proxy (TMA) reads of them.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
+// ---------------------------------------------------------------- split-K in a cluster (SPLIT_CLUSTER)
+// Send a float4 to our smem offset `addr` in CTA `rank` of the cluster; its 16 bytes complete that CTA's mbarrier at
+// our offset `bar` (st.async: no acknowledgement waited for here).
+__device__ __forceinline__ void dsmem_send_f4(uint32_t addr, uint32_t bar, uint32_t rank, float x, float y, float z, float w) {
+  asm volatile(
+      "{\n.reg .b32 ra, rb;\n"
+      "mapa.shared::cluster.u32 ra, %0, %2;\n"
+      "mapa.shared::cluster.u32 rb, %1, %2;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [ra], {%3, %4, %5, %6}, [rb];\n}\n" ::"r"(addr),
+      "r"(bar), "r"(rank), "f"(x), "f"(y), "f"(z), "f"(w)
+      : "memory");
+}
+__device__ __forceinline__ float4 lds_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+  return v;
+}
+
 // ---------------------------------------------------------------- wgmma
 // Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
 // rows of 128 B, 8-row swizzle atoms 1024 B apart (stride byte offset), base 1024-aligned.
@@ -252,6 +296,20 @@ __device__ __forceinline__ int ticket_acq_rel(int* p) {
   int old;
   asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
+}
+// SPLIT_RS: the generation word of a tile's barrier (relaxed before arriving, acquire while waiting, release to open).
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release_gpu(int* p, int v) {
+  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -430,6 +488,100 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
   }
 }
 
+// the largest divisor of x that is at most cap (at least 1)
+constexpr int div_at_most(int x, int cap) {
+  for (int d = cap < x ? cap : x; d > 1; --d)
+    if (x % d == 0) return d;
+  return 1;
+}
+// SPLIT_RS: splits whose chunks of the slice are loaded at once: at most 16 float4 in flight (32 with one consumer, 8
+// beside 128 accumulators per thread)
+constexpr int RS_BUDGET = MT * BN / 2 >= 128 ? 8 : CONSUMERS == 1 ? 32 : 16;
+constexpr int RS_ROUND = div_at_most(SPLIT_K, RS_BUDGET / (MT * RED_J));
+// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
+// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
+// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
+// registers and only one round's loads are in flight.
+template <int S>
+__device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const float4* base, int split, int tid) {
+  if constexpr (S < SPLIT_K) {
+    if (split != S) {
+      rs_sum_slice<S + 1>(acc, base, split, tid);
+      return;
+    }
+    constexpr size_t PART_F4 = static_cast<size_t>(BM) * BN / 4;  // one split's partial, in float4
+    float4 sum[MT][RED_J];
+    // a round's loads first, then its sums: with the loads and sums in one loop nest ptxas spills 20 bytes on the
+    // 128-accumulator instances (128x256 and 256x128 with 4 splits)
+#pragma unroll
+    for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RS_ROUND) {
+      float4 x[MT][RED_J][RS_ROUND];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int jj = 0; jj < RED_J; ++jj)
+#pragma unroll
+          for (int r = 0; r < RS_ROUND; ++r) {
+            const int sp = sp0 + r;
+            const float* a = &acc[mt][4 * (S * RED_J + jj)];
+            x[mt][jj][r] = sp == S ? make_float4(a[0], a[1], a[2], a[3])
+                                   : __ldcg(base + sp * PART_F4 + (mt * (BN / 8) + S * RED_J + jj) * 128 + tid);
+          }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int jj = 0; jj < RED_J; ++jj)
+#pragma unroll
+          for (int r = 0; r < RS_ROUND; ++r) {
+            const float4 v = x[mt][jj][r];
+            float4& t = sum[mt][jj];
+            if (sp0 + r == 0) t = v;
+            else { t.x += v.x; t.y += v.y; t.z += v.z; t.w += v.w; }
+          }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int jj = 0; jj < RED_J; ++jj) {
+        float* a = &acc[mt][4 * (S * RED_J + jj)];
+        a[0] = sum[mt][jj].x; a[1] = sum[mt][jj].y; a[2] = sum[mt][jj].z; a[3] = sum[mt][jj].w;
+      }
+  }
+}
+
+// SPLIT_CLUSTER: this thread's fragments of the n8 chunks owned by cluster rank `rank` straight to C (bounds-checked; a half2 per
+// row where C's rows allow, single halves transposed with SWAP_AB). The slice is 1/SPLIT_K of a small output.
+__device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __half* C, int Mk, int Nk, int row0,
+                                            int col0, uint32_t rank) {
+  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
+  const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      if (j / RED_J != static_cast<int>(rank)) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = row0 + mt * 64 + warp * 16 + lane / 4 + 8 * h;  // kernel view
+        const int cc = col0 + 8 * j + 2 * (lane % 4);
+        const __half2 v = __floats2half2_rn(acc[mt][4 * j + 2 * h], acc[mt][4 * j + 2 * h + 1]);
+        if (SWAP_AB) {  // kernel (r, cc) is C[cc][r]
+          if (r < Mk) {
+            if (cc < Nk) C[static_cast<size_t>(cc) * cols + r] = __low2half(v);
+            if (cc + 1 < Nk) C[static_cast<size_t>(cc + 1) * cols + r] = __high2half(v);
+          }
+        } else if (r < rows) {
+          __half* dst = C + static_cast<size_t>(r) * cols + cc;
+          if (cols % 2 == 0 && cc + 1 < cols) *reinterpret_cast<__half2*>(dst) = v;
+          else {
+            if (cc < cols) dst[0] = __low2half(v);
+            if (cc + 1 < cols) dst[1] = __high2half(v);
+          }
+        }
+      }
+    }
+}
+
 // EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
 // `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
 // (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
@@ -491,6 +643,8 @@ using namespace evo_sm90;
 #define EVO_EPI 1
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
+#elif 0
+#define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #else
 #define EVO_CLUSTER_DIMS
 #endif
@@ -514,6 +668,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
+  __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
@@ -521,8 +676,11 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
   const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
+  const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
 
-  const int wg = threadIdx.x / 128;
+  // warp-uniform as far as the compiler knows (a shuffle from lane 0): the consumers' ring addresses and wgmma
+  // descriptors derived from it stay in uniform registers (no R2UR before every wgmma)
+  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
   const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
   const int u_end = unit_end(units);
@@ -574,13 +732,17 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     tma_prefetch_desc(map_cols);
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * 4 * CLUSTER);
+      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * CLUSTER);
     }
     mbar_init(smem_u32(&order_bar[0]), 4);
     mbar_init(smem_u32(&order_bar[1]), 4);
     if (PANEL) {
       mbar_init(smem_u32(&panel_full), 1);
       mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
+    }
+    if (SPLIT_CLUSTER) {  // armed before the cluster arrive below: no peer sends before it
+      mbar_init(smem_u32(&recv_bar), 1);
+      mbar_arrive_expect_tx(smem_u32(&recv_bar), (SPLIT_K - 1) * RED_SLOT_BYTES);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
@@ -593,6 +755,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     cluster_wait();
   } else {
     __syncthreads();
+    // SPLIT_CLUSTER: the others write into our smem only after their main loops; the consumers wait for this
+    // cluster barrier (every CTA has started) right before that, so its latency hides behind the main loop. The
+    // producer warps arrive here and exit: the cluster barrier waits for non-exited threads only.
+    if (SPLIT_CLUSTER) cluster_arrive_relaxed();
   }
 
   if (wg == 0) {
@@ -647,17 +813,20 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
         const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
         wgmma_fence();
+        // The stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+        // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+        const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
         for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
-          const uint64_t db = desc_sw128(b_base + k * 32);
+          const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt)
-            wgmma_m64k16<BN>(acc[mt], desc_sw128(a_base + mt * 64 * 128 + k * 32), db, (i | k) != 0);
+            wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
         }
         wgmma_commit();
         if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
           wgmma_wait<1>();
-          if (lane == 0) release_stage(smem_u32(&empty_bar[prev]));
+          if (tid == 0) release_stage(smem_u32(&empty_bar[prev]));
         }
         prev = s;
         if (++s == STAGES) { s = 0; phase ^= 1; }
@@ -668,7 +837,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         ++t;
       }
       wgmma_wait<0>();
-      if (nk > 0 && lane == 0) release_stage(smem_u32(&empty_bar[prev]));
+      if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
       // PANEL: the row block's last unit of this CTA: its panel may be overwritten
       if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
         mbar_arrive(smem_u32(&panel_empty));
@@ -677,35 +846,85 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
 
-      if (SPLIT_K > 1) {
-        // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
-        int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
-        // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
-        const size_t tile_floats = static_cast<size_t>(BM) * BN;
-        float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
-                                                 static_cast<size_t>(c) * WM * BN);
+      if (SPLIT_CLUSTER) {
+        // ---------------------------------------------------- split-K in the cluster: slices through DSMEM
+        const uint32_t rank = cluster_rank();  // == w.split
+        cluster_wait();                        // every CTA of the cluster runs: its smem may be written
+        // chunk j belongs to owner j / RED_J, at chunk j % RED_J of its slot; the loops run over compile-time
+        // chunk indices (the accumulators stay in registers) with the owner compared at run time
+        const uint32_t mine = red_buf + (c * MT * RED_J * 128 + tid) * 16;  // + slot + (mt * RED_J + jj) * 2048
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j)
-            __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                   make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        // Publish: consumer barrier, then one thread takes a ticket with an acq_rel atomic (its
-        // release is cumulative: it orders every consumer's partial stores; its acquire makes
-        // the earlier splits' partials visible to the last one); the last ticket reduces.
+            if (j / RED_J != static_cast<int>(rank))
+              dsmem_send_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, smem_u32(&recv_bar), j / RED_J,
+                            acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
+        mbar_wait(smem_u32(&recv_bar), 0);  // the other splits' slices of ours have landed
+        cluster_arrive_relaxed();           // (the barrier before exit: every CTA's slots have landed once all arrive)
+        // our slice, summed in split order 0..SPLIT_K-1 (our own partial from registers)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+            if (j / RED_J == static_cast<int>(rank)) {
+              float* a = &acc[mt][4 * j];
+              const float4 own = make_float4(a[0], a[1], a[2], a[3]);
+              float4 sum;
+#pragma unroll
+              for (int sp = 0; sp < SPLIT_K; ++sp) {
+                const float4 x = sp == static_cast<int>(rank) ? own : lds_f4(mine + sp * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048);
+                if (sp == 0) sum = x;
+                else { sum.x += x.x; sum.y += x.y; sum.z += x.z; sum.w += x.w; }
+              }
+              a[0] = sum.x; a[1] = sum.y; a[2] = sum.z; a[3] = sum.w;
+            }
+        store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, rank);
+        continue;
+      }
+      if (SPLIT_K > 1) {
+        // ---------------------------------------------------- split-K: partial tile -> workspace
+        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
+        int* counters = reinterpret_cast<int*>(workspace);
+        float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
+        // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
+        const size_t tile_floats = static_cast<size_t>(BM) * BN;
+        float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
+                                                 static_cast<size_t>(c) * WM * BN);
+        // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
+        // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
+        // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+            if (!SPLIT_RS || j / RED_J != w.split)
+              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
-          const int arrived = ticket_acq_rel(&counters[w.tile]);
-          s_last = (arrived == SPLIT_K - 1);
-          if (s_last) counters[w.tile] = 0;  // every split has arrived: reset for the next launch
+          int* arrivals = counters + COUNTER_INTS * w.tile;
+          // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
+          // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
+          const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
+          s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
+          if (s_last) *arrivals = 0;
+          if (SPLIT_RS) {
+            if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
+            else
+              while (ld_acquire_gpu(arrivals + 1) == g0) __nanosleep(32);
+          }
         }
         consumer_sync();
-        if (!s_last) continue;
-        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
         const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
                                                              static_cast<size_t>(c) * WM * BN);
+        if constexpr (SPLIT_RS != 0) {  // every split sums its column slice in split order 0..SPLIT_K-1 and stores it
+          rs_sum_slice<0>(acc, base, w.split, tid);
+          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));
+          continue;
+        }
+        if (!s_last) continue;
+        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
 #pragma unroll 1
         for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
           float4 v[RU][CHUNKS];
@@ -737,6 +956,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif
     }
+    if (SPLIT_CLUSTER) cluster_wait();  // no send into or from this CTA is in flight when it exits
 #if EVO_EPI
     // the last stores have read their staging buffers before the CTA's smem goes away (their writes to C are
     // performed by the time the kernel completes, as for every store of the grid)

@@ -1,10 +1,11 @@
 /*---evo
 family: wgmma_skinny_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 48, CLK: 16, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, STAGES: 6, SWAP_AB: 1}
+params: {BM: 64, BN: 48, CLK: 16, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, PUSH: 1, STAGES: 8,
+  SWAP_AB: 1}
 block: ["128 * CONSUMERS + 32", 1, 1]
 grid: ["CLK * MC * NC * G * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(cdiv(M if SWAP_AB else N, BN), NC)", 1, 1]
-smem: "max(STAGES * (BM + BN) * 128, (BN if SWAP_AB else BM) * ((BM + 4) if SWAP_AB else (BN + 8)) * 4) + 1024"
+smem: "max(STAGES * (BM + BN) * 128, (BN if SWAP_AB else BM) * ((BM + 4) if SWAP_AB else (BN + 8)) * 4) + (PUSH if CLK > 1 else 0) * BM * BN * 4 + 1024"
 workspace: "(round_up(MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * CLK * 4, 256) + MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * G * BM * BN * 4) if G > 1 else 0"
 requires: "K % 8 == 0"
 tensor_maps:
@@ -40,6 +41,12 @@ tensor_maps:
 //   the fp32 slice to `workspace`, takes a ticket on the (tile, kr) counter; the last of the
 //   G arrivals sums the G slices in order g = 0..G-1, writes C and resets the counter to 0.
 //   Deterministic: every sum has a fixed order.
+//   PUSH: the same sums, without the cluster barrier before them: each CTA, once its partial tile is staged,
+//   sends C-row slice j of it to CTA j of its K group (st.async into j's receive slots, completing j's
+//   `recv_bar` by bytes), then waits for its own CLK slots to land and sums them locally in order 0..CLK-1.
+//   The slowest K rank no longer holds every CTA at a barrier before the first remote read, and the remote
+//   traffic is one-way. (The receive barriers are initialised before a cluster arrive at the kernel's start,
+//   whose wait comes only after the main loop.)
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -50,7 +57,7 @@ namespace evo_skinny {
 constexpr int BM = 64;            // tile rows (kernel view), CONSUMERS * 64 * MT
 constexpr int BN = 48;            // tile cols = wgmma N
 constexpr int BK = 64;                // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 6;
+constexpr int STAGES = 8;
 constexpr int CONSUMERS = 1;
 constexpr int CLK = 16;          // CTAs of a cluster that split one tile's K (DSMEM reduce)
 constexpr int MC = 1;            // CTAs of a cluster on consecutive row tiles (column operand multicast)
@@ -58,6 +65,7 @@ constexpr int NC = 1;            // CTAs of a cluster on consecutive column tile
 constexpr int G = 1;              // global K splits (clusters) on top of CLK
 constexpr int SWAP_AB = 1;
 constexpr int KI = 0;            // 1: split s takes k blocks s, s+S, s+2S, ... (all splits sweep K together)
+constexpr int PUSH = CLK > 1 ? 1 : 0;  // 1: split-K slices pushed to their owners (st.async + mbarrier), no barrier before the reduce
 
 constexpr int CS = CLK * MC * NC;     // cluster size
 constexpr int PEERS = MC + NC - 1;    // CTAs that write into this CTA's ring (itself included)
@@ -77,6 +85,8 @@ constexpr int P = SWAP_AB ? BM + 4 : BN + 8;     // conflict-free fragment store
 constexpr int RS = R / CLK;                      // C-rows of the slice each K-rank reduces
 constexpr int ITEMS = RS * CC / 4;               // float4s of one slice
 constexpr int U = (16 / CLK) < 1 ? 1 : 16 / CLK; // float4 items per thread per round (loads in flight)
+constexpr int STAGED = STAGES * STAGE_BYTES > R * P * 4 ? STAGES * STAGE_BYTES : R * P * 4;  // ring / reduce tile
+constexpr int RECV_OFF = (STAGED + 15) / 16 * 16;     // PUSH: CLK receive slots of RS x CC fp32 after them
 
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
@@ -85,6 +95,7 @@ static_assert(CS >= 1 && (CS <= 8 || (CS == 16 && CLK == 16)), "portable cluster
 static_assert(B_PIECE_ROWS % 8 == 0 && A_PIECE_ROWS % 8 == 0, "multicast pieces are whole 1024-byte swizzle atoms");
 static_assert(R % CLK == 0, "the tile's C rows split evenly over the K ranks");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
+static_assert(CC % 4 == 0 && P % 4 == 0, "16-byte slices");
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 
@@ -135,6 +146,13 @@ __device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {
   uint32_t r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
+}
+// 16 bytes into a peer's shared memory; the bytes complete the peer's mbarrier `bar` (both cluster addresses).
+__device__ __forceinline__ void st_async_v4(uint32_t addr, float4 v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(addr),
+               "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w)),
+               "r"(bar)
+               : "memory");
 }
 __device__ __forceinline__ float4 ld_dsmem(uint32_t addr) {
   float4 v;
@@ -266,6 +284,7 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   extern __shared__ uint8_t smem_raw[];
   __shared__ alignas(8) uint64_t full_bar[STAGES];
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
+  __shared__ alignas(8) uint64_t recv_bar;  // PUSH: this CTA's CLK receive slots have landed
   __shared__ int s_last;
   const uint32_t base_u32 = smem_u32(smem_raw);
   const uint32_t tiles = (base_u32 + 1023u) & ~1023u;  // ring (and, after the main loop, the reduce tile)
@@ -294,7 +313,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
                     : static_cast<int>(static_cast<long long>(sidx + 1) * kblocks / S) - kb0;
   // (nk is identical for the CTAs of a cluster with the same kr, so for every multicast group: they share sidx)
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // the warp index through a shuffle from lane 0: warp-uniform as far as the compiler knows, so the consumers' ring
+  // addresses and wgmma descriptors derived from it stay in uniform registers
+  const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 32), 0), lane = threadIdx.x % 32;
   uint16_t mask = 0, row_mask = 0;  // the CTAs sharing our column tile / our row tile (same K rank)
 #pragma unroll
   for (int j = 0; j < MC; ++j) mask |= static_cast<uint16_t>(1u << ((nc * MC + j) * CLK + kr));
@@ -329,6 +350,10 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
       mbar_init(smem_u32(&full_bar[s]), 1);
       mbar_init(smem_u32(&empty_bar[s]), CONSUMERS * 4 * PEERS);
     }
+    if constexpr (PUSH) {
+      mbar_init(smem_u32(&recv_bar), 1);
+      mbar_arrive_expect_tx(smem_u32(&recv_bar), CLK * RS * CC * 4);  // armed before any peer can send
+    }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // Without multicast the first k block's loads leave before the block-wide barrier, within the kernel's
     // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
@@ -340,6 +365,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
     cluster_wait();
   } else {
     __syncthreads();
+    // PUSH: peers send into our receive slots; the arrive publishes recv_bar's initialisation, its wait
+    // comes after the main loop (before our first send), so the cluster's start is not serialised here.
+    if constexpr (PUSH) cluster_arrive_relaxed();
   }
 
   if (warp == PRODUCER_WARP) {
@@ -363,12 +391,15 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
       const uint32_t a_base = tiles + s * STAGE_BYTES + c * WM * 128;
       const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
       wgmma_fence();
+      // the stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
       for (int k = 0; k < BK / 16; ++k) {
-        const uint64_t db = desc_sw128(b_base + k * 32);
+        const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-          wgmma_m64k16<BN>(acc[mt], desc_sw128(a_base + mt * 64 * 128 + k * 32), db, (i | k) != 0);
+          wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
       }
       wgmma_commit();
       if (i > 0) {  // one wgmma group in flight; the previous stage is free now
@@ -416,7 +447,26 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   }
 
   // ---- on-chip split-K reduce over the CLK CTAs of this tile (all threads of the CTA)
-  if constexpr (CLK > 1) {
+  const uint32_t red_u32 = tiles;
+  const uint32_t recv_u32 = tiles + RECV_OFF;
+  if constexpr (PUSH) {
+    __syncthreads();  // the staged tile is complete
+    if constexpr (PEERS == 1) cluster_wait();  // every peer's recv_bar is initialised and armed
+    // Send: float4 item q of the staged tile (C-row lr, column 4 * c4) goes to owner j = lr / RS, slot kr.
+#pragma unroll 1
+    for (int q = threadIdx.x; q < R * CC / 4; q += THREADS) {
+      const int lr = q / (CC / 4), c4 = q % (CC / 4), j = lr / RS;
+      const float4 v = *reinterpret_cast<const float4*>(&red[lr * P + 4 * c4]);
+      const uint32_t owner = grp * CLK + j;
+      const uint32_t dst = recv_u32 + static_cast<uint32_t>(((kr * RS + lr % RS) * CC + 4 * c4) * 4);
+      st_async_v4(map_rank(dst, owner), v, map_rank(smem_u32(&recv_bar), owner));
+    }
+    mbar_wait(smem_u32(&recv_bar), 0);  // our CLK slots (ours included) have landed
+    // Every CTA's arrival means its slots have landed, so once all have arrived no send is in flight and
+    // no CTA writes another's memory: the wait before exit. Relaxed: it publishes nothing (the C stores
+    // after it need no ordering), and arriving before the sums keeps the wait off the critical path.
+    if constexpr (PEERS == 1) cluster_arrive_relaxed();
+  } else if constexpr (CLK > 1) {
     cluster_arrive();
     cluster_wait();
   } else {
@@ -424,7 +474,6 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   }
   // C-space origin of the tile and this CTA's slice of C rows.
   const int crow0 = (SWAP_AB ? n0 : m0) + kr * RS, ccol0 = SWAP_AB ? m0 : n0;
-  const uint32_t red_u32 = tiles;
   uint32_t peer[CLK];
 #pragma unroll
   for (int j = 0; j < CLK; ++j) peer[j] = CLK > 1 ? map_rank(red_u32, grp * CLK + j) : red_u32;
@@ -448,7 +497,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
         const uint32_t off = static_cast<uint32_t>((lr * P + 4 * c4) * 4);
 #pragma unroll
         for (int j = 0; j < CLK; ++j) {
-          if (CLK > 1)
+          if (PUSH)
+            v[u][j] = *reinterpret_cast<const float4*>(smem_raw + (recv_u32 - base_u32) + ((j * RS * CC) + idx * 4) * 4);
+          else if (CLK > 1)
             v[u][j] = ld_dsmem(peer[j] + off);
           else
             v[u][j] = *reinterpret_cast<const float4*>(&red[lr * P + 4 * c4]);
@@ -471,8 +522,9 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
     }
   }
   // Done reading the peers' smem. (With MC > 1 too: a peer's consumers may still arrive on our
-  // empty barriers, so no CTA of a cluster exits before all have passed this point.)
-  if constexpr (CS > 1) cluster_arrive();
+  // empty barriers, so no CTA of a cluster exits before all have passed this point. PUSH: every CTA has
+  // received its slots, so our sends are complete and our own slots are no longer written.)
+  if constexpr (CS > 1 && !(PUSH && PEERS == 1)) cluster_arrive();
 
   if constexpr (G > 1) {
     // ---- global split: the last of the G clusters to arrive sums the G slices in order.
