@@ -69,18 +69,19 @@ CLUSTER_SHAPES = ["128x128x16384", "64x128x2048", "128x64x4096", "256x1024x8192"
 GPCS, SMS_PER_GPC = 8, 16  # clusters are placed inside one GPC: ~8 GPCs of 16-18 SMs on an H100 / H200
 
 
-# --cluster: instances timed on these shapes whatever the estimate says (the estimate is crude about the reduce)
+# --cluster: instances timed on these shapes whatever the estimate says (the estimate is crude about the reduce);
+# PUSH 0 where two CTAs per SM leave no room for the push reduce's receive slots
 _CW8 = {"BK": 64, "WARPS_M": 2, "WARPS_N": 4, "WARPS_K": 1, "EPI": 0, "RED": 0, "OCC": 1}
 _CW4 = {"BK": 64, "WARPS_M": 2, "WARPS_N": 2, "WARPS_K": 1, "EPI": 0, "RED": 0, "OCC": 1}
 _CW2 = {"BK": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "EPI": 0, "RED": 0, "OCC": 1}
 CLUSTER_PICKS = {
     "128x128x16384": [
         dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLK=8),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLK=8, OCC=2),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=16, CLK=8, OCC=2, PUSH=0),
         dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=8, CLK=8),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=32, CLK=4, OCC=2),
-        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=8, CLK=8, OCC=2),
-        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=16, CLK=4, OCC=2),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=32, CLK=4, OCC=2, PUSH=0),
+        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=8, CLK=8, OCC=2, PUSH=0),
+        dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=16, CLK=4, OCC=2, PUSH=0),
         dict(_CW4, BM=64, BN=64, STAGES=6, SPLIT_K=4, CLK=8),
         dict(_CW4, BM=32, BN=64, STAGES=6, SPLIT_K=2, CLK=8),
         dict(_CW2, BM=32, BN=32, STAGES=6, SPLIT_K=1, CLK=8),
@@ -115,7 +116,7 @@ CLUSTER_PICKS = {
         dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, BK=32, STAGES=6, SPLIT_K=1, CLK=1, EPI=1),
         dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=1, EPI=1),
         dict(_CW8, BM=128, BN=128, BK=32, STAGES=6, SPLIT_K=1, CLK=1, EPI=1),
-        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=2, OCC=2),
+        dict(_CW8, BM=128, BN=128, STAGES=3, SPLIT_K=1, CLK=2, OCC=2, PUSH=0),
         dict(_CW8, BM=128, BN=64, STAGES=4, SPLIT_K=1, CLK=1, EPI=1, OCC=2),
     ],
 }
@@ -125,7 +126,7 @@ CLUSTER_PICKS = {
 CLUSTER_CHECKS = [
     (dict(_CW4, BM=32, BN=64, STAGES=3, SPLIT_K=2, CLK=4), "100x200x1000"),
     (dict(_CW2, BM=16, BN=32, STAGES=6, SPLIT_K=1, CLK=8), "77x202x1024"),
-    (dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=4, CLK=2, OCC=2), "130x250x4096"),
+    (dict(_CW8, BM=64, BN=128, STAGES=4, SPLIT_K=4, CLK=2, OCC=2, PUSH=0), "130x250x4096"),
     (dict(_CW8, BM=128, BN=96, WARPS_M=4, WARPS_N=2, STAGES=3, SPLIT_K=1, CLK=1, EPI=1), "200x1000x256"),
 ]
 
@@ -179,7 +180,7 @@ def cluster_instances(fam: Family, prob: Problem, n: int) -> list[dict]:
                             base = {"BM": bm, "BN": bn, "BK": 64, "WARPS_M": wm, "WARPS_N": wn, "WARPS_K": wk,
                                     "SPLIT_K": sk, "CLK": cl, "OCC": occ, "EPI": int(cl == 1 and sk == 1), "RED": 0}
                             for stages in (8, 6, 4, 3, 2):  # the deepest ring that fits in 112 KB (two CTAs per SM)
-                                q = dict(base, STAGES=stages)
+                                q = fam.complete(dict(base, STAGES=stages))
                                 if fam.valid(q) and stages * (bm + bn) * 64 * 2 <= 112 * 1024:
                                     out.append(q)
                                     break

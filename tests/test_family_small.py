@@ -89,9 +89,11 @@ def test_launch_geometry(shape):
         spec = ks.launch(prob, 132)
         assert spec.grid == (-(-prob.n // p["BN"]), -(-prob.m // p["BM"]), S * CK)
         assert spec.block == (p["WARPS_M"] * p["WARPS_N"] * p["WARPS_K"] * 32, 1, 1)
-        assert 0 < spec.smem <= (160 if p["OCC"] == 1 and p["BM"] * p["BN"] >= 8192 else 112) * 1024
-        if CK > 1:  # the staged fp32 partial of the cluster reduce fits
-            assert spec.smem >= p["BM"] * (p["BN"] + 8) * 4
+        push = p["BM"] * p["BN"] * 4 if CK > 1 and p["PUSH"] else 0   # the receive slots of the push reduce
+        assert 0 < spec.smem - push <= (160 if p["OCC"] == 1 and p["BM"] * p["BN"] >= 8192 else 112) * 1024
+        assert spec.smem <= (220 if p["OCC"] == 1 else 112) * 1024
+        if CK > 1:  # the staged fp32 partial of the cluster reduce fits (and, pushing, the slots beside it)
+            assert spec.smem >= p["BM"] * (p["BN"] + 8) * 4 + push
         tiles = spec.grid[0] * spec.grid[1]
         # sm_80: S * CK partials + (tile, group) and tile tickets; sm_90a: S slices per tile + (tile, rank) tickets
         assert spec.workspace == (0 if S * CK == 1 else
@@ -302,6 +304,26 @@ def _model_small(p, M, N, K, seed, clusters=True):
                         C[row, col + e] = v[e]
                         written[row, col + e] += 1
 
+            if p.get("PUSH", 1):  # every rank sends each owner its rows into slot `rank`; bytes must match expect_tx
+                recv = [np.full(CL * RS * BN, np.nan) for _ in range(CL)]
+                got = [0] * CL
+                senders = list(range(CL))
+                random.Random(seed + 3 * bx + 5 * by + 11 * g).shuffle(senders)
+                for src in senders:
+                    for q in range(BM * BN // 4):
+                        lr, c4 = q // (BN // 4), q % (BN // 4)
+                        owner, dst = lr // RS, ((src * RS + lr % RS) * BN + 4 * c4)
+                        assert np.isnan(recv[owner][dst:dst + 4]).all(), "a receive slot written twice"
+                        recv[owner][dst:dst + 4] = red[src][lr * RP + 4 * c4: lr * RP + 4 * c4 + 4]
+                        got[owner] += 16
+                assert got == [CL * RS * BN * 4] * CL, "each owner receives exactly what its barrier expects"
+
+                def part_of(j, lr, c, rank, idx):
+                    return recv[rank][j * RS * BN + idx * 4: j * RS * BN + idx * 4 + 4]
+            else:
+                def part_of(j, lr, c, rank, idx):
+                    return red[j][lr * RP + c: lr * RP + c + 4]
+
             ranks = list(range(CL))
             random.Random(seed + bx + 7 * by + 31 * g).shuffle(ranks)
             for rank in ranks:
@@ -309,7 +331,7 @@ def _model_small(p, M, N, K, seed, clusters=True):
                     lr, c = rank * RS + idx // (BN // 4), (idx % (BN // 4)) * 4
                     v = np.zeros(4)
                     for j in range(CL):  # fixed order 0..CL-1
-                        v = v + red[j][lr * RP + c: lr * RP + c + 4]
+                        v = v + part_of(j, lr, c, rank, idx)
                     if GSPLIT == 1:
                         store4(m0 + lr, n0 + c, v)
                     else:
@@ -331,7 +353,7 @@ def _model_small(p, M, N, K, seed, clusters=True):
     assert (ticket == 0).all() and (gticket == 0).all(), "split-K tickets back at zero"
 
 
-_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0, CLK=1, OCC=1)
+_S = dict(BM=32, BN=64, BK=64, WARPS_M=1, WARPS_N=1, WARPS_K=2, STAGES=4, SPLIT_K=1, EPI=0, RED=0, CLK=1, OCC=1, PUSH=1)
 
 
 @pytest.mark.parametrize("p,M,N,K", [
@@ -359,6 +381,8 @@ def test_index_model(p, M, N, K):
     (dict(_S, BM=64, BN=32, BK=64, WARPS_M=2, WARPS_N=2, WARPS_K=1, STAGES=4, SPLIT_K=4, CLK=2), 64, 32, 1024),
     (dict(_S, BM=32, BN=16, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=1, STAGES=3, CLK=2), 33, 18, 64),    # N % 4 != 0
     (dict(_S, BM=16, BN=96, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLK=2), 16, 100, 128),
+    (dict(_S, BM=32, BN=32, BK=32, WARPS_M=2, WARPS_N=1, WARPS_K=2, STAGES=3, CLK=4, PUSH=0), 40, 36, 256),   # the pull
+    (dict(_S, BM=16, BN=64, BK=32, WARPS_M=1, WARPS_N=2, WARPS_K=1, STAGES=2, SPLIT_K=2, CLK=8, PUSH=0), 20, 70, 512),
 ])
 def test_index_model_cluster(p, M, N, K):
     """The cluster reduce (sm_90a build) and the same instance built for sm_80 (its CTAs as global splits)."""
@@ -446,7 +470,7 @@ def test_cluster_reduce_ptx(tmp_path):
     """sm_90a: a compile-time cluster of CLK CTAs along z, release/acquire cluster barriers around the
     distributed-shared-memory reads, the acq_rel ticket for the global split, no sequentially consistent fence.
     sm_80: the same instance has no cluster instruction at all (its CTAs are global splits)."""
-    text = family().render(_CLUSTER, parse_shape("128x128x16384")).text
+    text = family().render(dict(_CLUSTER, PUSH=0), parse_shape("128x128x16384")).text
     ptx = _ptx(tmp_path, text, "sm_90a")
     assert re.search(r"\.reqnctapercluster\s+1,\s*1,\s*8", ptx)
     assert ptx.count("barrier.cluster.arrive.release") == 2 and ptx.count("barrier.cluster.wait.acquire") == 2
@@ -458,8 +482,26 @@ def test_cluster_reduce_ptx(tmp_path):
     assert not re.search(r"cluster", ptx80), "an sm_80 build must not see clusters"
     assert re.search(r"atom\.add\.acq_rel\.gpu\.global\.u32", ptx80)
     # without a global split on top no partial goes through global memory: no ticket at all
-    ptx1 = _ptx(tmp_path, family().render(dict(_CLUSTER, SPLIT_K=1), parse_shape("128x128x1024")).text, "sm_90a")
+    ptx1 = _ptx(tmp_path, family().render(dict(_CLUSTER, SPLIT_K=1, PUSH=0), parse_shape("128x128x1024")).text, "sm_90a")
     assert "ld.shared::cluster" in ptx1 and "atom." not in ptx1
+
+
+@pytest.mark.nvcc
+def test_cluster_push_reduce_ptx(tmp_path):
+    """PUSH (the default): no release barrier before the sums; slices go out with st.async completing the owner's
+    receive mbarrier (initialised, armed and fenced for the cluster), no remote loads; two relaxed arrives (the
+    barrier's publication, the exit) each matched by an acquire wait; the global split keeps its acq_rel ticket.
+    sm_80: still no cluster instruction."""
+    text = family().render(_CLUSTER, parse_shape("128x128x16384")).text
+    ptx = _ptx(tmp_path, text, "sm_90a")
+    assert re.search(r"st\.async\.shared::cluster\.mbarrier::complete_tx::bytes\.v4\.b32", ptx)
+    assert "mbarrier.arrive.expect_tx" in ptx and "fence.mbarrier_init.release.cluster" in ptx
+    assert "mbarrier.try_wait.parity" in ptx
+    assert "ld.shared::cluster" not in ptx and "barrier.cluster.arrive.release" not in ptx
+    assert ptx.count("barrier.cluster.arrive.relaxed") == 2 and ptx.count("barrier.cluster.wait.acquire") == 2
+    assert re.search(r"atom\.add\.acq_rel\.gpu\.global\.u32", ptx)
+    assert not re.search(r"\bmembar\.(gl|sys)\b|\bfence\.sc\b|\bfence\.(gpu|sys)\b", ptx)
+    assert not re.search(r"cluster|st\.async|mbarrier", _ptx(tmp_path, text, "sm_80"))
 
 
 # ---------------------------------------------------------------------------------------

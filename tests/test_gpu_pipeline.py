@@ -179,6 +179,40 @@ def test_split_cluster_correct_on_gpu(gpu):
     assert ran >= 10 and not failures, "\n".join(failures)
 
 
+SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)
+    ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8}, ("128x64x4096", "77x200x1024")),
+    ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8, "PUSH": 0}, ("77x200x1024",)),
+    ({"BM": 32, "BN": 64, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 3, "SPLIT_K": 2, "CLK": 4},
+     ("100x200x1024", "130x260x4096")),
+    ({"BM": 16, "BN": 32, "BK": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 1, "STAGES": 6, "CLK": 8}, ("77x202x1024",)),
+    ({"BM": 64, "BN": 64, "WARPS_M": 2, "WARPS_N": 2, "WARPS_K": 1, "STAGES": 6, "SPLIT_K": 4, "CLK": 8},
+     ("200x136x2048", "128x128x16384")),
+]
+
+
+def test_small_cluster_reduce_paths_correct_on_gpu(gpu):
+    """mma_small_sm80's on-chip split-K reduce, pushed and pulled, with a global split on top, on off-tile shapes;
+    the checker launches each several times (receive barriers and slice tickets ready for the next launch)."""
+    from evo.families import load_families
+
+    w, comp, _ = gpu
+    (fam,) = load_families(names=["mma_small_sm80"])
+    ran, failures = 0, []
+    for params, shapes in SMALL_CLUSTER_CASES:
+        assert fam.valid(fam.complete(params)), params
+        for shape in shapes:
+            p = parse_shape(shape)
+            ks = fam.render(params, p)
+            assert ks.accepts(p, w.info.sm_count), (params, shape)
+            r = comp.compile(ks, w.info.arch)
+            assert r.ok, r.error
+            ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+            ran += 1
+            if not ev.ok:
+                failures.append(f"{params} {shape}: {ev.error}")
+    assert ran == 8 and not failures, "\n".join(failures)
+
+
 def _count(db):
     con = sqlite3.connect(db)
     try:
