@@ -112,7 +112,8 @@ def test_families_correct_on_gpu(gpu):
 
 
 def check_instances(gpu, family: str, instances: list[dict], shapes: tuple[str, ...]) -> tuple[int, list[str]]:
-    """Compile each instance of `family` and evaluate it on every shape it accepts: (evaluations run, failures)."""
+    """Compile each instance of `family` (once per shape where the family compiles the shape in) and evaluate it on
+    every shape it accepts: (evaluations run, failures)."""
     from evo.families import load_families
 
     w, comp, _ = gpu
@@ -120,13 +121,17 @@ def check_instances(gpu, family: str, instances: list[dict], shapes: tuple[str, 
     failures, ran = [], 0
     for params in instances:
         assert fam.valid(fam.complete(params)), params
-        ks = fam.render(params)
-        r = comp.compile(ks, w.info.arch)
-        assert r.ok, r.error
+        fixed = None if fam.shape_specialized else fam.render(params)  # one kernel for every shape
+        if fixed is not None:
+            r = comp.compile(fixed, w.info.arch)  # compiled whether or not a shape takes it
+            assert r.ok, r.error
         for shape in shapes:
             p = parse_shape(shape)
+            ks = fixed or fam.render(params, p)  # a shape-specialized family: one kernel per shape
             if not ks.accepts(p, w.info.sm_count):
                 continue
+            r = comp.compile(ks, w.info.arch)  # cached by hash
+            assert r.ok, r.error
             ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
             ran += 1
             if not ev.ok:
@@ -193,24 +198,11 @@ SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a clus
 def test_small_cluster_reduce_paths_correct_on_gpu(gpu):
     """mma_small_sm80's on-chip split-K reduce, pushed and pulled, with a global split on top, on off-tile shapes;
     the checker launches each several times (receive barriers and slice tickets ready for the next launch)."""
-    from evo.families import load_families
-
-    w, comp, _ = gpu
-    (fam,) = load_families(names=["mma_small_sm80"])
     ran, failures = 0, []
     for params, shapes in SMALL_CLUSTER_CASES:
-        assert fam.valid(fam.complete(params)), params
-        for shape in shapes:
-            p = parse_shape(shape)
-            ks = fam.render(params, p)
-            assert ks.accepts(p, w.info.sm_count), (params, shape)
-            r = comp.compile(ks, w.info.arch)
-            assert r.ok, r.error
-            ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
-            ran += 1
-            if not ev.ok:
-                failures.append(f"{params} {shape}: {ev.error}")
-    assert ran == 8 and not failures, "\n".join(failures)
+        n, bad = check_instances(gpu, "mma_small_sm80", [params], shapes)
+        ran, failures = ran + n, failures + bad
+    assert ran == 8 and not failures, "\n".join(failures)  # every case accepts each of its shapes
 
 
 def _count(db):

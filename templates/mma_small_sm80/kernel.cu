@@ -483,8 +483,8 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
                 }
         }
         const uint32_t rank = cluster_rank();            // == blockIdx.z % CL (cluster dims 1 x 1 x CL)
-        const uint32_t recv = smem_u32(smem) + RECV_OFF;  // PUSH: [CL][RS][BN] fp32 receive slots
         if constexpr (PUSH) {
+            const uint32_t recv = smem_u32(smem) + RECV_OFF;  // [CL][RS][BN] fp32 receive slots
             __syncthreads();                             // the staged partial is complete
             cluster_wait_acquire();                      // every rank's receive barrier is initialised and armed
             // float4 q of the partial (row lr, columns 4 * c4..) goes to owner lr / RS, into slot `rank`
