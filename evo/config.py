@@ -89,6 +89,7 @@ class TimingConfig:
     flush_bytes: int
     flush_mode: str
     timeout_s: float
+    drift_tol: float
 
 
 @dataclass

@@ -5,6 +5,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from .drift import DriftReference
+
 
 @dataclass
 class Progress:
@@ -18,6 +20,7 @@ class Progress:
     best_us: float = 0.0
     best_lib_us: float = 0.0
     generation: int = 0
+    drift: DriftReference = field(default_factory=lambda: DriftReference(tol=0.0))  # this run's quiet cuBLAS time
 
     def line(self, text: str) -> None:
         print(text, file=self.stream, flush=True)

@@ -63,6 +63,7 @@ class EvalResult:
     spread: float = 0.0
     cublas_us: float = 0.0  # cuBLAS timed interleaved with this candidate
     seconds: float = 0.0
+    measured_us: float = 0.0  # the raw median where time_us was scaled for drift (evo/drift.py); 0 = not scaled
 
 
 LIBRARIES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")  # the library baselines, in the tables' order

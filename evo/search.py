@@ -14,6 +14,7 @@ from pathlib import Path
 from .cli import config_from_args, parser, require_positive
 from .compile import Compiler, stored_cubin
 from .config import Config
+from .drift import DriftReference, drifted
 from .errors import EvoError, cli_entry
 from .families import Family, load_families, rerendered
 from .gpu.device import COMPILE_ONLY_HINT, require_gpu
@@ -47,6 +48,7 @@ class SearchSummary:
     export_dir: str = ""
     kernel_path: str = ""
     proposer_lines: list[str] = field(default_factory=list)
+    drift_scaled: int = 0  # candidates timed in two drifted windows, their times scaled (evo/drift.py)
 
 
 def build_proposers(cfg: Config, selector: Selector, store: Store | None = None, check_llm: bool = True,
@@ -183,6 +185,7 @@ class Search:
         peak, bw = store.ceilings(gpu)  # type: ignore[misc]
         info.extra.update(peak_tflops=peak, bw_gbs=bw, roofline_us=p.roofline_us(peak, bw))  # for prompts
         baselines = store.baselines(p.key, p.layout, gpu)
+        measured_now = not baselines
         if not baselines:
             print("timing the baselines (cuBLAS, cuBLASLt heuristic, cuBLASLt autotune)...", file=self.out, flush=True)
             res = worker.call("baselines", timeout_s=600, problem=p)
@@ -204,8 +207,10 @@ class Search:
         # setup above (the GPU's ceilings, the baselines with cuBLASLt autotune, the prior's ranking), so a short
         # budget is not spent before any candidate is compiled
         t_search = time.monotonic()
-        prog = Progress(budget_s=budget_s, stream=self.out, started=t_search)
+        prog = Progress(budget_s=budget_s, stream=self.out, started=t_search, drift=DriftReference(cfg.timing.drift_tol))
         prog.best_lib_us = best_lib
+        if measured_now:  # cuBLAS timed a moment ago: a first estimate of the GPU's quiet speed (evo/drift.py)
+            prog.drift.observe(next((b.time_us for b in baselines if b.library == "cublas"), 0.0))
         rng = random.Random(cfg.search.seed * 7919 + len(store.individuals(p.key, p.layout, gpu, info.arch)))
         new_candidates = 0
         stalls = 0
@@ -364,7 +369,8 @@ class Search:
             try:
                 ev = worker.call("evaluate", timeout_s=self.cfg.timing.timeout_s, problem=p, source=ks.text,
                                  cubin=r.cubin_path, h=ks.hash, bound_us=info.extra.get("roofline_us", 0.0),
-                                 screen_reps=self.cfg.search.screen_reps, screen_vs_us=prog.best_us)  # staged timing
+                                 screen_reps=self.cfg.search.screen_reps, screen_vs_us=prog.best_us,  # staged timing
+                                 cublas_ref_us=prog.drift.ref_us)  # a window where the GPU ran slow: timed again
             except WorkerFault as e:
                 ev = EvalResult(ks.hash, False, "crash" if "crash" in str(e) else "timeout", str(e))
             except EvoError as e:
@@ -373,11 +379,16 @@ class Search:
         if ev.ok:
             prog.correct += 1
             mark = ""
+            if ev.measured_us:
+                prog.drift.corrected += 1
+                mark = (f"  (timed twice while cuBLAS ran {ev.cublas_us / prog.drift.ref_us:.2f}x its quiet time: "
+                        f"measured {ev.measured_us:.2f} us, scaled)")
+            prog.drift.observe(ev.cublas_us)
             if not prog.best_us or ev.time_us < prog.best_us:
                 prog.best_us = ev.time_us
-                mark = "  * new best"
+                mark += "  * new best"
             elif ev.stage == "screened":
-                mark = "  (screened: clearly slower than the best, not timed in full)"
+                mark += "  (screened: clearly slower than the best, not timed in full)"
             prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {prop.proposer:<6} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
                        f"cuBLAS {ev.cublas_us:.2f} us ({ev.cublas_us / ev.time_us:.2f}x){mark}")
         elif ev.stage != "compile":
@@ -478,13 +489,14 @@ class Search:
             text = ""
         return row.hash, text
 
-    def _runoff(self, worker, info: GpuInfo, run_id: int, table_hash: str) -> tuple[dict, list[str]]:
+    def _runoff(self, worker, info: GpuInfo, run_id: int, table_hash: str, quiet_cublas_us: float = 0.0) -> tuple[dict, list[str]]:
         """The archive's search.runoff fastest kernels of the shape, the fastest of this run and the kernel the table
         publishes for the shape now (`table_hash`, if the archive holds it), timed side by side with every baseline in one window
         (search.confirm_reps flushed repetitions, every call checked): stored times come from different runs, and a
         lucky one must not keep a kernel that is slower here. A contender whose output is wrong there is recorded
-        as rejected. Returns the window's results (by hash and library) and the correct contenders' hashes,
-        fastest first."""
+        as rejected. A window where cuBLAS ran more than timing.drift_tol slower than `quiet_cublas_us` (this run's
+        quiet cuBLAS time, evo/drift.py) is timed once more, and the less drifted of the two is kept. Returns the
+        window's results (by hash and library) and the correct contenders' hashes, fastest first."""
         p, store = self.problem, self.store
         n = max(1, self.cfg.search.runoff)
         rows = store.fastest(p.key, p.layout, info.key, n)
@@ -510,6 +522,18 @@ class Search:
                 rows = rows[:1] if len(rows) > 1 else []
         if not timings:
             return {}, []
+        tol = self.cfg.timing.drift_tol
+        cb = timings.get("cublas")
+        if cb is not None and drifted(cb.time_us, quiet_cublas_us, tol):
+            print(f"  cuBLAS ran {cb.time_us / quiet_cublas_us:.2f}x its quiet time of this run in that window (the GPU ran "
+                  "slow): timed once more", file=self.out, flush=True)
+            try:
+                again = worker.call("baselines", timeout_s=900, problem=p, extra=extra, reps=self.cfg.search.confirm_reps,
+                                    bound_us=info.extra.get("roofline_us", 0.0))["results"]
+                if again.get("cublas") is not None and 0 < again["cublas"].time_us < cb.time_us:
+                    timings = again
+            except (WorkerFault, EvoError) as e:
+                print(f"  the second window failed ({e}); the first is kept", file=self.out)
         wrong = [h for h in extra if h in timings and timings[h].detail.startswith("WRONG")]
         for h in wrong:
             print(f"  {h[:10]} failed its check in the re-timing: {timings[h].detail}", file=self.out)
@@ -528,7 +552,8 @@ class Search:
 
         p, store, gpu = self.problem, self.store, info.key
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
-        timings, ranked = self._runoff(worker, info, run_id, table_hash)
+        timings, ranked = self._runoff(worker, info, run_id, table_hash, prog.drift.ref_us)
+        summary.drift_scaled = prog.drift.corrected
         # re-check (+ sanitizer) before export, in the runoff's order (by stored time where there was none)
         best = vet_champion(worker, store, self.compiler, p, info, self.cfg, self.out, run_id, order=ranked or None)
         if best is not None and best["hash"] in ranked:
@@ -620,6 +645,9 @@ def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
     print(f"candidates on this shape: {s.compiled} compiled, {s.correct} correct, {s.rejected} rejected "
           f"({s.compile_failed} compile failures this run); {s.generations} generations in {s.seconds / 60:.1f} min; "
           f"stopped: {s.stop_reason}", file=out)
+    if s.drift_scaled:
+        print(f"timing drift: {s.drift_scaled} candidates were timed in two windows where cuBLAS beside them ran more than "
+              "timing.drift_tol slower than its quiet time of this run; their times were scaled to it (evo/drift.py)", file=out)
     for line in s.proposer_lines:
         print(line, file=out)
     if s.kernel_path:

@@ -18,6 +18,7 @@ import cupy  # noqa: E402
 from ..baselines import LtPlan, cublas_gemm  # noqa: E402
 from ..check import check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
 from ..defences import defences_off  # noqa: E402
+from ..drift import settle  # noqa: E402
 from ..fresh import FreshInputs  # noqa: E402
 from ..config import Config  # noqa: E402
 from ..errors import EvoError  # noqa: E402
@@ -36,6 +37,14 @@ _FATAL_MARKERS = ("illegal", "misaligned", "launch failure", "unspecified launch
 
 
 ROOFLINE_MARGIN = 0.85  # a time under 0.85x the roofline bound of the measured ceilings is impossible
+
+
+class _Rejected(Exception):
+    """A timing window that ends the candidate's evaluation (a wrong timed call, an impossible time)."""
+
+    def __init__(self, result: EvalResult):
+        super().__init__(result.error)
+        self.result = result
 
 
 class Session:
@@ -150,10 +159,13 @@ class Session:
         return FreshKernel(lambda: self._load(problem, source, cubin), shared="fresh_module" in self.off)
 
     def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0,
-                        screen_reps: int = 0, screen_vs_us: float = 0.0) -> EvalResult:
+                        screen_reps: int = 0, screen_vs_us: float = 0.0, cublas_ref_us: float = 0.0) -> EvalResult:
         """Check, then time. Staged timing (screen_reps > 0 and a best so far, screen_vs_us): a first measurement
         of screen_reps repetitions; a candidate slower than the best by more than search.screen_margin (or its own
-        spread) is returned from it, stage "screened"; the others get the full timing.reps measurement."""
+        spread) is returned from it, stage "screened"; the others get the full timing.reps measurement.
+        Drift (cublas_ref_us: the quiet cuBLAS time of this run, evo/drift.py): a window where cuBLAS ran more than
+        timing.drift_tol slower is timed again; if that one drifted too, the candidate's time is scaled to the quiet
+        speed (the raw median kept as measured_us)."""
         t0 = time.monotonic()
         try:
             fk = self.fresh_kernel(problem, source, cubin)
@@ -172,29 +184,40 @@ class Session:
         if 0 < screen_reps < self.cfg.timing.reps and screen_vs_us > 0:
             stages = [screen_reps, self.cfg.timing.reps]
         for stage, reps in enumerate(stages):
-            try:
-                with fk.phase("timing") as kernel:
-                    rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup,
-                                      reps, self.off, self.info.sm_count)
-                    timings = self.timer.measure(
-                        {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
-                         "cublas": lambda: self.cublas(a, b, c_ref)},
-                        reps, self.cfg.timing.warmup)
-                    why = rot.verify()
-                    del rot
-            except EvoError as e:
-                why = str(e)
-            if why:
-                return EvalResult(h, False, "time", why, check=chk, seconds=time.monotonic() - t0)
-            t = timings["candidate"]
-            why = self._impossible(t.median_us, bound_us)
-            if why:
-                return EvalResult(h, False, "time", why, check=chk, time_us=t.median_us, seconds=time.monotonic() - t0)
-            if stage + 1 < len(stages) and t.median_us > screen_vs_us * (1 + max(self.cfg.search.screen_margin, t.spread)):
-                return EvalResult(h, True, "screened", check=chk, time_us=t.median_us, spread=t.spread,
-                                  cublas_us=timings["cublas"].median_us, seconds=time.monotonic() - t0)
-        return EvalResult(h, True, "done", check=chk, time_us=t.median_us, spread=t.spread,
-                          cublas_us=timings["cublas"].median_us, seconds=time.monotonic() - t0)
+            kept: dict = {}
+
+            def window(reps=reps) -> tuple[float, float]:  # one timing window: the candidate and cuBLAS, interleaved
+                try:
+                    with fk.phase("timing") as kernel:
+                        rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup,
+                                          reps, self.off, self.info.sm_count)
+                        timings = self.timer.measure(
+                            {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
+                             "cublas": lambda: self.cublas(a, b, c_ref)},
+                            reps, self.cfg.timing.warmup)
+                        why = rot.verify()
+                        del rot
+                except EvoError as e:
+                    why = str(e)
+                if why:
+                    raise _Rejected(EvalResult(h, False, "time", why, check=chk, seconds=time.monotonic() - t0))
+                t = kept["t"] = timings["candidate"]
+                why = self._impossible(t.median_us, bound_us)  # the raw median: what the kernel physically took
+                if why:
+                    raise _Rejected(EvalResult(h, False, "time", why, check=chk, time_us=t.median_us,
+                                               seconds=time.monotonic() - t0))
+                return t.median_us, timings["cublas"].median_us
+
+            try:  # a window where the whole GPU ran slow (cuBLAS beside the candidate) is timed once more
+                s = settle(window, cublas_ref_us, self.cfg.timing.drift_tol)
+            except _Rejected as r:
+                return r.result
+            spread = kept["t"].spread
+            if stage + 1 < len(stages) and s.time_us > screen_vs_us * (1 + max(self.cfg.search.screen_margin, spread)):
+                return EvalResult(h, True, "screened", check=chk, time_us=s.time_us, spread=spread, cublas_us=s.cublas_us,
+                                  seconds=time.monotonic() - t0, measured_us=s.measured_us)
+        return EvalResult(h, True, "done", check=chk, time_us=s.time_us, spread=spread, cublas_us=s.cublas_us,
+                          seconds=time.monotonic() - t0, measured_us=s.measured_us)
 
     # --- strong re-check of a kernel before it is exported or used elsewhere ----
     def handle_recheck(self, problem: Problem, source: str, cubin: str, shapes: list | None = None,

@@ -1,0 +1,139 @@
+"""Timing drift: windows where the whole GPU ran slow (cuBLAS beside the candidate) are re-timed, then scaled."""
+import io
+import sqlite3
+
+import pytest
+
+from evo.drift import DriftReference, corrected_us, drifted, settle
+from evo.kernel import KernelSource
+from evo.problem import parse_shape
+from evo.records import BaselineResult, CheckResult, EvalResult
+from evo.search import Search
+from evo.store import APP_ID, Store
+from fakes import FakeCompiler, FakeWorker, fake_time
+from test_search_loop import make_cfg
+
+
+def test_drifted_needs_a_reference_and_a_tolerance():
+    assert drifted(120.0, 100.0, 0.1) and not drifted(109.0, 100.0, 0.1)
+    assert not drifted(500.0, 0.0, 0.1)   # no reference yet
+    assert not drifted(500.0, 100.0, 0.0)  # off
+    assert corrected_us(30.0, 150.0, 50.0, 0.1) == pytest.approx(10.0)
+    assert corrected_us(30.0, 52.0, 50.0, 0.1) == 30.0  # inside the tolerance: never touched
+
+
+def test_reference_is_the_quiet_speed():
+    ref = DriftReference(tol=0.1)
+    for us in (0.0, 80.0, 50.0, 400.0, 0.0):
+        ref.observe(us)
+    assert ref.ref_us == 50.0  # a slow GPU makes cuBLAS slower, never faster: the lowest median is the quiet one
+
+
+def windows(*pairs):
+    it = iter(pairs)
+    calls = []
+
+    def window():
+        calls.append(1)
+        return next(it)
+    return window, calls
+
+
+def test_settle_keeps_a_quiet_window():
+    w, calls = windows((10.0, 51.0), (99.0, 99.0))
+    s = settle(w, 50.0, 0.1)
+    assert (s.time_us, s.measured_us, s.cublas_us, s.windows, len(calls)) == (10.0, 0.0, 51.0, 1, 1)
+
+
+def test_settle_retimes_a_drifted_window():
+    w, calls = windows((30.0, 150.0), (10.2, 50.5))
+    s = settle(w, 50.0, 0.1)
+    assert (s.time_us, s.measured_us, s.windows) == (10.2, 0.0, 2)  # the second window was quiet: its raw time
+
+
+def test_settle_scales_when_the_gpu_stays_slow():
+    w, calls = windows((30.0, 150.0), (20.0, 100.0), (1.0, 1.0))
+    s = settle(w, 50.0, 0.1)
+    assert s.windows == 2 and len(calls) == 2  # at most two windows
+    assert s.time_us == pytest.approx(10.0) and s.measured_us == 20.0 and s.cublas_us == 100.0
+
+
+BEST = {"UNROLL": 8, "TILE": 16, "PAD": 0}  # the toy family's fastest instance (12.5 us)
+
+
+class SlowDuringBest(FakeWorker):
+    """The GPU runs 3x slow whenever the toy family's best instance is timed (cuBLAS beside it too); the candidate's
+    windows go through evo.drift.settle as in evo.gpu.session."""
+
+    def call(self, op, timeout_s, **kw):
+        if op != "evaluate":
+            return super().call(op, timeout_s, **kw)
+        self.calls.append(op)
+        self.refs = getattr(self, "refs", []) + [kw.get("cublas_ref_us", 0.0)]
+        ks = KernelSource.parse(kw["source"])
+        if ks.meta.params.get("PAD") == 3 or (ks.meta.params.get("UNROLL") == 8 and ks.meta.params.get("TILE") == 8):
+            return super().call(op, timeout_s, **kw)
+        slow = 3.0 if all(ks.meta.params.get(k) == v for k, v in BEST.items()) else 1.0
+        s = settle(lambda: (fake_time(ks) * slow, 50.0 * slow), kw.get("cublas_ref_us", 0.0), self.cfg.timing.drift_tol)
+        return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=s.time_us,
+                          cublas_us=s.cublas_us, measured_us=s.measured_us)
+
+
+def search(tmp_path, worker, **timing):
+    cfg = make_cfg(tmp_path, max_candidates=0, runoff=1)
+    if timing:
+        cfg.timing.drift_tol = timing["drift_tol"]
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=worker, compiler=FakeCompiler()).run()
+    return summary, out.getvalue(), cfg
+
+
+def test_search_finds_the_best_kernel_timed_while_the_gpu_ran_slow(tmp_path):
+    summary, text, cfg = search(tmp_path, SlowDuringBest)
+    assert summary.best_us == pytest.approx(12.5)  # scaled back to the quiet speed, so it won
+    assert "ran 3.00x its quiet time: measured 37.50 us, scaled" in text and summary.drift_scaled == 1
+    assert "timing drift: 1 candidates" in text
+    assert max(SlowDuringBest.instances[-1].refs) == 50.0  # the baselines' cuBLAS, then the quiet evaluations'
+    store = Store(cfg.paths.db)
+    row = store.db.execute("SELECT time_us, measured_us FROM evaluations WHERE time_us < 13").fetchone()
+    assert tuple(row) == pytest.approx((12.5, 37.5))  # the archive keeps the raw median beside the scaled time
+
+
+def test_without_drift_correction_the_slow_window_loses_the_best(tmp_path):
+    summary, text, _ = search(tmp_path, SlowDuringBest, drift_tol=0.0)
+    assert summary.best_us > 12.5 and "scaled" not in text  # what the correction protects against
+
+
+class DriftedRunoff(FakeWorker):
+    """The final side-by-side window runs while the GPU is 2x slow the first time, quiet the second."""
+
+    def call(self, op, timeout_s, **kw):
+        res = super().call(op, timeout_s, **kw)
+        if op == "baselines" and kw.get("extra"):
+            self.runoffs = getattr(self, "runoffs", 0) + 1
+            if self.runoffs == 1:
+                res["results"] = {k: BaselineResult(v.library, 2 * v.time_us) for k, v in res["results"].items()}
+        return res
+
+
+def test_a_drifted_runoff_is_timed_again(tmp_path):
+    summary, text, _ = search(tmp_path, DriftedRunoff)
+    assert "ran 2.00x its quiet time of this run in that window" in text and "timed once more" in text
+    assert DriftedRunoff.instances[-1].runoffs == 2
+    assert summary.best_us == pytest.approx(12.5) and summary.baselines["cublas"] == pytest.approx(50.0)
+
+
+def test_an_older_archive_gains_the_raw_time_column(tmp_path):
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute(f"PRAGMA application_id={APP_ID}")  # an evo archive from before the column
+    con.execute("CREATE TABLE evaluations (hash TEXT, shape TEXT, layout TEXT, gpu TEXT, ok INTEGER, stage TEXT, "
+                "error TEXT, time_us REAL, spread REAL, cublas_us REAL, rel_err REAL, seconds REAL, cuda TEXT, "
+                "driver TEXT, run_id INTEGER, created REAL, PRIMARY KEY (hash, shape, layout, gpu))")
+    con.execute("INSERT INTO evaluations (hash, shape, layout, gpu, ok, time_us) VALUES ('h0', 's', 'TN', 'g', 1, 5.0)")
+    con.commit()
+    con.close()
+    store = Store(db)
+    store.add_evaluation("s", "TN", "g", EvalResult("h1", True, "done", time_us=4.0, measured_us=8.0))
+    rows = store.db.execute("SELECT hash, time_us, measured_us FROM evaluations ORDER BY hash").fetchall()
+    assert [tuple(r) for r in rows] == [("h0", 5.0, None), ("h1", 4.0, 8.0)]
