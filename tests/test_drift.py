@@ -79,8 +79,8 @@ class SlowDuringBest(FakeWorker):
                           cublas_us=s.cublas_us, measured_us=s.measured_us)
 
 
-def search(tmp_path, worker, **timing):
-    cfg = make_cfg(tmp_path, max_candidates=0, runoff=1)
+def search(tmp_path, worker, runoff=1, **timing):
+    cfg = make_cfg(tmp_path, max_candidates=0, runoff=runoff)
     if timing:
         cfg.timing.drift_tol = timing["drift_tol"]
     out = io.StringIO()
@@ -137,3 +137,27 @@ def test_an_older_archive_gains_the_raw_time_column(tmp_path):
     store.add_evaluation("s", "TN", "g", EvalResult("h1", True, "done", time_us=4.0, measured_us=8.0))
     rows = store.db.execute("SELECT hash, time_us, measured_us FROM evaluations ORDER BY hash").fetchall()
     assert [tuple(r) for r in rows] == [("h0", 5.0, None), ("h1", 4.0, 8.0)]
+
+
+class WrongInDriftedRunoff(FakeWorker):
+    """The first runoff window is drifted and finds the fastest contender's output wrong; the second is quiet and
+    finds nothing: the wrong call still rejects it."""
+
+    def call(self, op, timeout_s, **kw):
+        res = super().call(op, timeout_s, **kw)
+        if op == "baselines" and kw.get("extra"):
+            self.runoffs = getattr(self, "runoffs", 0) + 1
+            if self.runoffs == 1:
+                r = {k: BaselineResult(v.library, 2 * v.time_us) for k, v in res["results"].items()}
+                fastest = min(kw["extra"], key=lambda h: r[h].time_us)
+                r[fastest] = BaselineResult(fastest, r[fastest].time_us, detail="WRONG: timed call #7 compared in full")
+                res["results"] = r
+        return res
+
+
+def test_a_contender_wrong_in_the_drifted_runoff_window_stays_rejected(tmp_path):
+    summary, text, _ = search(tmp_path, WrongInDriftedRunoff, runoff=3)
+    assert WrongInDriftedRunoff.instances[-1].runoffs == 2 and "timed once more" in text
+    assert "failed its check in the re-timing: WRONG: timed call #7" in text
+    # the quiet window's times were kept, without the contender that was wrong in the other: the next fastest won
+    assert summary.best_us == pytest.approx(13.5)
