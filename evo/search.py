@@ -381,8 +381,8 @@ class Search:
             mark = ""
             if ev.measured_us:
                 prog.drift.corrected += 1
-                mark = (f"  (timed twice while cuBLAS ran {ev.cublas_us / prog.drift.ref_us:.2f}x its quiet time: "
-                        f"measured {ev.measured_us:.2f} us, scaled)")
+                slow = f"{ev.cublas_us / prog.drift.ref_us:.2f}x" if prog.drift.ref_us > 0 else "slower than"
+                mark = f"  (timed twice while cuBLAS ran {slow} its quiet time: measured {ev.measured_us:.2f} us, scaled)"
             prog.drift.observe(ev.cublas_us)
             if not prog.best_us or ev.time_us < prog.best_us:
                 prog.best_us = ev.time_us

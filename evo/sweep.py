@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS sweep_shapes (
     best_hash TEXT, best_us REAL, winner TEXT, best_lib_us REAL,
     seeds_offered INTEGER, seeds_correct INTEGER, seed_won INTEGER,
     compiles_new INTEGER, compile_seconds REAL, compiles_reused INTEGER, compile_seconds_saved REAL,
-    error TEXT, stop TEXT, PRIMARY KEY (shape, layout, gpu));
+    error TEXT, stop TEXT, drift_scaled INTEGER, PRIMARY KEY (shape, layout, gpu));
 """
 
 
@@ -77,6 +77,7 @@ class ShapeResult:
     error: str = ""
     stop: str = ""  # why its search stopped ("time budget spent" = still improving, "converged: ...")
     templates: str = ""  # evo.families.fingerprint of the families it was searched with
+    drift_scaled: int = 0  # candidates timed in two windows where the whole GPU ran slow, their times scaled (evo/drift.py)
 
 
 class SweepLog:
@@ -88,7 +89,8 @@ class SweepLog:
         have = {r[1] for r in store.db.execute("PRAGMA table_info(sweep_shapes)")}
         for f in fields(ShapeResult):  # archives written before a column existed get it added
             if f.name not in have:
-                store.db.execute(f"ALTER TABLE sweep_shapes ADD COLUMN {f.name} {'REAL' if f.type in ('float', float) else 'TEXT'}")
+                kind = {"float": "REAL", "int": "INTEGER"}.get(f.type if isinstance(f.type, str) else f.type.__name__, "TEXT")
+                store.db.execute(f"ALTER TABLE sweep_shapes ADD COLUMN {f.name} {kind}")
 
     def done(self, gpu: str, layout: str = "TN", templates: str | None = None) -> set[str]:
         """Shapes finished on this GPU; with `templates`, only those searched with that template fingerprint."""
@@ -227,6 +229,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
                 f"SELECT COUNT(*) FROM evaluations WHERE shape=? AND layout=? AND gpu=? AND ok=1 AND hash IN ({marks})",
                 (problem.key, problem.layout, info.key, *seed_hashes)))[0]
         res.seed_won = int(bool(res.best_hash) and res.best_hash in seed_hashes)
+        res.drift_scaled = summary.drift_scaled
         res.compiles_new, res.compile_seconds = counting.new, round(counting.seconds, 3)
         res.compiles_reused, res.compile_seconds_saved = counting.reused, round(counting.saved, 3)
     except KeyboardInterrupt:
@@ -456,8 +459,9 @@ def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float
     seeds = f", seeds {r.seeds_correct}/{r.seeds_offered} ok" if r.seeds_offered else ""
     reuse = f", cubins reused {r.compiles_reused}" if r.compiles_reused else ""
     conv = ", converged" if (r.stop or "").startswith("converged") else ""
+    drift = f", {r.drift_scaled} timed while the GPU ran slow" if r.drift_scaled else ""
     return (f"[{bar}] {i:>{len(str(total))}}/{total} {r.shape:<17} {r.worker:<6} {what}; "
-            f"{r.seconds / 60:.1f} min{conv}{seeds}{reuse} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}")
+            f"{r.seconds / 60:.1f} min{conv}{seeds}{reuse}{drift} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}")
 
 
 def geomean(xs: list[float]) -> float:
@@ -501,6 +505,12 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
                      f"compiles reused: {sum(r.compiles_reused for r in done)}, compile seconds saved ≈ "
                      f"{sum(r.compile_seconds_saved for r in done):.0f} s (new compiles: {sum(r.compiles_new for r in done)}, "
                      f"{sum(r.compile_seconds for r in done):.0f} s of nvcc).")
+    drifted = [r for r in done_now if r.drift_scaled]
+    if drifted:
+        parts.append(f"Timing drift: on {len(drifted)} shapes the GPU ran slow for a while (candidates timed in two "
+                     f"slow windows, their times scaled for ranking: {', '.join(r.shape for r in drifted[:5])}"
+                     + (f" and {len(drifted) - 5} more" if len(drifted) > 5 else "") + "); search them again on a quiet GPU "
+                     "(python -m evo.search --shape S; docs/sweep.md).")
     if failed_now:
         parts.append("Failed: " + "; ".join(f"{r.shape} ({r.error[:80]})" for r in failed_now[:5])
                      + (f" and {len(failed_now) - 5} more" if len(failed_now) > 5 else "") + "; rerun to retry them.")

@@ -504,3 +504,48 @@ def test_counting_compiler_recompiles_an_archived_kernel_whose_cubin_is_gone(tmp
     assert counting.new == 1 and counting.reused == 0
     assert store.compile_result(ks.hash, "sm_90a").cubin_path == path  # the record points at this machine's cubin
     store.close()
+
+
+class DriftOnOneShape(ShapeFake):
+    """The worker reports every candidate of 512x256x256 as timed in two slow windows (its time scaled, the raw
+    median twice as long), as evo.gpu.session does when cuBLAS beside it ran slow (evo/drift.py)."""
+
+    def call(self, op, timeout_s, **kw):
+        res = super().call(op, timeout_s, **kw)
+        if op == "evaluate" and res.ok and kw["problem"].key == "512x256x256":
+            res.measured_us, res.cublas_us = 2 * res.time_us, 2 * res.cublas_us
+        return res
+
+
+def test_the_sweep_reports_shapes_timed_while_the_gpu_ran_slow(tmp_path):
+    outcome, text, cfg = sweep(tmp_path, worker=DriftOnOneShape)
+    line = next(l for l in text.splitlines() if l.startswith("[") and "512x256x256" in l)
+    assert "timed while the GPU ran slow" in line
+    assert not any("ran slow" in l for l in text.splitlines() if l.startswith("[") and "512x256x256" not in l)
+    assert "Timing drift: on 1 shapes the GPU ran slow for a while" in outcome.summary and "512x256x256)" in outcome.summary
+    rows = sweep_rows(cfg)
+    assert rows["512x256x256"].drift_scaled >= 1 and rows["256x256x256"].drift_scaled == 0
+    assert (tmp_path / "sweep_logs" / "Fake_GPU_512x256x256.log").read_text().count("scaled)") == rows["512x256x256"].drift_scaled
+
+
+def test_an_older_sweep_table_gains_integer_columns(tmp_path):
+    import sqlite3
+
+    from evo.store import APP_ID
+
+    db = tmp_path / "old.db"
+    con = sqlite3.connect(db)
+    con.execute(f"PRAGMA application_id={APP_ID}")
+    con.execute("CREATE TABLE sweep_shapes (shape TEXT, layout TEXT, gpu TEXT, status TEXT, PRIMARY KEY (shape, layout, gpu))")
+    con.execute("INSERT INTO sweep_shapes VALUES ('64x64x64', 'TN', 'g', 'done')")
+    con.commit()
+    con.close()
+    store = Store(db)
+    log = SweepLog(store)
+    kinds = {r[1]: r[2] for r in store.db.execute("PRAGMA table_info(sweep_shapes)")}
+    assert kinds["drift_scaled"] == "INTEGER" and kinds["seeds_offered"] == "INTEGER" and kinds["best_us"] == "REAL"
+    from evo.sweep import ShapeResult
+
+    log.record(ShapeResult("128x64x64", "TN", "g", "done", drift_scaled=3))
+    got = {r.shape: r.drift_scaled for r in log.results("g")}
+    assert got == {"64x64x64": None, "128x64x64": 3}
