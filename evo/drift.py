@@ -8,15 +8,18 @@ slower kernels timed in quiet ones (docs/evaluator.md, "Timing drift").
 
 `DriftReference` keeps the lowest cuBLAS median seen beside a candidate of this run (the GPU's quiet speed;
 something slowing the GPU makes cuBLAS slower, never faster). A window whose cuBLAS ran more than `tol` slower than
-that is drifted: the worker times the candidate again, and if the second window drifted too, reports the candidate's
-median scaled by reference / cuBLAS (its raw median kept as `measured_us`). The default tolerance (20 %) is above
-what a quiet GPU's windows scatter (0.9 % of the H100 archive's windows exceed it, on 4-6 us shapes; a second
-window is then quiet and the raw time is kept): docs/evaluator.md, "Timing drift".
+that is drifted: the worker times the candidate again (`retimed`) and keeps the less drifted window; if that one
+drifted too, it reports the candidate's median scaled by reference / cuBLAS (its raw median kept as `measured_us`).
+The search's final runoff is timed again by the same rule. The default tolerance (20 %) is above what a quiet GPU's
+windows scatter (0.9 % of the H100 archive's windows exceed it, on 4-8 us shapes; a second window is then likely
+quiet and the raw time kept): docs/evaluator.md, "Timing drift".
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
+
+W = TypeVar("W")  # one timing window's result
 
 
 def drifted(cublas_us: float, ref_us: float, tol: float) -> bool:
@@ -45,22 +48,11 @@ class DriftReference:
             self.ref_us = cublas_us
 
 
-@dataclass
-class Settled:
-    """A candidate's time after drift: `time_us` (scaled where both windows drifted), the raw median where it was
-    scaled (`measured_us`, else 0), the cuBLAS median of the window kept, and how many windows were timed."""
-
-    time_us: float
-    measured_us: float
-    cublas_us: float
-    windows: int
-
-
-def settle(window: Callable[[], tuple[float, float]], ref_us: float, tol: float, windows: int = 2) -> Settled:
-    """Time `window()` (-> the candidate's median, cuBLAS's median beside it) until a window does not drift, at most
-    `windows` times; the last window is kept, scaled to the reference where it drifted."""
-    n, (t, cublas) = 1, window()
-    while n < windows and drifted(cublas, ref_us, tol):
-        n, (t, cublas) = n + 1, window()
-    scaled = corrected_us(t, cublas, ref_us, tol)
-    return Settled(scaled, t if scaled != t else 0.0, cublas, n)
+def retimed(first: W, window: Callable[[], W], cublas_us: Callable[[W], float], ref_us: float, tol: float,
+            most: int = 2) -> list[W]:
+    """`first` and, while the last window drifted, more windows (`window()`), at most `most` in all; returned least
+    drifted first (lowest cuBLAS). The candidate's timing and the search's runoff share this rule."""
+    got = [first]
+    while len(got) < most and drifted(cublas_us(got[-1]), ref_us, tol):
+        got.append(window())
+    return sorted(got, key=cublas_us)

@@ -14,7 +14,7 @@ from pathlib import Path
 from .cli import config_from_args, parser, require_positive
 from .compile import Compiler, stored_cubin
 from .config import Config
-from .drift import DriftReference, drifted
+from .drift import DriftReference, drifted, retimed
 from .errors import EvoError, cli_entry
 from .families import Family, load_families, rerendered
 from .gpu.device import COMPILE_ONLY_HINT, require_gpu
@@ -511,31 +511,33 @@ class Search:
                 f"the {len(rows)} fastest kernels ({', '.join(r['hash'][:10] for r in rows)})")
         print(f"re-timing {what} side by side with every baseline ({self.cfg.search.confirm_reps} flushed repetitions)...",
               file=self.out, flush=True)
+        def window() -> dict:
+            return worker.call("baselines", timeout_s=900, problem=p, extra=extra, reps=self.cfg.search.confirm_reps,
+                               bound_us=info.extra.get("roofline_us", 0.0))["results"]
+
         timings: dict = {}
         while rows and not timings:
             try:
                 extra = {r["hash"]: (r["source"], stored_cubin(self.compiler, store, r["source"], info.arch)) for r in rows}
-                timings = worker.call("baselines", timeout_s=900, problem=p, extra=extra, reps=self.cfg.search.confirm_reps,
-                                      bound_us=info.extra.get("roofline_us", 0.0))["results"]
+                timings = window()
             except (WorkerFault, EvoError) as e:  # one contender that cannot load must not cost the others the re-timing
                 print(f"  re-timing failed: {e}" + ("; again with the stored best alone" if len(rows) > 1 else ""), file=self.out)
                 rows = rows[:1] if len(rows) > 1 else []
         if not timings:
             return {}, []
-        tol = self.cfg.timing.drift_tol
-        cb = timings.get("cublas")
+
+        def cublas_us(w: dict) -> float:
+            return w["cublas"].time_us if "cublas" in w else 0.0
+
         windows = [timings]  # a contender wrong in any window is rejected, whichever window's times are kept
-        if cb is not None and drifted(cb.time_us, quiet_cublas_us, tol):
-            print(f"  cuBLAS ran {cb.time_us / quiet_cublas_us:.2f}x its quiet time of this run in that window (the GPU ran "
-                  "slow): timed once more", file=self.out, flush=True)
+        if drifted(cublas_us(timings), quiet_cublas_us, self.cfg.timing.drift_tol):
+            print(f"  cuBLAS ran {cublas_us(timings) / quiet_cublas_us:.2f}x its quiet time of this run in that window (the "
+                  "GPU ran slow): timed once more", file=self.out, flush=True)
             try:
-                again = worker.call("baselines", timeout_s=900, problem=p, extra=extra, reps=self.cfg.search.confirm_reps,
-                                    bound_us=info.extra.get("roofline_us", 0.0))["results"]
-                windows.append(again)
-                if again.get("cublas") is not None and 0 < again["cublas"].time_us < cb.time_us:
-                    timings = again
+                windows = retimed(timings, window, cublas_us, quiet_cublas_us, self.cfg.timing.drift_tol)
             except (WorkerFault, EvoError) as e:
                 print(f"  the second window failed ({e}); the first is kept", file=self.out)
+        timings = windows[0]
         failed = {h: w[h].detail for w in reversed(windows) for h in extra if h in w and w[h].detail.startswith("WRONG")}
         wrong = [h for h in extra if h in failed]
         for h in wrong:

@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from evo.drift import DriftReference, corrected_us, drifted, settle
+from evo.drift import DriftReference, corrected_us, drifted, retimed
 from evo.kernel import KernelSource
 from evo.problem import parse_shape
 from evo.records import BaselineResult, CheckResult, EvalResult
@@ -39,23 +39,33 @@ def windows(*pairs):
     return window, calls
 
 
-def test_settle_keeps_a_quiet_window():
+def settled(window, ref, tol):
+    """What the worker keeps (evo.gpu.session): the least drifted window, scaled if it drifted too."""
+    t, cublas = retimed(window(), window, lambda w: w[1], ref, tol)[0]
+    return corrected_us(t, cublas, ref, tol), t, cublas
+
+
+def test_a_quiet_window_is_kept_as_measured():
     w, calls = windows((10.0, 51.0), (99.0, 99.0))
-    s = settle(w, 50.0, 0.1)
-    assert (s.time_us, s.measured_us, s.cublas_us, s.windows, len(calls)) == (10.0, 0.0, 51.0, 1, 1)
+    assert settled(w, 50.0, 0.1) == (10.0, 10.0, 51.0) and len(calls) == 1
 
 
-def test_settle_retimes_a_drifted_window():
+def test_a_drifted_window_is_timed_again():
     w, calls = windows((30.0, 150.0), (10.2, 50.5))
-    s = settle(w, 50.0, 0.1)
-    assert (s.time_us, s.measured_us, s.windows) == (10.2, 0.0, 2)  # the second window was quiet: its raw time
+    assert settled(w, 50.0, 0.1) == (10.2, 10.2, 50.5) and len(calls) == 2  # the second window was quiet: its raw time
 
 
-def test_settle_scales_when_the_gpu_stays_slow():
+def test_a_gpu_that_stays_slow_is_scaled():
     w, calls = windows((30.0, 150.0), (20.0, 100.0), (1.0, 1.0))
-    s = settle(w, 50.0, 0.1)
-    assert s.windows == 2 and len(calls) == 2  # at most two windows
-    assert s.time_us == pytest.approx(10.0) and s.measured_us == 20.0 and s.cublas_us == 100.0
+    scaled, raw, cublas = settled(w, 50.0, 0.1)
+    assert len(calls) == 2  # at most two windows
+    assert scaled == pytest.approx(10.0) and raw == 20.0 and cublas == 100.0
+
+
+def test_the_less_drifted_window_is_kept():
+    w, calls = windows((20.0, 100.0), (30.0, 150.0))
+    scaled, raw, cublas = settled(w, 50.0, 0.1)
+    assert len(calls) == 2 and (raw, cublas) == (20.0, 100.0) and scaled == pytest.approx(10.0)
 
 
 BEST = {"UNROLL": 8, "TILE": 16, "PAD": 0}  # the toy family's fastest instance (12.5 us)
@@ -63,7 +73,7 @@ BEST = {"UNROLL": 8, "TILE": 16, "PAD": 0}  # the toy family's fastest instance 
 
 class SlowDuringBest(FakeWorker):
     """The GPU runs 3x slow whenever the toy family's best instance is timed (cuBLAS beside it too); the candidate's
-    windows go through evo.drift.settle as in evo.gpu.session."""
+    windows go through evo.drift.retimed and corrected_us as in evo.gpu.session."""
 
     def call(self, op, timeout_s, **kw):
         if op != "evaluate":
@@ -74,9 +84,10 @@ class SlowDuringBest(FakeWorker):
         if ks.meta.params.get("PAD") == 3 or (ks.meta.params.get("UNROLL") == 8 and ks.meta.params.get("TILE") == 8):
             return super().call(op, timeout_s, **kw)
         slow = 3.0 if all(ks.meta.params.get(k) == v for k, v in BEST.items()) else 1.0
-        s = settle(lambda: (fake_time(ks) * slow, 50.0 * slow), kw.get("cublas_ref_us", 0.0), self.cfg.timing.drift_tol)
-        return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=s.time_us,
-                          cublas_us=s.cublas_us, measured_us=s.measured_us)
+        scaled, raw, cublas = settled(lambda: (fake_time(ks) * slow, 50.0 * slow), kw.get("cublas_ref_us", 0.0),
+                                      self.cfg.timing.drift_tol)
+        return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=scaled,
+                          cublas_us=cublas, measured_us=raw if scaled != raw else 0.0)
 
 
 def search(tmp_path, worker, runoff=1, **timing):

@@ -18,7 +18,7 @@ import cupy  # noqa: E402
 from ..baselines import LtPlan, cublas_gemm  # noqa: E402
 from ..check import check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
 from ..defences import defences_off  # noqa: E402
-from ..drift import settle  # noqa: E402
+from ..drift import corrected_us, retimed  # noqa: E402
 from ..fresh import FreshInputs  # noqa: E402
 from ..config import Config  # noqa: E402
 from ..errors import EvoError  # noqa: E402
@@ -164,8 +164,8 @@ class Session:
         of screen_reps repetitions; a candidate slower than the best by more than search.screen_margin (or its own
         spread) is returned from it, stage "screened"; the others get the full timing.reps measurement.
         Drift (cublas_ref_us: the quiet cuBLAS time of this run, evo/drift.py): a window where cuBLAS ran more than
-        timing.drift_tol slower is timed again; if that one drifted too, the candidate's time is scaled to the quiet
-        speed (the raw median kept as measured_us)."""
+        timing.drift_tol slower is timed again; the less drifted window is kept, and if it drifted too, the candidate's
+        time is scaled to the quiet speed (the raw median kept as measured_us)."""
         t0 = time.monotonic()
         try:
             fk = self.fresh_kernel(problem, source, cubin)
@@ -183,10 +183,9 @@ class Session:
         stages = [self.cfg.timing.reps]
         if 0 < screen_reps < self.cfg.timing.reps and screen_vs_us > 0:
             stages = [screen_reps, self.cfg.timing.reps]
+        tol = self.cfg.timing.drift_tol
         for stage, reps in enumerate(stages):
-            kept: dict = {}
-
-            def window(reps=reps) -> tuple[float, float]:  # one timing window: the candidate and cuBLAS, interleaved
+            def window(reps=reps):  # one timing window: the candidate and cuBLAS, interleaved
                 try:
                     with fk.phase("timing") as kernel:
                         rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup,
@@ -201,23 +200,24 @@ class Session:
                     why = str(e)
                 if why:
                     raise _Rejected(EvalResult(h, False, "time", why, check=chk, seconds=time.monotonic() - t0))
-                t = kept["t"] = timings["candidate"]
+                t = timings["candidate"]
                 why = self._impossible(t.median_us, bound_us)  # the raw median: what the kernel physically took
                 if why:
                     raise _Rejected(EvalResult(h, False, "time", why, check=chk, time_us=t.median_us,
                                                seconds=time.monotonic() - t0))
-                return t.median_us, timings["cublas"].median_us
+                return t, timings["cublas"].median_us
 
             try:  # a window where the whole GPU ran slow (cuBLAS beside the candidate) is timed once more
-                s = settle(window, cublas_ref_us, self.cfg.timing.drift_tol)
+                t, cublas_us = retimed(window(), window, lambda w: w[1], cublas_ref_us, tol)[0]
             except _Rejected as r:
                 return r.result
-            spread = kept["t"].spread
-            if stage + 1 < len(stages) and s.time_us > screen_vs_us * (1 + max(self.cfg.search.screen_margin, spread)):
-                return EvalResult(h, True, "screened", check=chk, time_us=s.time_us, spread=spread, cublas_us=s.cublas_us,
-                                  seconds=time.monotonic() - t0, measured_us=s.measured_us)
-        return EvalResult(h, True, "done", check=chk, time_us=s.time_us, spread=spread, cublas_us=s.cublas_us,
-                          seconds=time.monotonic() - t0, measured_us=s.measured_us)
+            time_us = corrected_us(t.median_us, cublas_us, cublas_ref_us, tol)  # scaled if even the better one drifted
+            measured_us, spread = (t.median_us if time_us != t.median_us else 0.0), t.spread
+            if stage + 1 < len(stages) and time_us > screen_vs_us * (1 + max(self.cfg.search.screen_margin, spread)):
+                return EvalResult(h, True, "screened", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
+                                  seconds=time.monotonic() - t0, measured_us=measured_us)
+        return EvalResult(h, True, "done", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
+                          seconds=time.monotonic() - t0, measured_us=measured_us)
 
     # --- strong re-check of a kernel before it is exported or used elsewhere ----
     def handle_recheck(self, problem: Problem, source: str, cubin: str, shapes: list | None = None,
