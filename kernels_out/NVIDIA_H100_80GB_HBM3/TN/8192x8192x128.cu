@@ -1,8 +1,8 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 2, EPI_HINT: 1, GROUP: 8, PANEL: 0,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_RS: 0, STAGES: 3,
+params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 2, EPI_HINT: 1, GROUP: 1, PANEL: 1,
+  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_RS: 0, STAGES: 5,
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -40,12 +40,13 @@ tensor_maps:
 //   writes C and resets the counter to 0.
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
-//   SPLIT_K slices of BN / SPLIT_K; each CTA pushes every other slice of its accumulators into the owner's receive
-//   buffer (st.shared::cluster, fragment order, so owner and sender threads hold the same elements), passes a cluster
-//   barrier (arrive.release / wait.acquire; per-thread mbarrier arrivals on a remote CTA serialise: 20x slower, measured
-//   in docs/perf-hopper.md), sums split 0..SPLIT_K-1 in order
-//   (deterministic; its own partial from registers) and writes its slice of C. No workspace, no ticket, no serial
-//   reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own shared memory.
+//   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
+//   buffer (st.async from registers, fragment order, so owner and sender threads hold the same elements; the bytes
+//   complete the owner's `recv_bar`, armed at init), waits for its own slots to land (no cluster barrier: the slowest
+//   CTA no longer holds everyone, and nothing waits for remote store acknowledgements), sums split 0..SPLIT_K-1 in
+//   order (deterministic; its own partial from registers) and writes its slice of C. The cluster barrier before exit
+//   arrives (relaxed) right after the receive wait: once every CTA has arrived no send is in flight. No workspace,
+//   no ticket, no serial reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own smem.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
@@ -82,17 +83,17 @@ namespace evo_sm90 {
 constexpr int BM = 256;                 // tile rows (kernel view)
 constexpr int BN = 128;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 3;
+constexpr int STAGES = 5;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 8;
+constexpr int GROUP = 1;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
 constexpr int EPI = 2;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
+constexpr int PANEL = 1;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
 
@@ -264,12 +265,15 @@ __device__ __forceinline__ void bulk_wait_read() {
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // ---------------------------------------------------------------- split-K in a cluster (SPLIT_CLUSTER)
-// Store a float4 at our smem offset `addr` in the same place of CTA `rank` of the cluster.
-__device__ __forceinline__ void dsmem_st_f4(uint32_t addr, uint32_t rank, float x, float y, float z, float w) {
+// Send a float4 to our smem offset `addr` in CTA `rank` of the cluster; its 16 bytes complete that CTA's mbarrier at
+// our offset `bar` (st.async: no acknowledgement waited for here).
+__device__ __forceinline__ void dsmem_send_f4(uint32_t addr, uint32_t bar, uint32_t rank, float x, float y, float z, float w) {
   asm volatile(
-      "{\n.reg .b32 ra;\n"
-      "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "st.shared::cluster.v4.f32 [ra], {%2, %3, %4, %5};\n}\n" ::"r"(addr), "r"(rank), "f"(x), "f"(y), "f"(z), "f"(w)
+      "{\n.reg .b32 ra, rb;\n"
+      "mapa.shared::cluster.u32 ra, %0, %2;\n"
+      "mapa.shared::cluster.u32 rb, %1, %2;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [ra], {%3, %4, %5, %6}, [rb];\n}\n" ::"r"(addr),
+      "r"(bar), "r"(rank), "f"(x), "f"(y), "f"(z), "f"(w)
       : "memory");
 }
 __device__ __forceinline__ float4 lds_f4(uint32_t addr) {
@@ -664,6 +668,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
+  __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
@@ -734,6 +739,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     if (PANEL) {
       mbar_init(smem_u32(&panel_full), 1);
       mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
+    }
+    if (SPLIT_CLUSTER) {  // armed before the cluster arrive below: no peer sends before it
+      mbar_init(smem_u32(&recv_bar), 1);
+      mbar_arrive_expect_tx(smem_u32(&recv_bar), (SPLIT_K - 1) * RED_SLOT_BYTES);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
@@ -849,10 +858,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j)
             if (j / RED_J != static_cast<int>(rank))
-              dsmem_st_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, j / RED_J, acc[mt][4 * j],
-                          acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
-        cluster_arrive();  // release our pushes (the cluster barrier: one hardware arrival per thread, not an
-        cluster_wait();    // mbarrier's remote atomics, which serialise), acquire everyone's
+              dsmem_send_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, smem_u32(&recv_bar), j / RED_J,
+                            acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
+        mbar_wait(smem_u32(&recv_bar), 0);  // the other splits' slices of ours have landed
+        cluster_arrive_relaxed();           // (the barrier before exit: every CTA's slots have landed once all arrive)
         // our slice, summed in split order 0..SPLIT_K-1 (our own partial from registers)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -947,6 +956,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif
     }
+    if (SPLIT_CLUSTER) cluster_wait();  // no send into or from this CTA is in flight when it exits
 #if EVO_EPI
     // the last stores have read their staging buffers before the CTA's smem goes away (their writes to C are
     // performed by the time the kernel completes, as for every store of the grid)
