@@ -10,13 +10,14 @@ slower kernels timed in quiet ones (docs/evaluator.md, "Timing drift").
 something slowing the GPU makes cuBLAS slower, never faster). A window whose cuBLAS ran more than `tol` slower than
 that is drifted: the worker times the candidate again (`retimed`) and keeps the less drifted window; if that one
 drifted too, it reports the candidate's median scaled by reference / cuBLAS (its raw median kept as `measured_us`).
-The search's final runoff is timed again by the same rule. The default tolerance (20 %) is above what a quiet GPU's
+The search's final runoff is timed again by the same rule. After a slow window the worker also asks what the GPU
+reports (clocks, power, clock limits, other processes: evo/gpu/gpu_state.py); the search's log shows it. The default tolerance (20 %) is above what a quiet GPU's
 windows scatter (0.9 % of the H100 archive's windows exceed it, on 4-8 us shapes; a second window is then likely
 quiet and the raw time kept): docs/evaluator.md, "Timing drift".
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 
 W = TypeVar("W")  # one timing window's result
@@ -42,10 +43,15 @@ class DriftReference:
     tol: float
     ref_us: float = 0.0
     corrected: int = 0  # candidates whose time was scaled (both windows drifted)
+    states: list[str] = field(default_factory=list)  # what the GPU reported after slow windows (distinct, first few)
 
     def observe(self, cublas_us: float) -> None:
         if cublas_us > 0 and (self.ref_us <= 0 or cublas_us < self.ref_us):
             self.ref_us = cublas_us
+
+    def note_state(self, state: str, most: int = 3) -> None:
+        if state and state not in self.states and len(self.states) < most:
+            self.states.append(state)
 
 
 def retimed(first: W, window: Callable[[], W], cublas_us: Callable[[W], float], ref_us: float, tol: float,

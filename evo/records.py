@@ -64,6 +64,7 @@ class EvalResult:
     cublas_us: float = 0.0  # cuBLAS timed interleaved with this candidate
     seconds: float = 0.0
     measured_us: float = 0.0  # the raw median where time_us was scaled for drift (evo/drift.py); 0 = not scaled
+    gpu_state: str = ""  # what the GPU reported after a window where it ran slow (evo/gpu/gpu_state.py); "" = none was
 
 
 LIBRARIES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")  # the library baselines, in the tables' order

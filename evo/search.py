@@ -49,6 +49,7 @@ class SearchSummary:
     kernel_path: str = ""
     proposer_lines: list[str] = field(default_factory=list)
     drift_scaled: int = 0  # candidates timed in two drifted windows, their times scaled (evo/drift.py)
+    drift_states: list[str] = field(default_factory=list)  # what the GPU reported after slow windows (evo/gpu/gpu_state.py)
 
 
 def build_proposers(cfg: Config, selector: Selector, store: Store | None = None, check_llm: bool = True,
@@ -383,12 +384,18 @@ class Search:
                 prog.drift.corrected += 1
                 slow = f"{ev.cublas_us / prog.drift.ref_us:.2f}x" if prog.drift.ref_us > 0 else "slower than"
                 mark = f"  (timed twice while cuBLAS ran {slow} its quiet time: measured {ev.measured_us:.2f} us, scaled)"
+            elif ev.gpu_state:
+                mark = "  (a first window ran slow; timed again, the quiet window kept)"
+            if ev.gpu_state:
+                prog.drift.note_state(ev.gpu_state)
             prog.drift.observe(ev.cublas_us)
             if not prog.best_us or ev.time_us < prog.best_us:
                 prog.best_us = ev.time_us
                 mark += "  * new best"
             elif ev.stage == "screened":
                 mark += "  (screened: clearly slower than the best, not timed in full)"
+            if ev.gpu_state:  # on a line of its own, under the candidate's
+                mark += f"\n      the GPU after the slow window: {ev.gpu_state}"
             prog.event(f"{ks.hash[:10]} {ks.meta.family:<12} {prop.proposer:<6} {ev.time_us:9.2f} us  {p.tflops(ev.time_us):6.1f} TFLOP/s  "
                        f"cuBLAS {ev.cublas_us:.2f} us ({ev.cublas_us / ev.time_us:.2f}x){mark}")
         elif ev.stage != "compile":
@@ -534,6 +541,10 @@ class Search:
             print(f"  cuBLAS ran {cublas_us(timings) / quiet_cublas_us:.2f}x its quiet time of this run in that window (the "
                   "GPU ran slow): timed once more", file=self.out, flush=True)
             try:
+                print(f"  the GPU after the slow window: {worker.call('gpu_state', timeout_s=30)}", file=self.out, flush=True)
+            except (WorkerFault, EvoError):
+                pass
+            try:
                 windows = retimed(timings, window, cublas_us, quiet_cublas_us, self.cfg.timing.drift_tol)
             except (WorkerFault, EvoError) as e:
                 print(f"  the second window failed ({e}); the first is kept", file=self.out)
@@ -558,7 +569,7 @@ class Search:
         p, store, gpu = self.problem, self.store, info.key
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
         timings, ranked = self._runoff(worker, info, run_id, table_hash, prog.drift.ref_us)
-        summary.drift_scaled = prog.drift.corrected
+        summary.drift_scaled, summary.drift_states = prog.drift.corrected, list(prog.drift.states)
         # re-check (+ sanitizer) before export, in the runoff's order (by stored time where there was none)
         best = vet_champion(worker, store, self.compiler, p, info, self.cfg, self.out, run_id, order=ranked or None)
         if best is not None and best["hash"] in ranked:
@@ -653,6 +664,8 @@ def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
     if s.drift_scaled:
         print(f"timing drift: {s.drift_scaled} candidates were timed in two windows where cuBLAS beside them ran more than "
               "timing.drift_tol slower than its quiet time of this run; their times were scaled to it (evo/drift.py)", file=out)
+    for state in s.drift_states:
+        print(f"the GPU after a slow timing window: {state}", file=out)
     for line in s.proposer_lines:
         print(line, file=out)
     if s.kernel_path:

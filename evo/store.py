@@ -29,7 +29,7 @@ CREATE TABLE IF NOT EXISTS compiles (
 CREATE TABLE IF NOT EXISTS evaluations (
     hash TEXT, shape TEXT, layout TEXT, gpu TEXT, ok INTEGER, stage TEXT, error TEXT,
     time_us REAL, spread REAL, cublas_us REAL, rel_err REAL, seconds REAL,
-    cuda TEXT, driver TEXT, run_id INTEGER, created REAL, measured_us REAL,
+    cuda TEXT, driver TEXT, run_id INTEGER, created REAL, measured_us REAL, gpu_state TEXT,
     PRIMARY KEY (hash, shape, layout, gpu));
 CREATE TABLE IF NOT EXISTS baselines (
     shape TEXT, layout TEXT, gpu TEXT, library TEXT, time_us REAL, spread REAL,
@@ -90,6 +90,8 @@ class Store:
         have = {r[1] for r in self.db.execute("PRAGMA table_info(evaluations)")}
         if "measured_us" not in have:  # the raw median where time_us was scaled for timing drift (evo/drift.py)
             self.db.execute("ALTER TABLE evaluations ADD COLUMN measured_us REAL")
+        if "gpu_state" not in have:  # what the GPU reported after a window where it ran slow (evo/gpu/gpu_state.py)
+            self.db.execute("ALTER TABLE evaluations ADD COLUMN gpu_state TEXT")
 
     def close(self) -> None:
         self.db.close()
@@ -147,9 +149,10 @@ class Store:
     def add_evaluation(self, shape: str, layout: str, gpu: str, r: EvalResult, cuda: str = "", driver: str = "", run_id: int = 0) -> None:
         self._exec(
             "INSERT OR REPLACE INTO evaluations (hash, shape, layout, gpu, ok, stage, error, time_us, spread, cublas_us, "
-            "rel_err, seconds, cuda, driver, run_id, created, measured_us) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "rel_err, seconds, cuda, driver, run_id, created, measured_us, gpu_state) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (r.hash, shape, layout, gpu, int(r.ok), r.stage, r.error, r.time_us, r.spread, r.cublas_us,
-             r.check.rel_err if r.check else None, r.seconds, cuda, driver, run_id, time.time(), r.measured_us or None),
+             r.check.rel_err if r.check else None, r.seconds, cuda, driver, run_id, time.time(), r.measured_us or None,
+             r.gpu_state or None),
         )
 
     def evaluated(self, h: str, shape: str, layout: str, gpu: str) -> bool:

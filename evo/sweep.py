@@ -78,6 +78,7 @@ class ShapeResult:
     stop: str = ""  # why its search stopped ("time budget spent" = still improving, "converged: ...")
     templates: str = ""  # evo.families.fingerprint of the families it was searched with
     drift_scaled: int = 0  # candidates timed in two windows where the whole GPU ran slow, their times scaled (evo/drift.py)
+    gpu_state: str = ""  # what the GPU reported after the first slow timing window of the shape's search (evo/gpu/gpu_state.py)
 
 
 class SweepLog:
@@ -230,6 +231,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
                 (problem.key, problem.layout, info.key, *seed_hashes)))[0]
         res.seed_won = int(bool(res.best_hash) and res.best_hash in seed_hashes)
         res.drift_scaled = summary.drift_scaled
+        res.gpu_state = summary.drift_states[0] if summary.drift_states else ""
         res.compiles_new, res.compile_seconds = counting.new, round(counting.seconds, 3)
         res.compiles_reused, res.compile_seconds_saved = counting.reused, round(counting.saved, 3)
     except KeyboardInterrupt:
@@ -511,6 +513,9 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
                      f"slow windows, their times scaled for ranking: {', '.join(r.shape for r in drifted[:5])}"
                      + (f" and {len(drifted) - 5} more" if len(drifted) > 5 else "") + "); search them again on a quiet GPU "
                      "(python -m evo.search --shape S; docs/sweep.md).")
+        state = next((r for r in drifted if r.gpu_state), None)
+        if state is not None:
+            parts.append(f"After a slow window on {state.shape} the GPU reported: {state.gpu_state}.")
     if failed_now:
         parts.append("Failed: " + "; ".join(f"{r.shape} ({r.error[:80]})" for r in failed_now[:5])
                      + (f" and {len(failed_now) - 5} more" if len(failed_now) > 5 else "") + "; rerun to retry them.")

@@ -65,7 +65,12 @@ class FakeWorker:
             if p.get("UNROLL") == 8 and p.get("TILE") == 8:
                 return EvalResult(kw["h"], False, "check", "random inputs #0: relative error 1e+00 > 1e-02")
             return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=fake_time(ks), cublas_us=50.0)
+        if op == "gpu_state":  # asked after a slow timing window (evo/gpu/gpu_state.py)
+            return FAKE_GPU_STATE
         raise AssertionError(op)
+
+
+FAKE_GPU_STATE = "SM clock 1410 of 1980 MHz; 699 of 700 W; 61 C; clock held back by software power cap; 1 other process on the GPU"
 
 
 class FakeCompiler:

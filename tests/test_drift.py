@@ -10,7 +10,7 @@ from evo.problem import parse_shape
 from evo.records import BaselineResult, CheckResult, EvalResult
 from evo.search import Search
 from evo.store import APP_ID, Store
-from fakes import FakeCompiler, FakeWorker, fake_time
+from fakes import FAKE_GPU_STATE, FakeCompiler, FakeWorker, fake_time
 from test_search_loop import make_cfg
 
 
@@ -86,8 +86,10 @@ class SlowDuringBest(FakeWorker):
         slow = 3.0 if all(ks.meta.params.get(k) == v for k, v in BEST.items()) else 1.0
         scaled, raw, cublas = settled(lambda: (fake_time(ks) * slow, 50.0 * slow), kw.get("cublas_ref_us", 0.0),
                                       self.cfg.timing.drift_tol)
+        slow_first = drifted(50.0 * slow, kw.get("cublas_ref_us", 0.0), self.cfg.timing.drift_tol)
         return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=scaled,
-                          cublas_us=cublas, measured_us=raw if scaled != raw else 0.0)
+                          cublas_us=cublas, measured_us=raw if scaled != raw else 0.0,
+                          gpu_state=FAKE_GPU_STATE if slow_first else "")  # the worker asks after a slow window
 
 
 def search(tmp_path, worker, runoff=1, **timing):
@@ -108,11 +110,17 @@ def test_search_finds_the_best_kernel_timed_while_the_gpu_ran_slow(tmp_path):
     store = Store(cfg.paths.db)
     row = store.db.execute("SELECT time_us, measured_us FROM evaluations WHERE time_us < 13").fetchone()
     assert tuple(row) == pytest.approx((12.5, 37.5))  # the archive keeps the raw median beside the scaled time
+    # what the GPU reported after the slow window: in the candidate's log line, the summary and the archive
+    assert text.count(f"the GPU after the slow window: {FAKE_GPU_STATE}") == 1
+    assert f"the GPU after a slow timing window: {FAKE_GPU_STATE}" in text and summary.drift_states == [FAKE_GPU_STATE]
+    states = store.db.execute("SELECT gpu_state FROM evaluations WHERE gpu_state IS NOT NULL").fetchall()
+    assert [r[0] for r in states] == [FAKE_GPU_STATE]
 
 
 def test_without_drift_correction_the_slow_window_loses_the_best(tmp_path):
     summary, text, _ = search(tmp_path, SlowDuringBest, drift_tol=0.0)
     assert summary.best_us > 12.5 and "scaled" not in text  # what the correction protects against
+    assert "the GPU after" not in text and not summary.drift_states  # no slow window flagged: nothing asked
 
 
 class DriftedRunoff(FakeWorker):
@@ -130,6 +138,7 @@ class DriftedRunoff(FakeWorker):
 def test_a_drifted_runoff_is_timed_again(tmp_path):
     summary, text, _ = search(tmp_path, DriftedRunoff)
     assert "ran 2.00x its quiet time of this run in that window" in text and "timed once more" in text
+    assert f"the GPU after the slow window: {FAKE_GPU_STATE}" in text
     assert DriftedRunoff.instances[-1].runoffs == 2
     assert summary.best_us == pytest.approx(12.5) and summary.baselines["cublas"] == pytest.approx(50.0)
 

@@ -514,6 +514,7 @@ class DriftOnOneShape(ShapeFake):
         res = super().call(op, timeout_s, **kw)
         if op == "evaluate" and res.ok and kw["problem"].key == "512x256x256":
             res.measured_us, res.cublas_us = 2 * res.time_us, 2 * res.cublas_us
+            res.gpu_state = "SM clock 990 of 1980 MHz; clock held back by hardware slowdown"  # asked after the slow window
         return res
 
 
@@ -523,8 +524,11 @@ def test_the_sweep_reports_shapes_timed_while_the_gpu_ran_slow(tmp_path):
     assert "timed while the GPU ran slow" in line
     assert not any("ran slow" in l for l in text.splitlines() if l.startswith("[") and "512x256x256" not in l)
     assert "Timing drift: on 1 shapes the GPU ran slow for a while" in outcome.summary and "512x256x256)" in outcome.summary
+    assert ("After a slow window on 512x256x256 the GPU reported: SM clock 990 of 1980 MHz; clock held back by "
+            "hardware slowdown." in outcome.summary)
     rows = sweep_rows(cfg)
     assert rows["512x256x256"].drift_scaled >= 1 and rows["256x256x256"].drift_scaled == 0
+    assert rows["512x256x256"].gpu_state.startswith("SM clock 990") and not rows["256x256x256"].gpu_state
     assert (tmp_path / "sweep_logs" / "Fake_GPU_512x256x256.log").read_text().count("scaled)") == rows["512x256x256"].drift_scaled
 
 

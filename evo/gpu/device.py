@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..errors import NoGpuError
 from ..problem import GpuInfo, arch_for_cc
+from .gpu_state import bus_id_of
 
 
 def _driver_version() -> str:
@@ -70,5 +71,5 @@ def gpu_info(device_id: int = 0, hint: str = "") -> GpuInfo:
         smem_per_block_optin=p.get("sharedMemPerBlockOptin", 48 * 1024),
         driver=_driver_version(),
         cuda_runtime=f"{rt // 1000}.{rt % 1000 // 10}",
-        extra={"cupy": cupy.__version__, "clock_khz": p.get("clockRate", 0)},
+        extra={"cupy": cupy.__version__, "clock_khz": p.get("clockRate", 0), "pci_bus_id": bus_id_of(p)},
     )

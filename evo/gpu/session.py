@@ -27,6 +27,7 @@ from ..problem import Problem, parse_shape  # noqa: E402
 from ..records import BaselineResult, EvalResult  # noqa: E402
 from ..timing import Contender, Timer  # noqa: E402
 from .device import gpu_info  # noqa: E402
+from .gpu_state import query_gpu_state  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
@@ -184,6 +185,7 @@ class Session:
         if 0 < screen_reps < self.cfg.timing.reps and screen_vs_us > 0:
             stages = [screen_reps, self.cfg.timing.reps]
         tol = self.cfg.timing.drift_tol
+        state: list[str] = []  # the GPU's state after the first slow window, if one was
         for stage, reps in enumerate(stages):
             def window(reps=reps):  # one timing window: the candidate and cuBLAS, interleaved
                 try:
@@ -207,17 +209,28 @@ class Session:
                                                seconds=time.monotonic() - t0))
                 return t, timings["cublas"].median_us
 
+            def again():  # after a slow window: what the GPU reports (evo/gpu/gpu_state.py), then one more window
+                if not state:
+                    state.append(self.handle_gpu_state())
+                return window()
+
             try:  # a window where the whole GPU ran slow (cuBLAS beside the candidate) is timed once more
-                t, cublas_us = retimed(window(), window, lambda w: w[1], cublas_ref_us, tol)[0]
+                t, cublas_us = retimed(window(), again, lambda w: w[1], cublas_ref_us, tol)[0]
             except _Rejected as r:
-                return r.result
+                return dataclasses.replace(r.result, gpu_state=state[0] if state else "")
             time_us = corrected_us(t.median_us, cublas_us, cublas_ref_us, tol)  # scaled if even the better one drifted
             measured_us, spread = (t.median_us if time_us != t.median_us else 0.0), t.spread
             if stage + 1 < len(stages) and time_us > screen_vs_us * (1 + max(self.cfg.search.screen_margin, spread)):
                 return EvalResult(h, True, "screened", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
-                                  seconds=time.monotonic() - t0, measured_us=measured_us)
+                                  seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state=state[0] if state else "")
         return EvalResult(h, True, "done", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
-                          seconds=time.monotonic() - t0, measured_us=measured_us)
+                          seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state=state[0] if state else "")
+
+    def handle_gpu_state(self) -> str:
+        """What the GPU reports now (clocks, power, temperature, clock limits, other processes), in one line; asked
+        after a timing window where the GPU ran slow (evo/drift.py)."""
+        s = query_gpu_state(str(self.info.extra.get("pci_bus_id", "")))
+        return s.describe() if s else "no reading from nvidia-smi"
 
     # --- strong re-check of a kernel before it is exported or used elsewhere ----
     def handle_recheck(self, problem: Problem, source: str, cubin: str, shapes: list | None = None,
