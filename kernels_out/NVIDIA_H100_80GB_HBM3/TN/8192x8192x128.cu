@@ -1,8 +1,8 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 2, EPI_HINT: 1, GROUP: 1, PANEL: 1,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_RS: 0, STAGES: 5,
+params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, EPI: 1, EPI_HINT: 1, GROUP: 1, PANEL: 1,
+  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_RS: 0, STAGES: 4,
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -80,17 +80,17 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 
 namespace evo_sm90 {
 
-constexpr int BM = 256;                 // tile rows (kernel view)
-constexpr int BN = 128;                 // tile cols = wgmma N
+constexpr int BM = 128;                 // tile rows (kernel view)
+constexpr int BN = 256;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 5;
+constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
 constexpr int GROUP = 1;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
-constexpr int EPI = 2;                 // TMA-store staging buffers per consumer (0: ordinary stores)
+constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 1;             // 1: the row operand's BM x K panel stays in smem across a row block's units
@@ -640,7 +640,7 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], u
 }  // namespace evo_sm90
 using namespace evo_sm90;
 
-#define EVO_EPI 2
+#define EVO_EPI 1
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
