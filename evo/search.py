@@ -18,6 +18,7 @@ from .drift import DriftReference, drifted, retimed
 from .errors import EvoError, cli_entry
 from .families import Family, load_families, rerendered
 from .gpu.device import COMPILE_ONLY_HINT, require_gpu
+from .gpu.gpu_state import describe_state
 from .gpu.worker import GpuWorker, WorkerFault
 from .kernel import KernelSource
 from .problem import GpuInfo, Problem, log_distance, parse_shape
@@ -179,6 +180,14 @@ class Search:
         print(f"  GPU:      {info.name} ({info.arch}, {info.sm_count} SMs, L2 {info.l2_bytes >> 20} MiB), "
               f"driver {info.driver}, CUDA runtime {info.cuda_runtime}", file=self.out)
         print(f"  families: {', '.join(f.name for f in fams)}; proposers: {', '.join(x.name for x in proposers)}", file=self.out, flush=True)
+        try:  # another process timing on the same GPU slows every window it overlaps (evo/drift.py)
+            state = worker.call("gpu_state", timeout_s=30)
+        except (WorkerFault, EvoError):
+            state = None
+        if state is not None and state.others() > 0:
+            print(f"  warning:  {state.others()} other process{'es' if state.others() > 1 else ''} on this GPU "
+                  f"({describe_state(state)}): windows they overlap run slow and are timed again or scaled "
+                  "(docs/evaluator.md, \"Timing drift\")", file=self.out, flush=True)
         if store.ceilings(gpu) is None:
             print("measuring the GPU's ceilings (8192^3 cuBLAS, 1 GiB copy)...", file=self.out, flush=True)
             c = worker.call("ceilings", timeout_s=300)
@@ -541,7 +550,8 @@ class Search:
             print(f"  cuBLAS ran {cublas_us(timings) / quiet_cublas_us:.2f}x its quiet time of this run in that window (the "
                   "GPU ran slow): timed once more", file=self.out, flush=True)
             try:
-                print(f"  the GPU after the slow window: {worker.call('gpu_state', timeout_s=30)}", file=self.out, flush=True)
+                print(f"  the GPU after the slow window: {describe_state(worker.call('gpu_state', timeout_s=30))}",
+                      file=self.out, flush=True)
             except (WorkerFault, EvoError):
                 pass
             try:

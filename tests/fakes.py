@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evo.errors import EvoError
+from evo.gpu.gpu_state import GpuState
 from evo.kernel import KernelSource
 from evo.problem import GpuInfo
 from evo.records import BaselineResult, CheckResult, CompileResult, EvalResult
@@ -17,11 +18,19 @@ def fake_time(ks: KernelSource) -> float:
     return 100.0 / p.get("UNROLL", 1) + 3.0 * abs(p.get("TILE", 16) - 16) + p.get("PAD", 0)
 
 
+QUIET_GPU = GpuState(sm_mhz=1980, max_sm_mhz=1980, power_w=120.0, power_limit_w=700.0, temperature_c=40, reasons=(),
+                     processes=1, own_listed=True)  # the worker alone on the GPU
+BUSY_GPU = GpuState(sm_mhz=1410, max_sm_mhz=1980, power_w=698.52, power_limit_w=700.0, temperature_c=61,
+                    reasons=("software power cap",), processes=2, own_listed=True)
+FAKE_GPU_STATE = BUSY_GPU.describe()  # "SM clock 1410 of 1980 MHz; 699 of 700 W; 61 C; ...; 1 other process on the GPU"
+
+
 class FakeWorker:
     """Answers like evo.gpu.worker.GpuWorker; PAD == 3 'crashes', UNROLL == 8 with TILE == 8 is 'wrong'."""
 
     instances = []
     fail_recheck = None  # set to a predicate over params to make the champion's re-check fail
+    gpu_state_reply = QUIET_GPU  # what "gpu_state" answers
 
     def __init__(self, cfg, *a, **k):
         self.cfg = cfg
@@ -65,12 +74,11 @@ class FakeWorker:
             if p.get("UNROLL") == 8 and p.get("TILE") == 8:
                 return EvalResult(kw["h"], False, "check", "random inputs #0: relative error 1e+00 > 1e-02")
             return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=fake_time(ks), cublas_us=50.0)
-        if op == "gpu_state":  # asked after a slow timing window (evo/gpu/gpu_state.py)
-            return FAKE_GPU_STATE
+        if op == "gpu_state":  # asked when a search starts and after a slow timing window (evo/gpu/gpu_state.py)
+            return self.gpu_state_reply
         raise AssertionError(op)
 
 
-FAKE_GPU_STATE = "SM clock 1410 of 1980 MHz; 699 of 700 W; 61 C; clock held back by software power cap; 1 other process on the GPU"
 
 
 class FakeCompiler:

@@ -10,7 +10,7 @@ from evo.problem import parse_shape
 from evo.records import BaselineResult, CheckResult, EvalResult
 from evo.search import Search
 from evo.store import APP_ID, Store
-from fakes import FAKE_GPU_STATE, FakeCompiler, FakeWorker, fake_time
+from fakes import BUSY_GPU, FAKE_GPU_STATE, FakeCompiler, FakeWorker, fake_time
 from test_search_loop import make_cfg
 
 
@@ -124,7 +124,10 @@ def test_without_drift_correction_the_slow_window_loses_the_best(tmp_path):
 
 
 class DriftedRunoff(FakeWorker):
-    """The final side-by-side window runs while the GPU is 2x slow the first time, quiet the second."""
+    """The final side-by-side window runs while the GPU is 2x slow the first time, quiet the second; another
+    process is on the GPU."""
+
+    gpu_state_reply = BUSY_GPU
 
     def call(self, op, timeout_s, **kw):
         res = super().call(op, timeout_s, **kw)
@@ -139,8 +142,20 @@ def test_a_drifted_runoff_is_timed_again(tmp_path):
     summary, text, _ = search(tmp_path, DriftedRunoff)
     assert "ran 2.00x its quiet time of this run in that window" in text and "timed once more" in text
     assert f"the GPU after the slow window: {FAKE_GPU_STATE}" in text
+    assert f"warning:  1 other process on this GPU ({FAKE_GPU_STATE}): windows they overlap run slow" in text
     assert DriftedRunoff.instances[-1].runoffs == 2
     assert summary.best_us == pytest.approx(12.5) and summary.baselines["cublas"] == pytest.approx(50.0)
+
+
+def test_a_quiet_gpu_gets_no_warning_and_no_reading_changes_nothing(tmp_path):
+    summary, text, _ = search(tmp_path, FakeWorker)
+    assert "warning:" not in text and summary.best_us == pytest.approx(12.5)
+
+    class NoReading(FakeWorker):
+        gpu_state_reply = None  # nvidia-smi missing or silent
+
+    summary, text, _ = search(tmp_path / "b", NoReading)
+    assert "warning:" not in text and summary.best_us == pytest.approx(12.5)
 
 
 def test_an_older_archive_gains_the_raw_time_column(tmp_path):

@@ -57,6 +57,14 @@ def test_older_drivers_and_missing_readings():
     assert s.sm_mhz == 1410 and s.processes == -1 and "process" not in s.describe()  # one GPU in view: it; apps unknown
 
 
+def test_other_processes_besides_the_worker():
+    def state(processes, own):
+        return GpuState(1980, 1980, 100.0, 700.0, 40, (), processes=processes, own_listed=own)
+    assert [state(n, True).others() for n in (1, 2, 3)] == [0, 1, 2]
+    assert [state(n, False).others() for n in (0, 1, 2)] == [0, 0, 1]  # PIDs hidden: the worker is taken to be listed
+    assert state(-1, False).others() == -1
+
+
 def test_describe_leaves_out_what_is_not_reported():
     s = GpuState(sm_mhz=1755, max_sm_mhz=0, power_w=-1, power_limit_w=-1, temperature_c=-1, reasons=())
     assert s.describe() == "SM clock 1755 MHz; no clock limit active"

@@ -40,7 +40,15 @@ class GpuState:
     processes: int = -1  # compute processes nvidia-smi lists on this GPU (-1: unknown)
     own_listed: bool = False  # the worker's own PID is among them (not in a container with its own PID namespace)
 
+    def others(self) -> int:
+        """Compute processes on this GPU besides the worker (-1: unknown). Where the worker's own PID is not listed
+        (a container with its own PID namespace), the worker is taken to be one of those listed."""
+        if self.processes < 0:
+            return -1
+        return self.processes - 1 if self.own_listed or self.processes > 0 else 0
+
     def describe(self) -> str:
+        """One line: clocks, power, temperature, why the clock is held back, other processes."""
         parts = [f"SM clock {self.sm_mhz} of {self.max_sm_mhz} MHz" if self.max_sm_mhz else f"SM clock {self.sm_mhz} MHz"]
         if self.power_w >= 0:
             parts.append(f"{self.power_w:.0f} of {self.power_limit_w:.0f} W" if self.power_limit_w > 0 else f"{self.power_w:.0f} W")
@@ -125,3 +133,7 @@ def query_gpu_state(bus_id: str, own_pid: int | None = None, run: Callable[[list
 def bus_id_of(props: dict) -> str:
     """The PCI id of a device from cudaGetDeviceProperties (cupy's dict)."""
     return f"{props.get('pciDomainID', 0):04X}:{props.get('pciBusID', 0):02X}:{props.get('pciDeviceID', 0):02X}.0"
+
+
+def describe_state(state: GpuState | None) -> str:
+    return state.describe() if state is not None else "no reading from nvidia-smi"

@@ -27,7 +27,7 @@ from ..problem import Problem, parse_shape  # noqa: E402
 from ..records import BaselineResult, EvalResult  # noqa: E402
 from ..timing import Contender, Timer  # noqa: E402
 from .device import gpu_info  # noqa: E402
-from .gpu_state import query_gpu_state  # noqa: E402
+from .gpu_state import GpuState, describe_state, query_gpu_state  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
@@ -211,7 +211,7 @@ class Session:
 
             def again():  # after a slow window: what the GPU reports (evo/gpu/gpu_state.py), then one more window
                 if not state:
-                    state.append(self.handle_gpu_state())
+                    state.append(describe_state(self.handle_gpu_state()))
                 return window()
 
             try:  # a window where the whole GPU ran slow (cuBLAS beside the candidate) is timed once more
@@ -226,11 +226,10 @@ class Session:
         return EvalResult(h, True, "done", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
                           seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state=state[0] if state else "")
 
-    def handle_gpu_state(self) -> str:
-        """What the GPU reports now (clocks, power, temperature, clock limits, other processes), in one line; asked
-        after a timing window where the GPU ran slow (evo/drift.py)."""
-        s = query_gpu_state(str(self.info.extra.get("pci_bus_id", "")))
-        return s.describe() if s else "no reading from nvidia-smi"
+    def handle_gpu_state(self) -> GpuState | None:
+        """What the GPU reports now (clocks, power, temperature, clock limits, processes; None: no reading): asked
+        when a search starts and after a timing window where the GPU ran slow (evo/drift.py)."""
+        return query_gpu_state(str(self.info.extra.get("pci_bus_id", "")))
 
     # --- strong re-check of a kernel before it is exported or used elsewhere ----
     def handle_recheck(self, problem: Problem, source: str, cubin: str, shapes: list | None = None,
