@@ -19,9 +19,9 @@ def fake_time(ks: KernelSource) -> float:
 
 
 QUIET_GPU = GpuState(sm_mhz=1980, max_sm_mhz=1980, power_w=120.0, power_limit_w=700.0, temperature_c=40, reasons=(),
-                     processes=1, own_listed=True)  # the worker alone on the GPU
+                     processes=1, own=1)  # the worker alone on the GPU
 BUSY_GPU = GpuState(sm_mhz=1410, max_sm_mhz=1980, power_w=698.52, power_limit_w=700.0, temperature_c=61,
-                    reasons=("software power cap",), processes=2, own_listed=True)
+                    reasons=("software power cap",), processes=2, own=1)
 FAKE_GPU_STATE = BUSY_GPU.describe()  # "SM clock 1410 of 1980 MHz; 699 of 700 W; 61 C; ...; 1 other process on the GPU"
 
 

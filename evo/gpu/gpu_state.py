@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 # nvidia-smi's clocks_event_reasons.active bits (clocks_throttle_reasons.active before driver 535)
@@ -38,14 +39,14 @@ class GpuState:
     temperature_c: int
     reasons: tuple[str, ...]  # why the driver holds the SM clock below its maximum now (empty: nothing)
     processes: int = -1  # compute processes nvidia-smi lists on this GPU (-1: unknown)
-    own_listed: bool = False  # the worker's own PID is among them (not in a container with its own PID namespace)
+    own: int = 0  # of those, the worker and its children (a host-code sandbox); 0: none visible (own PID namespace)
 
     def others(self) -> int:
-        """Compute processes on this GPU besides the worker (-1: unknown). Where the worker's own PID is not listed
-        (a container with its own PID namespace), the worker is taken to be one of those listed."""
+        """Compute processes on this GPU besides the worker and its children (-1: unknown). Where none of their PIDs
+        is listed (a container with its own PID namespace), the worker is taken to be one of those listed."""
         if self.processes < 0:
             return -1
-        return self.processes - 1 if self.own_listed or self.processes > 0 else 0
+        return self.processes - self.own if self.own > 0 else max(0, self.processes - 1)
 
     def describe(self) -> str:
         """One line: clocks, power, temperature, why the clock is held back, other processes."""
@@ -55,8 +56,8 @@ class GpuState:
         if self.temperature_c >= 0:
             parts.append(f"{self.temperature_c} C")
         parts.append("clock held back by " + ", ".join(self.reasons) if self.reasons else "no clock limit active")
-        others = self.processes - 1 if self.own_listed else self.processes
-        if self.processes >= 0 and (self.own_listed or self.processes == 0):
+        others = self.others()
+        if self.processes >= 0 and (self.own > 0 or self.processes == 0):
             parts.append(f"{others} other process{'es' if others > 1 else ''} on the GPU" if others else "no other process on the GPU")
         elif self.processes > 0:  # PIDs of another namespace: the worker may be one of them
             parts.append(f"{self.processes} compute process{'es' if self.processes > 1 else ''} listed on the GPU "
@@ -105,11 +106,31 @@ def _run(args: list[str], timeout_s: float) -> str | None:
     return r.stdout if r.returncode == 0 else None
 
 
-def query_gpu_state(bus_id: str, own_pid: int | None = None, run: Callable[[list[str], float], str | None] = _run,
+def own_pids(pid: int | None = None, proc: Path = Path("/proc")) -> set[str]:
+    """`pid` (default: this process) and its children (the worker's host-code sandboxes hold CUDA contexts too)."""
+    pid = os.getpid() if pid is None else pid
+    out = {str(pid)}
+    try:
+        for d in proc.iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                except OSError:
+                    continue
+                fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state, ppid, ...
+                if len(fields) > 1 and fields[1] == str(pid):
+                    out.add(d.name)
+    except OSError:
+        pass
+    return out
+
+
+def query_gpu_state(bus_id: str, own: set[str] | None = None, run: Callable[[list[str], float], str | None] = _run,
                     timeout_s: float = 3.0) -> GpuState | None:
-    """The state of the GPU at PCI `bus_id` now, with the compute processes listed there and whether `own_pid`
-    (default: this process) is one of them. None when nvidia-smi is missing, slow or says something else."""
-    own_pid = os.getpid() if own_pid is None else own_pid
+    """The state of the GPU at PCI `bus_id` now, with the compute processes listed there and how many of them are
+    `own` (PIDs; default: this process and its children). None when nvidia-smi is missing, slow or says something
+    else."""
+    own = own_pids() if own is None else own
     out = None
     for reasons in REASON_FIELDS:  # the newer field name first
         out = run(["nvidia-smi", f"--query-gpu={FIELDS.format(reasons=reasons)}", "--format=csv,noheader,nounits"], timeout_s)
@@ -127,7 +148,7 @@ def query_gpu_state(bus_id: str, own_pid: int | None = None, run: Callable[[list
         return state
     pids = [cols[1] for cols in ([c.strip() for c in x.split(",")] for x in apps.splitlines())
             if len(cols) == 2 and (_bus(cols[0]) == want or len(rows) == 1)]
-    return GpuState(**{**state.__dict__, "processes": len(pids), "own_listed": str(own_pid) in pids})
+    return GpuState(**{**state.__dict__, "processes": len(pids), "own": sum(p in own for p in pids)})
 
 
 def bus_id_of(props: dict) -> str:
