@@ -185,9 +185,8 @@ class Search:
         except (WorkerFault, EvoError):
             state = None
         if state is not None and state.others() > 0:
-            print(f"  warning:  {state.others()} other process{'es' if state.others() > 1 else ''} on this GPU "
-                  f"({describe_state(state)}): windows they overlap run slow and are timed again or scaled "
-                  "(docs/evaluator.md, \"Timing drift\")", file=self.out, flush=True)
+            print(f"  warning:  this GPU is shared ({describe_state(state)}): windows the other processes overlap run "
+                  "slow and are timed again or scaled (docs/evaluator.md, \"Timing drift\")", file=self.out, flush=True)
         if store.ceilings(gpu) is None:
             print("measuring the GPU's ceilings (8192^3 cuBLAS, 1 GiB copy)...", file=self.out, flush=True)
             c = worker.call("ceilings", timeout_s=300)

@@ -142,7 +142,7 @@ def test_a_drifted_runoff_is_timed_again(tmp_path):
     summary, text, _ = search(tmp_path, DriftedRunoff)
     assert "ran 2.00x its quiet time of this run in that window" in text and "timed once more" in text
     assert f"the GPU after the slow window: {FAKE_GPU_STATE}" in text
-    assert f"warning:  1 other process on this GPU ({FAKE_GPU_STATE}): windows they overlap run slow" in text
+    assert f"warning:  this GPU is shared ({FAKE_GPU_STATE}): windows the other processes overlap run slow" in text
     assert DriftedRunoff.instances[-1].runoffs == 2
     assert summary.best_us == pytest.approx(12.5) and summary.baselines["cublas"] == pytest.approx(50.0)
 

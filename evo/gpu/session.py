@@ -185,7 +185,7 @@ class Session:
         if 0 < screen_reps < self.cfg.timing.reps and screen_vs_us > 0:
             stages = [screen_reps, self.cfg.timing.reps]
         tol = self.cfg.timing.drift_tol
-        state: list[str] = []  # the GPU's state after the first slow window, if one was
+        state: list[str] = []  # the GPU's state after the first slow window, if one was (at most one line)
         for stage, reps in enumerate(stages):
             def window(reps=reps):  # one timing window: the candidate and cuBLAS, interleaved
                 try:
@@ -217,14 +217,14 @@ class Session:
             try:  # a window where the whole GPU ran slow (cuBLAS beside the candidate) is timed once more
                 t, cublas_us = retimed(window(), again, lambda w: w[1], cublas_ref_us, tol)[0]
             except _Rejected as r:
-                return dataclasses.replace(r.result, gpu_state=state[0] if state else "")
+                return dataclasses.replace(r.result, gpu_state="".join(state))
             time_us = corrected_us(t.median_us, cublas_us, cublas_ref_us, tol)  # scaled if even the better one drifted
             measured_us, spread = (t.median_us if time_us != t.median_us else 0.0), t.spread
             if stage + 1 < len(stages) and time_us > screen_vs_us * (1 + max(self.cfg.search.screen_margin, spread)):
                 return EvalResult(h, True, "screened", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
-                                  seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state=state[0] if state else "")
+                                  seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state="".join(state))
         return EvalResult(h, True, "done", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
-                          seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state=state[0] if state else "")
+                          seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state="".join(state))
 
     def handle_gpu_state(self) -> GpuState | None:
         """What the GPU reports now (clocks, power, temperature, clock limits, processes; None: no reading): asked
