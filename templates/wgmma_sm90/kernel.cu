@@ -70,6 +70,7 @@ tensor_maps:
 //   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
+//   The pairs take their units in a GPC-spread order (cluster_spread below).
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -422,8 +423,22 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   return w;
 }
 
+// CTA pairs (CLUSTER > 1): a launch of clusters places consecutive clusters in one GPC until it is full (a plain
+// launch deals consecutive CTAs out over the GPCs, two SMs at a time): raster-neighbour units then all ran in one GPC,
+// and a persistent grid of pairs was 17-25 % slower than the same CTAs launched singly (H100, docs/perf-hopper.md
+// Run 19). So pair k of the grid takes the raster's pair of units v(k) = the transpose of k over GPC_SPREAD rows: the
+// pairs of one GPC get raster positions GPC_SPREAD apart, as a plain launch's CTAs would. A bijection of
+// [0, pairs) for any pair count. (SPLIT_CLUSTER's K-split clusters keep the launch order: spread, they measured
+// 0-18 % slower.)
+constexpr int GPC_SPREAD = 8;
+__device__ __forceinline__ int cluster_spread(int b) {
+  const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
+  const int j = k % GPC_SPREAD;
+  return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
+}
 // The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
 __device__ __forceinline__ int unit_first(int units) {
+  if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
   return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int unit_end(int units) {

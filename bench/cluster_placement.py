@@ -1,0 +1,74 @@
+"""Where a grid's CTAs land, launched singly and as thread-block clusters: SM per blockIdx, and start skew.
+
+    python -m bench.cluster_placement [--grid 132] [--smem-kb 200] [--threads 384] [--spin-us 20]
+
+One kernel, compiled twice (plain and with __cluster_dims__(2, 1, 1)), takes --smem-kb of dynamic shared memory
+(so one CTA fits an SM, as a GEMM's ring does), records %smid and %globaltimer at entry and spins --spin-us. Prints,
+per launch kind, the SMs of the first 24 blockIdx, how many SMs were used, and how late the last CTA started.
+
+On an H100 (docs/perf-hopper.md Run 19): a plain launch deals consecutive blockIdx out two at a time over the GPCs
+(SMs 0, 1, 16, 17, 32, 33, ...); a cluster launch fills one GPC with consecutive clusters (SMs 0, 1, 2, ..., 15).
+A kernel that gives raster-neighbour tiles to consecutive blockIdx therefore runs them in one GPC when launched in
+clusters: wgmma_sm90's CTA pairs ran 17-25 % slower for it until they took their units in a GPC-spread order.
+"""
+from __future__ import annotations
+
+import argparse
+
+from evo.errors import cli_entry
+
+_SRC = r"""
+#define PROBE(NAME, ATTR)                                                                                    \
+  extern "C" __global__ void ATTR NAME(unsigned long long* out, long long spin) {                           \
+    extern __shared__ char smem[];                                                                           \
+    unsigned long long t0, t;                                                                                \
+    unsigned sm;                                                                                             \
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));                                                   \
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                                          \
+    smem[threadIdx.x] = 1;                                                                                   \
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)spin); \
+    if (threadIdx.x == 0) { out[blockIdx.x * 2] = t0; out[blockIdx.x * 2 + 1] = sm; }                        \
+  }
+PROBE(evo_place_plain, )
+PROBE(evo_place_pair, __cluster_dims__(2, 1, 1))
+"""
+
+
+def place(grid: int, smem: int, threads: int, spin_ns: int) -> dict[str, tuple[list[int], float]]:
+    """{launch kind: (SM of each blockIdx, last CTA's start after the first's, us)}, the third of three launches."""
+    import cupy
+    import numpy as np
+
+    mod = cupy.RawModule(code=_SRC, options=("-arch=sm_90a",))
+    out = {}
+    for kind in ("plain", "pair"):
+        fn = mod.get_function(f"evo_place_{kind}")
+        fn.max_dynamic_shared_size_bytes = smem
+        buf = cupy.zeros(2 * grid, dtype=cupy.uint64)
+        for _ in range(3):
+            fn((grid,), (threads,), (buf, np.int64(spin_ns)), shared_mem=smem)
+        cupy.cuda.runtime.deviceSynchronize()
+        rec = buf.get().reshape(grid, 2).astype(np.int64)
+        out[kind] = ([int(x) for x in rec[:, 1]], float(rec[:, 0].max() - rec[:, 0].min()) / 1000.0)
+    return out
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.cluster_placement", description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", type=int, default=132, help="CTAs (even: clusters of 2)")
+    ap.add_argument("--smem-kb", type=int, default=200, help="dynamic shared memory per CTA, KiB")
+    ap.add_argument("--threads", type=int, default=384)
+    ap.add_argument("--spin-us", type=float, default=20.0)
+    a = ap.parse_args(argv)
+    from evo.gpu.device import require_gpu
+
+    require_gpu()
+    for kind, (sms, skew) in place(a.grid - a.grid % 2, a.smem_kb * 1024, a.threads, int(a.spin_us * 1000)).items():
+        print(f"{kind}: {len(set(sms))} SMs for {len(sms)} CTAs, last CTA started {skew:.2f} us after the first")
+        print(f"  SM of blockIdx 0..23: {sms[:24]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
