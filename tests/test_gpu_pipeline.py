@@ -184,6 +184,22 @@ def test_split_cluster_correct_on_gpu(gpu):
     assert ran >= 10 and not failures, "\n".join(failures)
 
 
+CTA_PAIR_INSTANCES = [  # wgmma_sm90: CTA pairs multicasting A, units in the GPC-spread order
+    {"BM": 128, "BN": 160, "PINGPONG": 1, "STAGES": 5, "EPI": 0, "GROUP": 8, "CLUSTER": 2},      # persistent
+    {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "GROUP": 8, "CLUSTER": 2},      # persistent
+    {"BM": 128, "BN": 96, "STAGES": 7, "PERSISTENT": 0, "GROUP": 4, "CLUSTER": 2},               # one unit per CTA
+]
+
+
+def test_cta_pairs_correct_on_gpu(gpu):
+    """wgmma_sm90's CTA pairs on off-tile shapes whose pair counts are not multiples of the spread (1000x1000x1000:
+    8 x 4 pairs of 128 x 128 tiles and 44 pairs of 128x96; 1030x4104x136: a persistent grid of 66 pairs over more
+    units): a unit no CTA took would leave its tile of C as the poison."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", CTA_PAIR_INSTANCES,
+                                    ("1000x1000x1000", "1030x4104x136", "200x136x72", "2056x12296x128"))
+    assert ran >= 10 and not failures, "\n".join(failures)
+
+
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8}, ("128x64x4096", "77x200x1024")),
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8, "PUSH": 0}, ("77x200x1024",)),
