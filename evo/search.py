@@ -93,6 +93,14 @@ def quick_compiles_first(fresh: list, seconds: dict[str, float]) -> list:
     return sorted(fresh, key=lambda kp: seconds.get(kp[0].meta.family, 0.0))
 
 
+def gpu_state_now(worker):
+    """What the worker's GPU reports now (evo/gpu/gpu_state.py), or None: no reading, or the worker could not ask."""
+    try:
+        return worker.call("gpu_state", timeout_s=30)
+    except (WorkerFault, EvoError):
+        return None
+
+
 def split_children(cfg: Config, proposers: list, n: int) -> list[int]:
     w = [float(cfg.search.proposer_weights.get(p.name, 1.0)) for p in proposers]
     total = sum(w) or 1.0
@@ -180,10 +188,7 @@ class Search:
         print(f"  GPU:      {info.name} ({info.arch}, {info.sm_count} SMs, L2 {info.l2_bytes >> 20} MiB), "
               f"driver {info.driver}, CUDA runtime {info.cuda_runtime}", file=self.out)
         print(f"  families: {', '.join(f.name for f in fams)}; proposers: {', '.join(x.name for x in proposers)}", file=self.out, flush=True)
-        try:  # another process timing on the same GPU slows every window it overlaps (evo/drift.py)
-            state = worker.call("gpu_state", timeout_s=30)
-        except (WorkerFault, EvoError):
-            state = None
+        state = gpu_state_now(worker)  # another process timing on the same GPU slows every window it overlaps
         if state is not None and state.others() > 0:
             print(f"  warning:  this GPU is shared ({describe_state(state)}): windows the other processes overlap run "
                   "slow and are timed again or scaled (docs/evaluator.md, \"Timing drift\")", file=self.out, flush=True)
@@ -548,11 +553,7 @@ class Search:
         if drifted(cublas_us(timings), quiet_cublas_us, self.cfg.timing.drift_tol):
             print(f"  cuBLAS ran {cublas_us(timings) / quiet_cublas_us:.2f}x its quiet time of this run in that window (the "
                   "GPU ran slow): timed once more", file=self.out, flush=True)
-            try:
-                print(f"  the GPU after the slow window: {describe_state(worker.call('gpu_state', timeout_s=30))}",
-                      file=self.out, flush=True)
-            except (WorkerFault, EvoError):
-                pass
+            print(f"  the GPU after the slow window: {describe_state(gpu_state_now(worker))}", file=self.out, flush=True)
             try:
                 windows = retimed(timings, window, cublas_us, quiet_cublas_us, self.cfg.timing.drift_tol)
             except (WorkerFault, EvoError) as e:
