@@ -1,0 +1,197 @@
+"""Per-phase timestamps of a kernel family's instances on a GPU: where a launch's time goes, CTA by CTA.
+
+    python -m bench.phase_trace --family wgmma_skinny_sm90 --shape 128x128x16384 '{"BM": 64, "BN": 48, "CLK": 16, "CONSUMERS": 1, "STAGES": 8}' ...
+    python -m bench.phase_trace --family wgmma_sm90 --shape 128x12288x256 '{"BM": 128, "BN": 96, "PERSISTENT": 0, "EPI": 1}' ...
+
+The family's kernel is copied and instrumented at fixed places (TRACES below: each family's phases and the anchors
+they are patched in at): one thread per CTA writes %globaltimer into the workspace. wgmma_skinny_sm90: entry,
+first and last full stage, wgmma done, partial staged, reduce go (after the cluster barrier or the receive wait), C
+stored, exit. wgmma_sm90 (the first consumer's thread 0 unless said): entry, first load issued (producer), first
+and last full stage, wgmma done, C stored (TMA store issued / plain stores done), consumer done (its stores have
+read their staging buffers), exit (after the cluster barrier). Persistent CTAs: the first stage is the first
+unit's, the later phases the last unit's. Each instance is checked once against an fp32 reference, then launched
+--reps times with the L2 flushed (evo.timing.Timer); the table gives, per phase, the first / median / last CTA's
+time after the first CTA's entry (median over launches) and the per-CTA phase lengths. The stamps live in 1 MiB
+ahead of the kernel's own workspace (split-K partials and tickets follow it). If a template moves,
+`anchors_present` fails in tests/test_phase_trace.py: re-anchor its TRACES entry.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+TRACE_BYTES = 1 << 20  # the stamps' region, ahead of the kernel's own workspace (8 stamps x 8 bytes per CTA)
+TRACE_DEF = f"constexpr int TRACE_FLOATS = {TRACE_BYTES // 4};  // the trace's region; the kernel's workspace follows it\n"
+
+
+def _stamp_macro(name: str, cond: str) -> str:
+    """`name(i)`: the thread for which `cond` holds writes %globaltimer into slot i of its CTA's 8 (workspace)."""
+    return (f"#define {name}(i) do {{ if ({cond}) {{ unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" "
+            f": \"=l\"(t_)); evo_trace[blockIdx.x * 8 + (i)] = t_; }} }} while (0)\n")
+
+
+# at entry: the stamps go to the workspace's first TRACE_BYTES, the kernel's own use starts after them
+_SHIFT = ("  unsigned long long* const evo_trace = reinterpret_cast<unsigned long long*>(workspace);\n"
+          "  workspace += TRACE_FLOATS;\n")
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A family's phases (at most 8) and the (anchor, replacement) patches that stamp them."""
+    phases: list[str]
+    patches: list[tuple[str, str]]
+
+
+SKINNY = Trace(
+    phases=["entry", "first stage", "last stage", "mma done", "staged", "reduce go", "stored", "exit"],
+    patches=[
+        ("using namespace evo_skinny;\n", "using namespace evo_skinny;\n" + TRACE_DEF + _stamp_macro("EVO_T", "threadIdx.x == 0")),
+        ("  const uint32_t base_u32 = smem_u32(smem_raw);\n", _SHIFT + "  EVO_T(0);\n  const uint32_t base_u32 = smem_u32(smem_raw);\n"),
+        ("      mbar_wait(smem_u32(&full_bar[s]), phase);\n",
+         "      mbar_wait(smem_u32(&full_bar[s]), phase);\n      if (i == 0) EVO_T(1);\n      if (i == nk - 1) EVO_T(2);\n"),
+        ("    wgmma_wait<0>();\n    // (no release", "    wgmma_wait<0>();\n    EVO_T(3);\n    // (no release"),
+        ("  // ---- on-chip split-K reduce over the CLK CTAs of this tile (all threads of the CTA)\n", "  EVO_T(4);\n"),
+        ("  // C-space origin of the tile and this CTA's slice of C rows.\n", "  EVO_T(5);\n"),
+        ("  // Done reading the peers' smem.", "  EVO_T(6);\n  // Done reading the peers' smem."),
+        ("  if constexpr (CS > 1) cluster_wait();  // peers are done with our smem and barriers before we exit\n}",
+         "  if constexpr (CS > 1) cluster_wait();\n  EVO_T(7);\n}"),
+    ],
+)
+
+SM90 = Trace(
+    phases=["entry", "first load", "first stage", "last stage", "mma done", "stored", "consumer done", "exit"],
+    patches=[
+        ("using namespace evo_sm90;\n", "using namespace evo_sm90;\n" + TRACE_DEF + _stamp_macro("EVO_T", "threadIdx.x == 0")
+         + _stamp_macro("EVO_C", "threadIdx.x == 128")),
+        ("  extern __shared__ uint8_t smem_raw[];\n", _SHIFT + "  EVO_T(0);\n  extern __shared__ uint8_t smem_raw[];\n"),
+        ("    if (CLUSTER == 1) produce_next();\n", "    if (CLUSTER == 1) produce_next();\n    EVO_T(1);\n"),
+        ("        mbar_wait(smem_u32(&full_bar[s]), phase);\n",
+         "        mbar_wait(smem_u32(&full_bar[s]), phase);\n        if (i == 0 && j == 0) EVO_C(2);\n"
+         "        if (i == nk - 1) EVO_C(3);\n"),
+        ("      wgmma_wait<0>();\n      if (nk > 0", "      wgmma_wait<0>();\n      EVO_C(4);\n      if (nk > 0"),
+        ("      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n",
+         "      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n      EVO_C(5);\n"),
+        ("    (void)epi_stage_u32;\n#endif\n", "    (void)epi_stage_u32;\n#endif\n    EVO_C(6);\n"),
+        ("    cluster_arrive();\n    cluster_wait();\n  }\n}", "    cluster_arrive();\n    cluster_wait();\n  }\n  EVO_C(7);\n}"),
+    ],
+)
+
+TRACES = {"wgmma_skinny_sm90": SKINNY, "wgmma_sm90": SM90}
+
+
+def anchors_present(text: str, family: str = "wgmma_skinny_sm90") -> list[str]:
+    """The anchors missing from (or not unique in) the template text; empty when it can be instrumented."""
+    return [a for a, _ in TRACES[family].patches if text.count(a) != 1]
+
+
+def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source: Path = ROOT / "templates") -> Path:
+    """A templates folder holding the instrumented family alone (its workspace: 1 MiB for the stamps), copied from
+    `source` (another templates folder: a trial variant)."""
+    shutil.copytree(Path(source) / family, dest / family)
+    k = dest / family / "kernel.cu"
+    text = k.read_text()
+    missing = anchors_present(text, family)
+    if missing:
+        raise SystemExit(f"error: the {family} template moved; re-anchor bench/phase_trace.py at: {missing[0]!r}")
+    for anchor, new in TRACES[family].patches:
+        text = text.replace(anchor, new)
+    # the kernel's workspace grows by the trace's region, which comes first (the kernel steps past it at entry)
+    text, n = re.subn(r'^workspace: "(.*)"$', lambda m: f'workspace: "({m.group(1)}) + {TRACE_BYTES}"', text, count=1, flags=re.M)
+    if n != 1:
+        raise SystemExit(f"error: the {family} template declares no workspace expression to extend")
+    k.write_text(text)
+    return dest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--family", choices=sorted(TRACES), default="wgmma_skinny_sm90")
+    ap.add_argument("--shape", required=True)
+    ap.add_argument("--no-flush", action="store_true", help="leave L2 warm between launches (code, parameters and "
+                    "operands stay cached: what the cold launch's phases owe to memory latency)")
+    ap.add_argument("--templates", default=str(ROOT / "templates"), help="the templates folder (default: this tree's)")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
+    a = ap.parse_args(argv)
+    import cupy
+    import numpy as np
+
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.families import load_families
+    from evo.gpu.device import gpu_info
+    from evo.gpu.launch import LoadedKernel
+    from evo.problem import parse_shape
+    from evo.timing import Contender, Timer
+
+    tmp = Path(tempfile.mkdtemp())
+    (fam,) = load_families(instrumented_templates(tmp / "templates", a.family, Path(a.templates)), names=[a.family])
+    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp / "cache")}}).compile)
+    info = gpu_info()
+    problem = parse_shape(a.shape)
+    rs = cupy.random.RandomState(1)
+    A = (rs.standard_normal((problem.m, problem.k)) * 0.5).astype(cupy.float16)
+    B = (rs.standard_normal((problem.n, problem.k)) * 0.5).astype(cupy.float16)
+    ref = A.astype(cupy.float32) @ B.astype(cupy.float32).T
+    for js in a.instances:
+        given = json.loads(js)
+        for k, v in given.items():  # values outside the declared space (a trial value), as bench.template_ab allows
+            if k in fam.space and v not in fam.space[k]:
+                fam.space[k] = tuple(fam.space[k]) + (v,)
+        params = fam.complete(given)
+        trace = TRACES[a.family]
+        ks = fam.render(params)
+        r = comp.compile(ks, info.arch)
+        if not r.ok:
+            print(f"{js}: does not compile: {r.error}", file=sys.stderr)
+            continue
+        kern = LoadedKernel(ks, r.cubin_path, problem, info.sm_count, info.smem_per_block_optin)
+        C = cupy.full((problem.m, problem.n), cupy.nan, dtype=cupy.float16)
+        kern(A, B, C)
+        cupy.cuda.runtime.deviceSynchronize()
+        err = float(cupy.max(cupy.abs(C.astype(cupy.float32) - ref)))
+        ctas = kern.spec.grid[0]
+        traces: list = []
+        # the stamps are cleared before every launch (outside the window): a phase a CTA skips (the epilogue of a
+        # split that is not the last to arrive) reads as missing, not as an earlier launch's time
+        run = Contender(run=lambda: kern(A, B, C), before=lambda: kern.workspace[: ctas * 16].fill(0),
+                        after=lambda: traces.append(kern.workspace[: ctas * 16].view(cupy.uint64).copy()))
+        t = Timer(info.l2_bytes, not a.no_flush, seed=0, sms=info.sm_count).measure({"k": run}, reps=a.reps, warmup=3)["k"]
+        tr = np.stack([x.get().astype(np.int64).reshape(ctas, 8) for x in traces[3:]])  # launches x CTAs x phases (ns)
+        missing = tr == 0  # not stamped in that launch
+        first_entry = np.where(missing[:, :, :1], np.iinfo(np.int64).max, tr[:, :, :1]).min(axis=1, keepdims=True)
+        rel = (tr - first_entry).astype(np.float64) / 1000.0  # (differences first: ns stamps exceed float64's integers)
+        rel[missing] = np.nan
+        print(f"\n{js} on {problem.key} ({info.name})\n  event median {t.median_us:.2f} us, max |C - ref| {err:.3g}, "
+              f"{ctas} CTAs, {r.registers} registers")
+        print("  phase          first CTA  median  last CTA   (us after the first CTA's entry; median over launches)")
+        for i, name in enumerate(trace.phases):
+            if np.isnan(rel[:, :, i]).all():
+                print(f"  {name:13s}   (not stamped)")
+                continue
+            with warnings.catch_warnings():  # launches where no CTA stamped this phase
+                warnings.simplefilter("ignore", RuntimeWarning)
+                first, med, last = (np.nanmedian(f(rel[:, :, i], axis=1)) for f in (np.nanmin, np.nanmedian, np.nanmax))
+            stamped = np.mean(~np.isnan(rel[:, :, i]))
+            print(f"  {name:13s} {first:9.2f} {med:7.2f} {last:9.2f}" + ("" if stamped == 1 else f"   ({stamped:.0%} of the CTAs)"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            steps = ", ".join(f"{trace.phases[i]} -> {trace.phases[i + 1]} {np.nanmedian(rel[:, :, i + 1] - rel[:, :, i]):.2f}"
+                              for i in range(len(trace.phases) - 1))
+        print(f"  per CTA (median): {steps}")
+        kern.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
