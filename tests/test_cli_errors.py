@@ -109,3 +109,12 @@ def test_no_gpu_hidden_by_cuda_visible_devices(tmp_path):
     res = subprocess.run([sys.executable, "-m", "evo.search", "--shape", "64x64x64", "--db", str(tmp_path / "e.db")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     one_line(res, "no CUDA GPU is visible")
+
+
+def test_hook_probe_refuses_a_bad_shape_before_looking_for_a_gpu():
+    one_line(run("bench.hook_probe", "--shape", "64x64"), "malformed shape")
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="the no-GPU refusal")
+def test_hook_probe_without_a_gpu():
+    one_line(run("bench.hook_probe", "--shape", "64x64x64"), "no CUDA GPU")
