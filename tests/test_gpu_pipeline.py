@@ -188,16 +188,19 @@ CTA_PAIR_INSTANCES = [  # wgmma_sm90: CTA pairs multicasting A, units in the GPC
     {"BM": 128, "BN": 160, "PINGPONG": 1, "STAGES": 5, "EPI": 0, "GROUP": 8, "CLUSTER": 2},      # persistent
     {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "GROUP": 8, "CLUSTER": 2},      # persistent
     {"BM": 128, "BN": 96, "STAGES": 7, "PERSISTENT": 0, "GROUP": 4, "CLUSTER": 2},               # one unit per CTA
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2},                  # split-K pairs, persistent
+    {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "CLUSTER": 2},             # split-K pairs, a phantom column tile where the count is odd
 ]
 
 
 def test_cta_pairs_correct_on_gpu(gpu):
     """wgmma_sm90's CTA pairs on off-tile shapes whose pair counts are not multiples of the spread (1000x1000x1000:
     8 x 4 pairs of 128 x 128 tiles and 44 pairs of 128x96; 1030x4104x136: a persistent grid of 66 pairs over more
-    units): a unit no CTA took would leave its tile of C as the poison."""
+    units), with split-K pairs (both CTAs on the same k split; 4104 / 128 column tiles: a phantom pair half): a unit
+    no CTA took would leave its tile of C as the poison, a pair on different k splits would multicast the wrong A."""
     ran, failures = check_instances(gpu, "wgmma_sm90", CTA_PAIR_INSTANCES,
                                     ("1000x1000x1000", "1030x4104x136", "200x136x72", "2056x12296x128"))
-    assert ran >= 10 and not failures, "\n".join(failures)
+    assert ran >= 16 and not failures, "\n".join(failures)
 
 
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)

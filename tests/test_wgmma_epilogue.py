@@ -212,9 +212,20 @@ def test_cluster_pairs_share_a(fam, fam_cl):
     odd = fam.render({"BM": 128, "BN": 128, "PINGPONG": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2})
     assert odd.launch(Problem(384, 384, 128), num_sms=132).grid == (6, 1, 1)  # 3 x 4 padded units, 2 per CTA, pairs
     assert odd.launch(Problem(128, 384, 128), num_sms=132).grid == (2, 1, 1)
-    for bad in ({"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "CLUSTER": 2},
+    for bad in ({"BM": 128, "BN": 64, "SPLIT_K": 2, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2},
+                {"BM": 128, "BN": 64, "SPLIT_K": 2, "SPLIT_CLUSTER": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2},
                 {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "CLUSTER": 2}):
         assert not fam.valid(fam.complete(bad))
+    # split-K pairs (the workspace reduce): both CTAs of a pair on one k split; tiles and the workspace numbered over
+    # the pair-padded grid (1000 / 128 -> 8 column tiles, 4104 / 128 -> 33, padded to 34)
+    sk = {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "CLUSTER": 2}
+    assert fam.valid(fam.complete(sk))
+    sk_ks = fam.render(fam.complete(sk))
+    one = fam.render(fam.complete({**sk, "CLUSTER": 1}))
+    p = Problem(1030, 4104, 136)
+    assert sk_ks.launch(p, num_sms=132).grid == (9 * 34 * 3, 1, 1) and one.launch(p, num_sms=132).grid == (9 * 33 * 3, 1, 1)
+    tiles = 9 * 34
+    assert sk_ks.launch(p, num_sms=132).workspace == -(-tiles * 4 // 256) * 256 + tiles * 3 * 128 * 128 * 4
 
 
 @pytest.mark.nvcc

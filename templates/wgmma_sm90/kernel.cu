@@ -5,7 +5,7 @@ params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
 requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
@@ -127,8 +127,8 @@ static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI 
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
-              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
+              "A multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
 // EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
 // pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
@@ -397,8 +397,12 @@ struct Work {
 // CTAs in flight share B column panels in L2; splits of one tile are adjacent units.
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
-  w.tile = u / SPLIT_K;
-  w.split = u % SPLIT_K;
+  // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
+  // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
+  const int r = u % CLUSTER, q = u / CLUSTER;
+  w.split = q % SPLIT_K;
+  const int pair = q / SPLIT_K;
+  w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
     w.m0 = (u / tn) * BM;
@@ -409,7 +413,6 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   }
   // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
-  const int pair = w.tile / CLUSTER, r = w.tile % CLUSTER;
   const int group_size = GROUP * tiles_n;
   const int first_m = (pair / group_size) * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
@@ -897,7 +900,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       }
       if (SPLIT_K > 1) {
         // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
+        const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
         float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
