@@ -113,7 +113,8 @@ constexpr int EPI_BYTES = 9216;
 constexpr int CHUNKS = MT * BN / 8;
 // the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
 constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * pow2_div(x / 2, cap / 2) : 1; }
-constexpr int RU_BUDGET = (CONSUMERS == 1 ? 32 : 16) / CHUNKS;
+// two consumers (232 registers each after setmaxnreg): RU * CHUNKS float4 beside 4 * CHUNKS accumulators and ~40 others
+constexpr int RU_BUDGET = CONSUMERS == 1 ? 32 / CHUNKS : 48 / CHUNKS - 1;
 constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
