@@ -395,7 +395,7 @@ struct Work {
 };
 
 // Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units.
+// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
