@@ -12,6 +12,7 @@ and each half of `before` alone (A and B refilled; C poisoned), so that a differ
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 
 from evo.errors import cli_entry
@@ -52,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.family:
         (fam,) = load_families(names=[args.family])
         given = json.loads(args.params or "{}")
-        for k, v in given.items():  # a trial value outside the declared space, as bench.template_ab allows
-            if k in fam.space and v not in fam.space[k]:
-                fam.space[k] = tuple(fam.space[k]) + (v,)
+        fam.admit(given)  # a trial value outside the declared space, as bench.template_ab allows
         kernel_source = fam.render(fam.complete(given))
         r = Compiler.from_config(cfg.compile).compile(kernel_source, info.arch)
         if not r.ok:
@@ -77,10 +76,9 @@ def main(argv: list[str] | None = None) -> int:
                 if variant == "all hooks":
                     before, after = rot.before, rot.after
                 elif variant == "A, B refilled":
-                    def before(rot=rot):
-                        fill(rot.a.arr, 1 + len(rot.log), rot.sms)
-                        fill(rot.b.arr, 2 + len(rot.log), rot.sms)
-                        rot.log.append(None)
+                    def before(rot=rot, seeds=itertools.count(1)):  # new values every call, as the evaluator's
+                        fill(rot.a.arr, next(seeds), rot.sms)
+                        fill(rot.b.arr, next(seeds), rot.sms)
                     after = None
                 else:
                     def before(rot=rot):

@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     from evo.problem import parse_shape
     from evo.timing import Contender, Timer
 
+    trace = TRACES[a.family]
     tmp = Path(tempfile.mkdtemp())
     (fam,) = load_families(instrumented_templates(tmp / "templates", a.family, Path(a.templates)), names=[a.family])
     comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp / "cache")}}).compile)
@@ -145,11 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ref = A.astype(cupy.float32) @ B.astype(cupy.float32).T
     for js in a.instances:
         given = json.loads(js)
-        for k, v in given.items():  # values outside the declared space (a trial value), as bench.template_ab allows
-            if k in fam.space and v not in fam.space[k]:
-                fam.space[k] = tuple(fam.space[k]) + (v,)
+        fam.admit(given)  # a trial value outside the declared space, as bench.template_ab allows
         params = fam.complete(given)
-        trace = TRACES[a.family]
         ks = fam.render(params)
         r = comp.compile(ks, info.arch)
         if not r.ok:

@@ -34,9 +34,7 @@ def plan(family: str, old_root: str | None, instances: list[dict], shapes: list[
     for p in instances:
         tag = "/".join(f"{k}{v}" for k, v in p.items())
         for side, fam in sides:
-            for k, v in p.items():  # values outside the declared space (e.g. a parameter kept out of the search)
-                if k in fam.space and v not in fam.space[k]:
-                    fam.space[k] = tuple(fam.space[k]) + (v,)
+            fam.admit(p)  # values outside the declared space (e.g. a parameter kept out of the search)
             if fam.shape_specialized:
                 items += [(f"{side} {tag}", fam.render(fam.complete(p), parse_shape(sh))) for sh in shapes]
             else:

@@ -98,6 +98,13 @@ class Family:
     def default_params(self) -> dict[str, Any]:
         return {k: v[0] for k, v in self.space.items()}
 
+    def admit(self, params: dict[str, Any]) -> None:
+        """Widen the declared space, for this loaded family only, to the values `params` gives its parameters (a trial
+        value of a bench run, e.g. one kept out of the search); unknown names stay unknown to `complete`."""
+        for k, v in params.items():
+            if k in self.space and v not in self.space[k]:
+                self.space[k] = tuple(self.space[k]) + (v,)
+
     def complete(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fill missing parameters with defaults; reject unknown names and values."""
         unknown = set(params) - set(self.space)

@@ -79,8 +79,6 @@ class FakeWorker:
         raise AssertionError(op)
 
 
-
-
 class FakeCompiler:
     """Compiles nothing; TILE == 32 'fails to compile'."""
 

@@ -59,3 +59,16 @@ def test_a_large_space_is_enumerated_fast():
     t0 = time.monotonic()
     n = sum(1 for _ in fam.valid_instances())
     assert n > 20000 and time.monotonic() - t0 < 10.0  # brute force checks ~1.8M points (~20 s)
+
+
+def test_admit_widens_only_the_loaded_family_and_only_known_names():
+    (fam,) = load_families(names=["wgmma_sm90"])
+    with pytest.raises(EvoError, match="BN=48 is not one of"):
+        fam.complete({"BN": 48})
+    fam.admit({"BN": 48, "NOT_A_PARAM": 1})
+    assert fam.complete({"BN": 48})["BN"] == 48
+    assert "NOT_A_PARAM" not in fam.space
+    with pytest.raises(EvoError, match="has no parameter NOT_A_PARAM"):
+        fam.complete({"NOT_A_PARAM": 1})
+    (fresh,) = load_families(names=["wgmma_sm90"])
+    assert 48 not in fresh.space["BN"]  # the widening stays with that loaded family
