@@ -49,6 +49,7 @@ METRICS: dict[str, tuple[str, str]] = {
     "smem_st_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared-memory store bank conflicts"),
     "l2_read_mb": ("lts__t_sectors_srcunit_tex_op_read.sum", "L2 reads by the SMs (TMA and loads)"),
     "ctas": ("sm__ctas_launched.sum", "CTAs launched"),
+    "sm_clock_mhz": ("sm__cycles_elapsed.avg.per_second", "SM clock during the kernel"),
     "sm_active_min": ("sm__cycles_active.min", "active cycles of the least busy SM"),
     "sm_active_max": ("sm__cycles_active.max", "active cycles of the busiest SM"),
 }
@@ -102,6 +103,9 @@ def parse_csv(text: str) -> list[tuple[str, dict[str, float]]]:
 def _normalise(key: str, v: float, unit: str) -> float:
     if key == "duration_us":
         return v * {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6}.get(unit, 1e-3)
+    if key == "sm_clock_mhz":  # cycles per unit of time
+        return v * {"cycle/nsecond": 1e3, "cycle/usecond": 1.0, "cycle/msecond": 1e-3, "cycle/second": 1e-6,
+                    "hz": 1e-6, "khz": 1e-3, "mhz": 1.0, "ghz": 1e3}.get(unit, 1e-6)
     if key.endswith("_mb"):  # bytes, or L2 sectors of 32 bytes
         return v * {"byte": 1e-6, "kbyte": 1e-3, "mbyte": 1.0, "gbyte": 1e3, "sector": 32e-6}.get(unit, 1e-6)
     return v
@@ -261,11 +265,12 @@ def describe(metrics: dict[str, float]) -> list[str]:
     out = []
     for key in ("duration_us", "sm_throughput_pct", "tensor_gmma_pct", "tensor_hmma_pct", "dram_pct", "l2_pct",
                 "l2_hit_pct", "occupancy_pct", "dram_read_mb", "dram_write_mb", "l2_read_mb", "smem_ld_conflicts",
-                "smem_st_conflicts", "ctas"):
+                "smem_st_conflicts", "ctas", "sm_clock_mhz"):
         if key in metrics:
             v = metrics[key]
-            unit = " µs" if key == "duration_us" else "%" if key.endswith("_pct") else " MB" if key.endswith("_mb") else ""
-            num = f"{v:.0f}" if key.endswith("conflicts") or key == "ctas" else f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3f}"
+            unit = (" µs" if key == "duration_us" else "%" if key.endswith("_pct") else " MB" if key.endswith("_mb")
+                    else " MHz" if key.endswith("_mhz") else "")
+            num = f"{v:.0f}" if key.endswith(("conflicts", "_mhz")) or key == "ctas" else f"{v:.1f}" if abs(v) >= 1 or v == 0 else f"{v:.3f}"
             out.append(f"{METRICS[key][1]}: {num}{unit}")
     lo, hi = metrics.get("sm_active_min", 0.0), metrics.get("sm_active_max", 0.0)
     if hi > 0:  # SMs with no work, or with much longer work than others: tail, imbalance or coupled CTAs

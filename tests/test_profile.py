@@ -243,3 +243,11 @@ def test_cli_sass_with_a_stand_in_ncu(monkeypatch, tmp_path, capsys):
     assert main(["--shape", "256x256x256", "--library", "cublas", "--ncu", FAKE_NCU, "--sass", "4"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--sass needs --source and --cubin" in err[0]
+
+
+def test_sm_clock_in_mhz_whatever_unit_ncu_reports():
+    for unit, value in (("cycle/nsecond", "1.755"), ("cycle/usecond", "1,755"), ("cycle/second", "1,755,000,000")):
+        row = f'"0","1","python","h","evo_gemm","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","m","sm__cycles_elapsed.avg.per_second","{unit}","{value}"'
+        m = parse_csv(CSV.splitlines()[1] + "\n" + row)[0][1]
+        assert m["sm_clock_mhz"] == pytest.approx(1755.0)
+    assert "SM clock during the kernel: 1755 MHz" in describe({"sm_clock_mhz": 1755.2})
