@@ -190,6 +190,8 @@ CTA_PAIR_INSTANCES = [  # wgmma_sm90: CTA pairs multicasting A, units in the GPC
     {"BM": 128, "BN": 96, "STAGES": 7, "PERSISTENT": 0, "GROUP": 4, "CLUSTER": 2},               # one unit per CTA
     {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2},                  # split-K pairs, persistent
     {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "CLUSTER": 2},             # split-K pairs, a phantom column tile where the count is odd
+    {"BM": 128, "BN": 128, "SPLIT_K": 4, "STAGES": 6, "PERSISTENT": 0, "SWAP_AB": 1, "CLUSTER": 2},  # swap-AB pairs: B's row tile multicast, pairs along M
+    {"BM": 128, "BN": 64, "STAGES": 7, "GROUP": 16, "SWAP_AB": 1, "CLUSTER": 2},                  # swap-AB pairs, persistent, no split
 ]
 
 
@@ -200,7 +202,7 @@ def test_cta_pairs_correct_on_gpu(gpu):
     no CTA took would leave its tile of C as the poison, a pair on different k splits would multicast the wrong A."""
     ran, failures = check_instances(gpu, "wgmma_sm90", CTA_PAIR_INSTANCES,
                                     ("1000x1000x1000", "1030x4104x136", "200x136x72", "2056x12296x128"))
-    assert ran >= 16 and not failures, "\n".join(failures)
+    assert ran >= 22 and not failures, "\n".join(failures)
 
 
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)

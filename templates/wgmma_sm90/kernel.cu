@@ -4,12 +4,12 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
-  - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
+  - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
   - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
@@ -105,10 +105,14 @@ constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
 constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel (a BM x 64 swizzled box)
 // Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
-// smem buffer (rows padded by 8 halves: conflict-free fragment writes), then writes it out with
-// coalesced 16-byte stores. 9216 B = 64 x (64 + 8) halves, the largest chunk.
+// smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
+// XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
+// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts for 64-, 32- and 16-col
+// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). A consumer's buffer
+// is one chunk (64 x EPI_CW halves: 8, 4 or 2 KB, room for a sixth 128 x 160 ring stage); SWAP_AB stages transposed
+// chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest.
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
-constexpr int EPI_BYTES = 9216;
+constexpr int EPI_BYTES = SWAP_AB ? 9216 : 64 * EPI_CW * 2;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
 // the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
@@ -128,8 +132,8 @@ static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI 
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
-              "A multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
+              "row-tile multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
 // EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
 // pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
@@ -456,7 +460,7 @@ __device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>
 __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __half* stage, int c, __half* C,
                                            int Mk, int Nk, int row0, int col0) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW + 8;  // halves per staged row
+  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW;  // halves per staged row (SWAP_AB: padded; else swizzled chunks)
   constexpr int VPL = SWAP_AB ? 64 / 8 : EPI_CW / 8;    // 16-byte vectors per staged row
   constexpr int ITERS = 64 * EPI_CW / 8 / 128;          // vectors per thread per chunk
   const bool vec_ok = SWAP_AB ? (Mk % 8 == 0) : (Nk % 8 == 0);
@@ -477,7 +481,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
             stage[cc * PITCH + r] = __low2half(pr);
             stage[(cc + 1) * PITCH + r] = __high2half(pr);
           } else {
-            *reinterpret_cast<__half2*>(&stage[r * PITCH + cc]) = __floats2half2_rn(v0, v1);
+            *reinterpret_cast<__half2*>(&stage[r * PITCH + ((jj ^ epi_swizzle(r)) * 8) + cc % 8]) = __floats2half2_rn(v0, v1);
           }
         }
       }
@@ -491,7 +495,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
         const int gc = SWAP_AB ? tr0 + sv : tc0 + sv;
         const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
         if (gr >= rows) continue;
-        const __half* src = &stage[sr * PITCH + sv];
+        const __half* src = &stage[sr * PITCH + (SWAP_AB ? sv : ((v % VPL) ^ epi_swizzle(sr)) * 8)];
         __half* dst = C + static_cast<size_t>(gr) * cols + gc;
         if (vec_ok && gc + 8 <= cols) {
           *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
@@ -692,7 +696,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
-  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
+  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216, 2048 * 1, 2, 4 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
 
   // warp-uniform as far as the compiler knows (a shuffle from lane 0): the consumers' ring addresses and wgmma
