@@ -81,10 +81,13 @@ def build_proposers(cfg: Config, selector: Selector, store: Store | None = None,
 
 
 def timed_past_budget(prop: Proposal, generation: int) -> bool:
-    """Besides everything while no kernel is correct: the families' known-good starts in generation 0 are compiled
-    and timed past the budget, so a budget spent on a fresh machine's first compiles and evaluation still ends with
-    the vetted instances timed (a few, ~1 s each)."""
-    return generation == 1 and is_start(prop)
+    """Besides everything while no kernel is correct: the seeds (generation 0: the table's kernel for the shape, its
+    rendering from today's template, winners of other shapes) and the families' known-good starts in the first
+    generation are compiled and timed past the budget, so a budget spent on a fresh machine's first compiles and
+    evaluation still ends with the incumbent and the vetted instances timed (a few, ~1 s each). Without it a sweep
+    of a table shape at 0.5 minutes on a fresh H100 timed two neighbours' winners, dropped the table's CUTLASS
+    kernel while it compiled and never reached the starts (docs/perf-search.md)."""
+    return generation == 0 or (generation == 1 and is_start(prop))
 
 
 def quick_compiles_first(fresh: list, seconds: dict[str, float]) -> list:
@@ -269,8 +272,9 @@ class Search:
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
                 guide.observe(seeded, time.monotonic() - t_gen, best_before, time.monotonic() - t_search)
-        while not (stop := out_of_budget()) or (prog.generation == 0 and not prog.best_us):
-            # no shape ends without a kernel: while none is correct, generation 0 runs even past the budget
+        while not (stop := out_of_budget()) or prog.generation == 0:
+            # the first generation runs even past the budget: its starts are timed (timed_past_budget), however long
+            # the seeds took, and no shape ends without a kernel
             prog.generation += 1
             individuals = store.individuals(p.key, p.layout, gpu, info.arch)
             failures = [i for i in individuals if not i.correct][:20]

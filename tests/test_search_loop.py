@@ -420,3 +420,32 @@ def test_a_spent_budget_stops_the_compiles_left_but_not_the_starts(tmp_path):
     s_stopped, _ = search(stopped), search(waited)
     assert 2 <= len(stopped.compiled) < len(waited.compiled)
     assert default in stopped.params and s_stopped.correct == 2  # the first correct one, then the start (third) timed
+
+
+def test_seeds_that_spend_the_budget_still_leave_the_starts_timed(tmp_path):
+    """A sweep of a table shape on a fresh machine: the table's kernel (a slow compile) and a neighbour's winner
+    take the whole budget. The seeds are timed past it (the incumbent must race in the runoff), and so is the first
+    generation's family start: a 0.5-minute H100 sweep once timed two neighbours' winners only, dropping the table's
+    CUTLASS kernel mid-compile and never reaching the starts."""
+    import time
+
+    from evo.families import load_families
+
+    s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)  # the table now publishes the toy's best
+    (fam,) = load_families(TOY, names=["toy"])
+    start = fam.render(fam.complete({}))  # the toy family's default instance: a start
+    other = next(fam.render(p) for p in ({"TILE": 32}, {"TILE": 8}, {"UNROLL": 2}) if fam.render(p).hash != s1.best_hash)
+
+    class SlowCompiler(FakeCompiler):
+        def compile(self, ks, arch):
+            time.sleep(0.5)  # every compile outlasts the 0.06 s budget
+            return super().compile(ks, arch)
+
+    cfg2 = make_cfg(tmp_path / "second", budget_minutes=0.001, max_candidates=0)
+    cfg2.paths.out = cfg1.paths.out
+    s = Search(parse_shape("256x256x256"), cfg2, out=io.StringIO(), worker_factory=FakeWorker, compiler=SlowCompiler(),
+               seed_sources=[other.text])
+    s.run()
+    store = Store(cfg2.paths.db)
+    for h in {s1.best_hash, other.hash, start.hash}:  # the table's kernel, the neighbour's winner, the start
+        assert store.evaluated(h, "256x256x256", "TN", "Fake_GPU"), h
