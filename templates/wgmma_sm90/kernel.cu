@@ -66,8 +66,9 @@ tensor_maps:
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
 // CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
-//   same A tile: each CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA
-//   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
+//   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
+//   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
+//   reads of the row operand per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
 //   The pairs take their units in a GPC-spread order (cluster_spread below).
