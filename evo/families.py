@@ -17,6 +17,8 @@ A family is a folder ``templates/<name>/`` holding
         - {BM: 64, BN: 64}
       starts:                         # known-good instances every search evaluates first (with the default)
         - {BM: 128, STAGES: 4}
+      library_tiles:                  # optional: cuBLASLt's algorithm for the shape as instances, timed as seeds
+        - {BM: "TN", BN: "TM", STAGES: [4, 3]}   # TM x TN: its tile (column-major view), CM x CN: cluster, SPLIT
 
 * ``kernel.cu``: a complete candidate (front matter included, see evo.kernel) in which
   ``{{NAME}}`` is replaced by the value of parameter NAME and ``{{PARAMS}}`` by the
@@ -30,6 +32,7 @@ A family whose template uses ``{{M}}``, ``{{N}}`` or ``{{K}}`` compiles the prob
 from __future__ import annotations
 
 import ast
+import itertools
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +60,7 @@ class Family:
     path: Path
     starts: tuple[dict, ...] = ()
     ci_shape: str = ""
+    library_tiles: tuple[dict, ...] = ()  # the library's algorithm as instances: values are expressions or preferences
 
     @staticmethod
     def load(folder: Path) -> "Family":
@@ -80,6 +84,7 @@ class Family:
             path=folder,
             starts=tuple(spec.get("starts") or ()),
             ci_shape=str(spec.get("ci_shape") or ""),
+            library_tiles=tuple(spec.get("library_tiles") or ()),
         )
 
     @property
@@ -185,6 +190,30 @@ class Family:
         """The default and the family's known-good starting points (complete, valid ones only)."""
         out = [self.default_params()] + [self.complete(p) for p in self.starts]
         return [p for p in out if self.valid(p)]
+
+    def library_instances(self, tile: dict[str, int]) -> list[dict[str, Any]]:
+        """This family's instances of a library algorithm, from family.yaml's `library_tiles`: each entry maps the
+        algorithm's tile, cluster and split (`tile`: TM, TN, CM, CN, SPLIT) to parameters; a value is a literal, an
+        expression over those names, or a list of them in order of preference (the first combination that is a valid
+        instance is taken). An entry whose values fall outside the space gives nothing."""
+        out: list[dict[str, Any]] = []
+        for entry in self.library_tiles:
+            names = list(entry)
+            try:
+                choices = [[expr.evaluate(v, tile) if isinstance(v, str) else v
+                            for v in (entry[n] if isinstance(entry[n], list) else [entry[n]])] for n in names]
+            except EvoError:
+                continue
+            for combo in itertools.product(*choices):
+                params = dict(zip(names, combo))
+                if any(v not in self.space.get(n, ()) for n, v in params.items()):
+                    continue
+                full = self.complete(params)
+                if self.valid(full):
+                    if full not in out:
+                        out.append(full)
+                    break
+        return out
 
     def instances_for_ci(self) -> list[dict[str, Any]]:
         return [self.default_params()] + [self.complete(p) for p in self.ci_instances]
