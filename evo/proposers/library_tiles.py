@@ -3,8 +3,10 @@ heuristic's and its autotune's, recorded with the baselines), as instances of ev
 (family.yaml ``library_tiles``, evaluated by ``Family.library_instances``).
 
 cuBLASLt sees our row-major C = A B^T as its column-major C^T, so its tile TM x TN spans our N x M and its cluster
-CM x CN pairs CTAs along our N (CM) or our M (CN). On 12288x256x1024 cuBLAS's own tile, as a wgmma_sm90 instance,
-was 7 % faster than what a 0.4-minute search had found (docs/perf-search.md).
+CM x CN pairs CTAs along our N (CM) or our M (CN). Why: on 12288x256x1024 the tile of cuBLAS's kernel (read from its
+name by ncu, not a recorded cuBLASLt algorithm), as a wgmma_sm90 instance, was 7 % faster than what a 0.4-minute search
+had found, and on 512x1024x12288 the swap-AB pair that mirrors cuBLASLt's 1x2 split-K kernel is the best evo instance
+(docs/perf-search.md). These seeds themselves are not yet measured on a GPU.
 """
 from __future__ import annotations
 
