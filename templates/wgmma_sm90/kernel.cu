@@ -4,9 +4,9 @@ archs: [sm_90a]
 params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
@@ -109,11 +109,10 @@ constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel 
 // smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
 // XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
 // the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts for 64-, 32- and 16-col
-// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). A consumer's buffer
-// is one chunk (64 x EPI_CW halves: 8, 4 or 2 KB, room for a sixth 128 x 160 ring stage); SWAP_AB stages transposed
-// chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest.
+// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). SWAP_AB stages
+// transposed chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest buffer, one per consumer.
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
-constexpr int EPI_BYTES = SWAP_AB ? 9216 : 64 * EPI_CW * 2;
+constexpr int EPI_BYTES = 9216;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
 // the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
@@ -697,7 +696,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
-  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216, 2048 * 1, 2, 4 and BN * 128 are)
+  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
 
   // warp-uniform as far as the compiler knows (a shuffle from lane 0): the consumers' ring addresses and wgmma
