@@ -34,6 +34,7 @@ class SearchConfig:
     confirm_reps: int
     runoff: int
     seed_winners: int
+    library_seeds: bool
     islands: int
     migrate_every: int
     prior_top: int

@@ -260,7 +260,8 @@ class Search:
         if not table_hash and cfg.search.runoff > 1:
             seeds += self._other_gpus_seeds(info, fams)
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
-        seeds += library_tile_proposals(p, baselines, fams)  # the tile, cluster and split cuBLASLt runs here
+        if cfg.search.library_seeds:  # the tile, cluster and split cuBLASLt runs here
+            seeds += library_tile_proposals(p, baselines, fams)
         # the table's kernels of the nearest shapes are compiled with generation 0 (beside the prior's picks, in
         # predicted order), not ahead of it: they need compiling for this shape, and a neighbour's winner can be slow here
         near = self._table_neighbours(info, fams, cfg.search.seed_winners - len(self.seed_sources)) if not table_hash else []

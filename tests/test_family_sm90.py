@@ -63,6 +63,18 @@ def test_constraints_reject_oversized(fam):
 # Compiling the CI instances through evo.compile (with its gates) is tests/test_families_compile.py.
 
 
+def test_every_tile_width_has_its_wgmma(fam):
+    # BN is wgmma's N: each value the family declares needs its mma_async specialization (a missing one fails only
+    # at compile time, on the GPU machine, for the instances that draw it)
+    src = fam.template
+    specialized = {int(n) for n in re.findall(r"void wgmma_m64k16<(\d+)>\(float\* d", src)}
+    widths = set(fam.space["BN"])
+    assert widths <= specialized, sorted(widths - specialized)
+    assert all(n % 16 == 0 for n in widths)  # the epilogue writes 16-column chunks
+    for n in specialized:
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16" in src
+
+
 @pytest.mark.nvcc
 def test_swap_without_split_compiles_unserialized(fam, tmp_path):
     # Regression: scalar fp32->fp16 converts in the swap-AB epilogue made ptxas serialize every wgmma

@@ -65,8 +65,10 @@ def test_proposals_one_per_distinct_instance(wgmma):
     assert library_tile_proposals(parse_shape("12288x256x1024"), base[:1], [wgmma]) == []  # no algorithm recorded
 
 
-def test_the_librarys_tile_is_timed_as_a_seed(tmp_path):
-    """A search whose baselines carry cuBLASLt's algorithm times that algorithm's tile as a toy instance first."""
+@pytest.mark.parametrize("library_seeds", [True, False])
+def test_the_librarys_tile_is_timed_as_a_seed(tmp_path, library_seeds):
+    """A search whose baselines carry cuBLASLt's algorithm times that algorithm's tile as a toy instance first
+    (search.library_seeds: false leaves it out, for measuring what the seeds bring)."""
 
     class LtWorker(FakeWorker):
         def call(self, op, timeout_s, **kw):
@@ -78,13 +80,17 @@ def test_the_librarys_tile_is_timed_as_a_seed(tmp_path):
 
     from evo.config import load_config
 
-    cfg = load_config(overrides={"search": {"budget_minutes": 0, "max_candidates": 1, "children": 2, "seed": 1},
+    cfg = load_config(overrides={"search": {"budget_minutes": 0, "max_candidates": 1, "children": 2, "seed": 1,
+                                            "library_seeds": library_seeds},
                                  "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": TOY}})
     out = io.StringIO()
     Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=LtWorker, compiler=FakeCompiler()).run()
     (toy,) = load_families(TOY, names=["toy"])
     lib = toy.render(toy.complete({"TILE": 32, "UNROLL": 4}))
     store = Store(cfg.paths.db)
+    if not library_seeds:
+        assert not store.evaluated(lib.hash, "256x256x256", "TN", "Fake_GPU") and "cuBLASLt's tile" not in out.getvalue()
+        return
     assert store.evaluated(lib.hash, "256x256x256", "TN", "Fake_GPU")
     (idea,) = next(iter(store.rows("SELECT idea FROM candidates WHERE hash=?", (lib.hash,))))
     assert idea.startswith("cublaslt_autotune's tile 32x8") and "cuBLASLt's tile for it" in out.getvalue()
