@@ -143,6 +143,32 @@ def test_split_reduce_scatter_launch_and_constraints(fam):
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 16, "STAGES": 4}))  # 128 accumulators + 16 splits spill
 
 
+def test_split_owner_launch_and_constraints(fam):
+    # split SPLIT_K-1 reduces from registers: same grid and workspace as the last-arrival reduce, split-K only, not
+    # beside the other two reduces
+    p = {"BM": 128, "BN": 128, "SPLIT_K": 2, "STAGES": 6, "SPLIT_OWNER": 1}
+    assert fam.valid(fam.complete(p))
+    shape = Problem(512, 2048, 4096)
+    l, plain = fam.render(p).launch(shape, num_sms=132), fam.render({**p, "SPLIT_OWNER": 0}).launch(shape, num_sms=132)
+    assert (l.grid, l.workspace) == (plain.grid, plain.workspace)
+    assert not fam.valid(fam.complete({**p, "SPLIT_K": 1}))
+    assert not fam.valid(fam.complete({**p, "SPLIT_RS": 1, "PERSISTENT": 0}))
+    assert not fam.valid(fam.complete({**p, "SPLIT_CLUSTER": 1, "PERSISTENT": 0, "STAGES": 4}))
+    assert fam.valid(fam.complete({**p, "SPLIT_RS": 1, "PERSISTENT": 0, "SPLIT_OWNER": 0}))
+
+
+@pytest.mark.nvcc
+def test_split_owner_ptx(fam, tmp_path):
+    # the other splits arrive with a release reduction, the reducer polls with acquire loads; no acq_rel ticket, no
+    # sequentially consistent fence
+    from evo.testing.ptx import ptx_of
+
+    text = ptx_of(fam.render({"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "SPLIT_OWNER": 1}).text, tmp_path)
+    assert "red.release.gpu.global.add.s32" in text and "ld.acquire.gpu.global.s32" in text
+    assert "acq_rel" not in text
+    assert "fence.sc" not in text and "membar.gl" not in text
+
+
 # Reduce-scatter instances compiled here and checked on the GPU by tests/test_gpu_pipeline.py (the family's CI
 # instances stay at five): 128 accumulators per thread, and 8 splits with transposed slices
 SPLIT_RS_INSTANCES = [

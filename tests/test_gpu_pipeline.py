@@ -184,6 +184,26 @@ def test_split_cluster_correct_on_gpu(gpu):
     assert ran >= 10 and not failures, "\n".join(failures)
 
 
+SPLIT_OWNER_INSTANCES = [  # wgmma_sm90: split SPLIT_K-1 of a tile reduces, its own partial kept in registers
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "SPLIT_OWNER": 1},                  # persistent
+    {"BM": 128, "BN": 128, "SPLIT_K": 2, "STAGES": 6, "SPLIT_OWNER": 1},                              # persistent
+    {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "SPLIT_OWNER": 1},             # one unit per CTA
+    {"BM": 128, "BN": 128, "SPLIT_K": 4, "STAGES": 6, "PERSISTENT": 0, "SWAP_AB": 1, "CLUSTER": 2, "SPLIT_OWNER": 1},
+    {"BM": 64, "BN": 16, "CONSUMERS": 1, "PERSISTENT": 0, "SPLIT_K": 2, "STAGES": 7, "SWAP_AB": 1, "SPLIT_OWNER": 1},
+]
+
+
+def test_split_owner_correct_on_gpu(gpu):
+    """wgmma_sm90's split-K with a designated reducer (split SPLIT_K-1 waits for the others' release arrivals and
+    keeps its own partial in registers) on off-tile shapes: 200x136x72 has 2 k blocks (empty splits, the reducer's
+    among them), 130x260x16392 a partial last k block, 1030x4104x136 a persistent grid over more units than CTAs (a
+    reducer waiting for units of other CTAs); launched several times, so the counters must be reset for the next
+    launch."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", SPLIT_OWNER_INSTANCES,
+                                    ("256x1024x16384", "200x136x72", "130x260x16392", "1030x4104x136"))
+    assert ran >= 16 and not failures, "\n".join(failures)
+
+
 CTA_PAIR_INSTANCES = [  # wgmma_sm90: CTA pairs multicasting A, units in the GPC-spread order
     {"BM": 128, "BN": 160, "PINGPONG": 1, "STAGES": 5, "EPI": 0, "GROUP": 8, "CLUSTER": 2},      # persistent
     {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "GROUP": 8, "CLUSTER": 2},      # persistent

@@ -42,8 +42,8 @@ def changed(fam, params):
 def test_wgmma_maps_the_tile_as_is_and_on_c_transposed(wgmma):
     # 256x1024x16384's autotune algorithm: 128 (over N) x 64 (over M), pairs along M, 4 splits
     got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 128, "TN": 64, "CM": 1, "CN": 2, "SPLIT": 4})]
-    assert got == [{"BM": 64, "BN": 128, "CONSUMERS": 1, "SPLIT_K": 4, "STAGES": 8},  # one consumer: 64 rows
-                   {"BN": 64, "SWAP_AB": 1, "CLUSTER": 2, "SPLIT_K": 4, "STAGES": 8}]  # C^T: its pairs along M are ours
+    assert got == [{"BM": 64, "BN": 128, "CONSUMERS": 1, "SPLIT_K": 4, "SPLIT_OWNER": 1, "STAGES": 8},  # one consumer: 64 rows
+                   {"BN": 64, "SWAP_AB": 1, "CLUSTER": 2, "SPLIT_K": 4, "SPLIT_OWNER": 1, "STAGES": 8}]  # C^T: pairs along M
     # 12288x256x1024's: 128 x 192 on C^T (only the transposed mapping has a 128-row tile over N = 256)
     got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 128, "TN": 192, "CM": 2, "CN": 1, "SPLIT": 1})]
     assert {"BN": 192, "SWAP_AB": 1, "STAGES": 5} in got
