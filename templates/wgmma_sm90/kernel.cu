@@ -41,7 +41,9 @@ tensor_maps:
 //   onto its own (deterministic) and writes C: no partial of its own written and read back, and its wait overlaps the
 //   others' writes. Deadlock-free because a split waits only for units numbered below its own: in a persistent grid
 //   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
-//   blockIdx order, as CUTLASS's serial split-K does.
+//   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
+//   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
+//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU.)
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
 //   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
