@@ -187,13 +187,17 @@ def fixup_us(params: dict[str, Any], split: int, global_split: int, gpu: GpuSpec
     step, gpu.fixup_us); when the splits reduce-scatter instead (SPLIT_RS), each writes and reads 2 (split - 1) /
     split of a tile's partials through one SM, so its step is charged in that proportion (128x128 split 8: 0.22 of
     it; measured 2.8-3.1 us faster than the last-arrival reduce, docs/perf-hopper.md Run 11). Splits summed inside a
-    cluster alone (global_split 1: CLK K ranks, SPLIT_CLUSTER) cost the on-chip step, gpu.onchip_fixup_us."""
+    cluster alone (global_split 1: CLK K ranks, SPLIT_CLUSTER) cost the on-chip step, gpu.onchip_fixup_us. A reducing
+    split that keeps its own partial (SPLIT_OWNER) reads split - 1 of them and writes none: (split - 1) / split of the
+    step (128 x 128 in 2 splits on 512x2048x4096: 21.22 -> 19.95 us, docs/perf-hopper.md Run 23)."""
     if split <= 1:
         return 0.0
     if global_split <= 1:  # every split summed on chip (DSMEM), no serial pass
         return gpu.onchip_fixup_us
     if int(params.get("SPLIT_RS", 0)):
         return gpu.fixup_us * 2.0 * (split - 1) / (split * split)
+    if int(params.get("SPLIT_OWNER", 0)):
+        return gpu.fixup_us * (split - 1) / split
     return gpu.fixup_us
 
 

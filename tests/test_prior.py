@@ -86,6 +86,11 @@ def test_waves_padding_residency():
           for k in (2, 8)}
     serial = {k: estimate("wgmma_sm90", {"BM": 128, "BN": 128, "SPLIT_K": k}, g, w, gpu).overhead_us for k in (2, 8)}
     assert rs[2] < serial[2] and rs[8] < serial[8] and serial[8] - rs[8] > serial[2] - rs[2]
+    # a reducing split that keeps its own partial (SPLIT_OWNER) reads one partial fewer and writes none: cheaper than
+    # the last arrival's pass, most so with few splits
+    own = {k: estimate("wgmma_sm90", {"BM": 128, "BN": 128, "SPLIT_K": k, "SPLIT_OWNER": 1}, g, w, gpu).overhead_us
+           for k in (2, 8)}
+    assert own[2] < serial[2] and own[8] < serial[8] and serial[2] - own[2] > serial[8] - own[8]
     # K ranks summed in the cluster (the skinny family's CLK) move no partials through DRAM and cost the on-chip step;
     # a global split on top (G) writes and reads its partials and pays the serial step
     t = parse_shape("128x128x16384")
