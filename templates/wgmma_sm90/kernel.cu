@@ -752,8 +752,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
     const uint32_t a_dst = tiles + ps * STAGE_BYTES;
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
-      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK,
-                     pw.m0 + prank * (BM / CLUSTER), (1 << CLUSTER) - 1);
+      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
+                     (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
@@ -930,23 +930,22 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
+        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
-        if (!owner) {
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              if (!SPLIT_RS || j / RED_J != w.split)
-                __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                       make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        }
+          for (int j = 0; j < BN / 8; ++j)
+            if (!owner && (!SPLIT_RS || j / RED_J != w.split))
+              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
           int* arrivals = counters + COUNTER_INTS * w.tile;
           // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
           // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
           const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {  // the others arrive (release); the reducer waits for all of them (acquire)
+          if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
@@ -973,50 +972,32 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           continue;
         }
         if (!s_last) continue;
-        if constexpr (SPLIT_OWNER != 0) {  // the reducer: its own partial (registers) + splits 0..SPLIT_K-2 in order
+        // Sum the partials in fixed split order (deterministic): the last to arrive reads splits 0..SPLIT_K-1 into its
+        // accumulators; SPLIT_OWNER's reducer adds splits 0..SPLIT_K-2 onto its own partial, which it kept.
+        constexpr int READ = SPLIT_OWNER ? SPLIT_K - 1 : SPLIT_K;
 #pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K - 1; sp0 += RU) {
-            float4 v[RU][CHUNKS];
+        for (int sp0 = 0; sp0 < READ; sp0 += RU) {  // RU splits' loads in flight at once
+          float4 v[RU][CHUNKS];
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
-#pragma unroll
-                for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                  for (int j = 0; j < BN / 8; ++j) {
-                    const float4 x = v[r][mt * (BN / 8) + j];
-                    float* a = &acc[mt][4 * j];
-                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
-                  }
-          }
-        } else {  // last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic)
-#pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
-            float4 v[RU][CHUNKS];
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
+          for (int r = 0; r < RU; ++r)
+            if (sp0 + r < READ)
 #pragma unroll
               for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
+          for (int r = 0; r < RU; ++r)
+            if (sp0 + r < READ)
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                   const float4 x = v[r][mt * (BN / 8) + j];
                   float* a = &acc[mt][4 * j];
-                  if (sp0 + r == 0) {
+                  if (!SPLIT_OWNER && sp0 + r == 0) {
                     a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
                   } else {
                     a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
                   }
                 }
-          }
         }
       }
 
