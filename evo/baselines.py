@@ -2,8 +2,10 @@
 
 * cublas: cublasGemmEx, fp16 in/out, CUBLAS_COMPUTE_32F, default algorithm.
 * cublaslt_heuristic: cuBLASLt's heuristic top-1 algorithm (nvmath-python plan()[0]).
-* cublaslt_autotune: the fastest of the planned algorithms by nvmath-python's autotune
-  (shuffled order, L2 flushed, median), then re-timed here like everything else.
+* cublaslt_autotune: the fastest of the planned algorithms (``baselines.autotune_algorithms``), each timed as
+  its own contender in the interleaved, L2-flushed measurement; chosen on half the repetitions and reported by the
+  other half (evo/autotune_pick.py). nvmath-python's own autotune (5 unflushed iterations) is not used: its pick
+  changed from run to run on one shape.
 """
 from __future__ import annotations
 
@@ -52,9 +54,17 @@ class LtPlan:
         self.tuned = None
         self.n_algorithms = len(self.mm.algorithms)
 
-    def autotune(self, iterations: int = 5) -> None:
-        self.mm.autotune(iterations=iterations)
-        self.tuned = self.mm.algorithms[0]
+    def select(self, timer, reps: int, warmup: int = 3):
+        """The fastest planned algorithm by a measurement of its own: every planned algorithm interleaved, L2
+        flushed, chosen on the even repetitions (evo.autotune_pick); (algorithm, AutotunePick). Time the
+        algorithm again to report it: that time then carries no winner's curse."""
+        from .autotune_pick import pick_fastest
+
+        algs = {f"algorithm_{i}": alg for i, alg in enumerate(self.mm.algorithms)}
+        t = timer.measure({n: self.call(alg) for n, alg in algs.items()}, max(2, reps), warmup)
+        pick = pick_fastest({n: x.samples for n, x in t.items()})
+        self.tuned = algs[pick.name]
+        return self.tuned, pick
 
     def call(self, algorithm) -> Callable[[], None]:
         mm = self.mm

@@ -82,9 +82,14 @@ def test_baselines_side_by_side(gpu):
     w = gpu[0]
     res = w.call("baselines", timeout_s=300, problem=parse_shape("1024x1024x1024"), reps=20)
     libs = res["results"]
-    assert set(libs) == {"cublas", "cublaslt_heuristic", "cublaslt_autotune"}
+    assert set(libs) == {"cublas", "cublaslt_heuristic", "cublaslt_autotune"}  # the autotune's pool is not reported
     for b in libs.values():
         assert 1.0 < b.time_us < 1000.0
+    from evo.ltgemm import algorithm_from_detail
+
+    auto = libs["cublaslt_autotune"]
+    assert "fastest of" in auto.detail and algorithm_from_detail(auto.detail)  # which algorithm, for the table
+    assert len(res["samples"]["cublaslt_autotune"]) == 10  # reported on the odd half of the 20 repetitions
 
 
 def test_families_correct_on_gpu(gpu):

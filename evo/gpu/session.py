@@ -15,6 +15,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # the fp32 reference must be real fp32
 
 import cupy  # noqa: E402
 
+from ..autotune_pick import pick_fastest  # noqa: E402
 from ..baselines import LtPlan, cublas_gemm  # noqa: E402
 from ..check import check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
 from ..defences import defences_off  # noqa: E402
@@ -25,7 +26,7 @@ from ..errors import EvoError  # noqa: E402
 from ..kernel import KernelSource  # noqa: E402
 from ..problem import Problem, parse_shape  # noqa: E402
 from ..records import BaselineResult, EvalResult  # noqa: E402
-from ..timing import Contender, Timer  # noqa: E402
+from ..timing import Contender, Timer, summarize  # noqa: E402
 from .device import gpu_info  # noqa: E402
 from .gpu_state import GpuState, describe_state, query_gpu_state  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
@@ -36,6 +37,8 @@ from .module import FreshKernel  # noqa: E402
 _FATAL_MARKERS = ("illegal", "misaligned", "launch failure", "unspecified launch", "exception", "ECC", "hardware",
                   "cudaErrorLaunchTimeout", "not permitted", "CUDA_ERROR_ILLEGAL", "ERROR_LAUNCH")
 
+
+_LT_ALG = "cublaslt_algorithm_"  # contender names of the planned cuBLASLt algorithms (the autotune's pool; not reported)
 
 ROOFLINE_MARGIN = 0.85  # a time under 0.85x the roofline bound of the measured ceilings is impossible
 
@@ -82,16 +85,20 @@ class Session:
         if bc.cublas:
             contenders["cublas"] = lambda: self.cublas(a, b, c)
         plan = None
+        lt_algs: dict = {}  # contender name -> planned cuBLASLt algorithm (the autotune's pool)
         if bc.cublaslt_heuristic or bc.cublaslt_autotune:
             try:
                 plan = LtPlan(a, b, bc)
                 if bc.cublaslt_heuristic:
                     contenders["cublaslt_heuristic"] = plan.call(plan.heuristic)
                     notes["cublaslt_heuristic"] = f"top-1 of {plan.n_algorithms} planned" + algorithm_note(plan.heuristic)
-                if bc.cublaslt_autotune:
-                    plan.autotune()
-                    contenders["cublaslt_autotune"] = plan.call(plan.tuned)
-                    notes["cublaslt_autotune"] = f"best of {plan.n_algorithms} by nvmath autotune" + algorithm_note(plan.tuned)
+                if bc.cublaslt_autotune:  # every planned algorithm a contender; the fastest chosen after timing
+                    for i, alg in enumerate(plan.mm.algorithms):
+                        if i == 0 and "cublaslt_heuristic" in contenders:
+                            lt_algs["cublaslt_heuristic"] = alg  # the heuristic's top-1 is planned algorithm 0
+                        else:
+                            lt_algs[f"{_LT_ALG}{i}"] = alg
+                            contenders[f"{_LT_ALG}{i}"] = plan.call(alg)
             except EvoError as e:
                 notes["cublaslt"] = str(e)
         kernels = {}
@@ -103,6 +110,15 @@ class Session:
             kernels[name] = (k, rot)
             contenders[name] = Contender(run=lambda k=k, rot=rot: k(*rot.args()), before=rot.before, after=rot.after)
         timings = self.timer.measure(contenders, reps, self.cfg.timing.warmup)
+        if lt_algs:
+            pick = pick_fastest({n: timings[n].samples for n in lt_algs})
+            timings["cublaslt_autotune"] = summarize("cublaslt_autotune", pick.samples)
+            notes["cublaslt_autotune"] = (
+                f"fastest of {len(lt_algs)} planned algorithms, each timed here interleaved (chosen on the even "
+                f"repetitions, timed on the odd ones)" + algorithm_note(lt_algs[pick.name]))
+            for n in lt_algs:
+                if n.startswith(_LT_ALG):
+                    del timings[n]
         # every timed call of every kernel was right, and one more call on fresh buffers is right too
         for name, (k, rot) in kernels.items():
             why = rot.verify(f"{name}: timed call")

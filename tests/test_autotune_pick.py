@@ -1,0 +1,40 @@
+"""The cuBLASLt autotune baseline's choice: chosen on the even repetitions, reported on the odd ones."""
+import pytest
+
+from evo.autotune_pick import pick_fastest
+
+
+def test_chosen_on_even_reported_on_odd():
+    # "b" has the lowest even-repetition median (10, 10, 10) though its odd repetitions are slow
+    samples = {"a": [11.0, 11.0, 11.0, 11.0, 11.0, 11.0], "b": [10.0, 20.0, 10.0, 20.0, 10.0, 20.0]}
+    pick = pick_fastest(samples)
+    assert pick.name == "b"
+    assert pick.samples == [20.0, 20.0, 20.0]  # the reported time is not the lucky half that chose it
+    assert pick.choice_us == {"a": 11.0, "b": 10.0}
+
+
+def test_no_winners_curse_on_ties():
+    """Eight identical algorithms with independent noise: the reported median is not biased low the way the
+    minimum of eight medians is."""
+    import random
+
+    rng = random.Random(1)
+    biased, split = [], []
+    for _ in range(300):
+        s = {f"alg{i}": [100.0 + rng.gauss(0, 1) for _ in range(30)] for i in range(8)}
+        from statistics import median
+
+        biased.append(min(median(v) for v in s.values()))
+        split.append(median(pick_fastest(s).samples))
+    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+    assert mean(biased) < 99.7  # the minimum of eight medians: about one median's noise low
+    assert abs(mean(split) - 100.0) < 0.1
+
+
+def test_ties_and_edges():
+    assert pick_fastest({"y": [5.0, 5.0], "x": [5.0, 5.0]}).name == "x"  # a tie goes to the first name
+    assert pick_fastest({"only": [7.0]}).samples == [7.0]  # one repetition both chooses and reports
+    with pytest.raises(ValueError):
+        pick_fastest({})
+    with pytest.raises(ValueError):
+        pick_fastest({"a": []})
