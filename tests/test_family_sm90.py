@@ -200,3 +200,31 @@ def test_split_reduce_scatter_ptx(fam, tmp_path):
     assert "atom.add.acq_rel.gpu.global.s32" in text or "atom.acq_rel.gpu.global.add.s32" in text
     assert "st.release.gpu.global.s32" in text and "ld.acquire.gpu.global.s32" in text
     assert "fence.sc" not in text and "membar.gl" not in text
+
+
+# Every split-K reduce path with the register budget it runs under: the last arrival (RU divides SPLIT_K), the
+# reducing split (SPLIT_K - 1 partials, RU need not divide), CTA pairs, swap-AB pairs, 3 splits. A guard on the
+# reduce loop that the compiler could not fold once made the swap-AB pair spill 612 bytes (caught on the GPU only).
+SPLIT_PATH_INSTANCES = [
+    {"BM": 128, "BN": 128, "SPLIT_K": 4, "STAGES": 6, "PERSISTENT": 0, "SWAP_AB": 1, "CLUSTER": 2},
+    {"BM": 128, "BN": 128, "SPLIT_K": 4, "STAGES": 6, "PERSISTENT": 0, "SWAP_AB": 1, "CLUSTER": 2, "SPLIT_OWNER": 1},
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2},
+    {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "CLUSTER": 2},
+    {"BM": 128, "BN": 128, "SPLIT_K": 8, "STAGES": 6},
+    {"BM": 64, "BN": 16, "SPLIT_K": 2, "STAGES": 7, "SWAP_AB": 1, "CONSUMERS": 1},
+]
+
+
+@pytest.mark.nvcc
+def test_starts_and_split_paths_compile_without_spills(fam, tmp_path):
+    """Every start of the family (what generation 0 times) and every split-K reduce path compiles with no spill and
+    no stack frame: a start that spills is rejected by the compile gate and silently missing from every search."""
+    from evo.compile import Compiler
+    from evo.config import load_config
+
+    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
+    items = [(fam.render(fam.complete(p)), "sm_90a") for p in list(fam.starts) + SPLIT_PATH_INSTANCES]
+    bad = [f"{ks.meta.params}: {r.error or f'{r.spill_bytes} B spilled, {r.stack_bytes} B stack'}"
+           for (ks, _), r in zip(items, comp.compile_many(items, 0))
+           if not r.ok or r.spill_bytes or r.stack_bytes]
+    assert not bad, "\n".join(bad)

@@ -980,12 +980,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           float4 v[RU][CHUNKS];
 #pragma unroll
           for (int r = 0; r < RU; ++r)
-            if (sp0 + r < READ)
+            if (READ % RU == 0 || sp0 + r < READ)  // (RU divides SPLIT_K: no guard, none of its registers)
 #pragma unroll
               for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
           for (int r = 0; r < RU; ++r)
-            if (sp0 + r < READ)
+            if (READ % RU == 0 || sp0 + r < READ)
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
