@@ -4,7 +4,8 @@ Every planned cuBLASLt algorithm runs as its own contender in the baselines' int
 The fastest is chosen by the medians of the even-numbered repetitions and reported by the median of the odd-numbered
 ones, so the reported time is not the minimum of several noisy medians (which would be biased low, by about one
 median's noise where algorithms tie). nvmath-python's own autotune (5 unflushed iterations) picked different
-algorithms from run to run on one shape, up to 9 % apart (docs/evaluator.md).
+algorithms from run to run on one shape, and its pick was up to 10 % slower than the fastest planned algorithm
+(docs/evaluator.md, docs/perf-hopper.md Run 24).
 """
 from __future__ import annotations
 

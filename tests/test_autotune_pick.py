@@ -1,4 +1,7 @@
 """The cuBLASLt autotune baseline's choice: chosen on the even repetitions, reported on the odd ones."""
+import random
+from statistics import median
+
 import pytest
 
 from evo.autotune_pick import pick_fastest
@@ -16,19 +19,14 @@ def test_chosen_on_even_reported_on_odd():
 def test_no_winners_curse_on_ties():
     """Eight identical algorithms with independent noise: the reported median is not biased low the way the
     minimum of eight medians is."""
-    import random
-
     rng = random.Random(1)
     biased, split = [], []
     for _ in range(300):
         s = {f"alg{i}": [100.0 + rng.gauss(0, 1) for _ in range(30)] for i in range(8)}
-        from statistics import median
-
         biased.append(min(median(v) for v in s.values()))
         split.append(median(pick_fastest(s).samples))
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    assert mean(biased) < 99.7  # the minimum of eight medians: about one median's noise low
-    assert abs(mean(split) - 100.0) < 0.1
+    assert sum(biased) / len(biased) < 99.7  # the minimum of eight medians: about one median's noise low
+    assert abs(sum(split) / len(split) - 100.0) < 0.1
 
 
 def test_ties_and_edges():
