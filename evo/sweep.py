@@ -38,6 +38,7 @@ from .problem import GpuInfo, Problem, log_distance
 from .shapes import load_shapes
 from .space import Enumerations
 from .store import Store
+from .sweep_budget import first_round, header_estimate, measured_overhead, per_shape_seconds
 
 # --- the sweep's own table in the archive ---------------------------------------------------------------
 
@@ -78,6 +79,7 @@ class ShapeResult:
     stop: str = ""  # why its search stopped ("time budget spent" = still improving, "converged: ...")
     templates: str = ""  # evo.families.fingerprint of the families it was searched with
     drift_scaled: int = 0  # candidates timed in two windows where the whole GPU ran slow, their times scaled (evo/drift.py)
+    budget_s: float = 0.0  # the search budgets the shape was given (seconds, every round of the run that finished it; 0: none)
     gpu_state: str = ""  # what the GPU reported after the first slow timing window of the shape's search (evo/gpu/gpu_state.py)
 
 
@@ -197,7 +199,8 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
     info: GpuInfo = worker.info
     started = time.time()
     t0 = time.monotonic()
-    res = ShapeResult(problem.key, problem.layout, info.key, "failed", worker=worker_name, started=started)
+    res = ShapeResult(problem.key, problem.layout, info.key, "failed", worker=worker_name, started=started,
+                      budget_s=cfg.search.budget_minutes * 60.0)
     store = Store(cfg.paths.db)
     try:
         if seeds is None:
@@ -579,8 +582,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         stale = len({p.key for p in shapes} & (sweep_log.done(gpu, shapes[0].layout) - done))
         pending = [p for p in shapes if p.key not in done]
         n_workers = len(infos)
-        per_shape = cfg.search.budget_minutes * 60.0
-        est = f", about {_clock(len(pending) * per_shape / n_workers)} at {cfg.search.budget_minutes:g} min per shape" if per_shape else ""
+        overhead = measured_overhead(sweep_log.results(gpu, shapes[0].layout))
+        est = "" if budget_gpu_hours else header_estimate(len(pending), cfg.search.budget_minutes, n_workers, overhead, _clock)
         again = f" ({stale} of them done with older templates: searched again)" if stale else ""
         print(f"evo sweep {shapes_file or ''}: {len(shapes)} shapes selected, {len(shapes) - len(pending)} already done, "
               f"{len(pending)} to search{again} on {n_workers} x {infos[0].name}{est}", file=out)
@@ -588,14 +591,35 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         pending = longest_first(pending)
         budget_s = budget_gpu_hours * 3600.0
         first = None
+        expect_s = 0.0  # what a started shape is expected to cost (the GPU-hour budget stops starting shapes on it)
         if budget_s and pending:
-            first = budget_s * cfg.search.first_round_share / len(pending) / 60.0
-            if cfg.search.budget_minutes:
-                first = min(first, cfg.search.budget_minutes)
-            print(f"  budget {budget_gpu_hours:g} GPU-hours: round 1 gives each shape {first:.2f} GPU-minutes, "
-                  f"the rest goes to shapes still improving", file=out, flush=True)
+            fr = first_round(budget_s, cfg.search.first_round_share, len(pending), cfg.search.budget_minutes, overhead)
+            first = fr.minutes
+            expect_s = per_shape_seconds(first * 60.0, overhead)
+            based = (f" ({fr.overhead_s:.0f} s per shape beyond its search, the median of {overhead.shapes} earlier "
+                     f"shapes of this GPU, taken off first)" if overhead is not None else
+                     " (no earlier shapes of this GPU to measure what a shape costs beyond its search: the first "
+                     "shapes' cost decides when the budget is spent)")
+            print(f"  budget {budget_gpu_hours:g} GPU-hours: round 1 gives each shape {first:.2f} GPU-minutes of "
+                  f"search{based}, the rest goes to shapes still improving", file=out, flush=True)
+            if fr.reaches < len(pending):
+                print(f"  the budget reaches about {fr.reaches} of the {len(pending)} shapes; the others are left "
+                      f"for the next run", file=out, flush=True)
         spent: dict[str, float] = {}
+        given: dict[str, float] = {}
         last_stop: dict[str, str] = {}
+        stopped = [False]  # the GPU-hour budget is spent: no shape is started any more
+
+        def budget_spent(in_flight: int) -> bool:
+            if not budget_s:
+                return False
+            used = sum(spent.values()) + in_flight * expect_s
+            if used >= budget_s and not stopped[0]:
+                stopped[0] = True
+                print(f"  the {budget_gpu_hours:g} GPU-hour budget is spent ({sum(spent.values()) / 3600:.2f} GPU-hours "
+                      f"used{f', {in_flight} shapes still running' if in_flight else ''}): no more shapes are started",
+                      file=out, flush=True)
+            return stopped[0]
 
         def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
             it = iter(items)
@@ -609,6 +633,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
                     backend.submit(p, minutes)
 
             for p, minutes in it:
+                if budget_spent(in_flight):
+                    break
                 submit(p, minutes)
                 in_flight += 1
                 if in_flight >= backend.slots:
@@ -621,22 +647,24 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
                     r.gpu = gpu
                 r.templates = templates
                 spent[r.shape] = spent.get(r.shape, 0.0) + r.seconds
+                given[r.shape] = given.get(r.shape, 0.0) + r.budget_s
                 r.seconds = round(spent[r.shape], 3)  # every round of this run on the shape
+                r.budget_s = round(given[r.shape], 3)
                 last_stop[r.shape] = r.stop
                 sweep_log.record(r)
                 results.append(r)
                 elapsed = time.monotonic() - t0
                 avg = sum(spent.values()) / max(1, len(results))
-                eta = (len(items) - n_round) * avg / max(1, backend.slots)
+                eta = (in_flight if stopped[0] else len(items) - n_round) * avg / max(1, backend.slots)
                 print(progress_line(finished_before + n_round, total, r, elapsed, eta), file=out, flush=True)
-                nxt = next(it, None)
+                nxt = None if budget_spent(in_flight) else next(it, None)
                 if nxt is not None and backend.slots > 0:
                     submit(*nxt)
                     in_flight += 1
 
         run_round([(p, first) for p in pending], len(shapes) - len(pending), len(shapes))
         rounds = 1
-        while budget_s and rounds < 4:
+        while budget_s and rounds < 4 and not stopped[0]:
             left = budget_s - sum(spent.values())
             improving = [p for p in shapes if last_stop.get(p.key) == "time budget spent"]
             if not improving or left / len(improving) < 10.0:
