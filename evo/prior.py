@@ -138,11 +138,14 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     bk = int(params.get("BK", params.get("TILE_K", 64 if family.startswith(("wgmma", "cutlass")) else 32)))
     k_per = cdiv(cdiv(problem.k, split), bk) * bk
     pad_eff = (m * n * problem.k) / float(tiles * tm * tn * k_per * split)
-    # residency: shared memory (1 KB reserved per CTA), threads, and registers guessed from the accumulators
+    # residency: shared memory (1 KB reserved per CTA), threads, and registers guessed from the accumulators. One
+    # CTA always fits by registers: a kernel that needs more than an SM holds does not pass the compile gate
+    # (launch bounds cap ptxas, spills are refused), and warp-specialized kernels move registers from the producer
+    # to the consumers (setmaxnreg: 256 x 192 accumulators over two consumers, 384 threads, run at 168 per thread)
     threads = max(1, geo.threads)
     acc = tm * tn / threads
     regs = min(255, int(acc) + 48)
-    by_regs = gpu.regs_per_sm // (threads * (cdiv(regs, 8) * 8))
+    by_regs = max(1, gpu.regs_per_sm // (threads * (cdiv(regs, 8) * 8)))
     by_smem = gpu.smem_per_sm // (geo.smem + 1024) if geo.smem else gpu.ctas_per_sm
     by_threads = gpu.threads_per_sm // threads
     resident = min(by_smem, by_threads, by_regs, gpu.ctas_per_sm)

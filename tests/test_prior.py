@@ -62,6 +62,13 @@ def test_waves_padding_residency():
     assert small.resident == min(233472 // (32768 + 1024), 2048 // 128, 32) and small.resident > 1
     too_big = estimate("mma_sm80", {"BM": 64, "BN": 64}, Geometry(64, 128, 300_000, 0), p, gpu)
     assert too_big.us == float("inf")
+    # registers never keep the one CTA a compiled kernel was built for off the SM: cooperative 256 x 192 holds 128
+    # accumulators per thread over 384 threads (setmaxnreg gives the consumers 232), and reads a fifth less per
+    # output than 128 x 256, so it ranks beside it on a large long-K square
+    big = parse_shape("16384x16384x4096")
+    wide = estimate("wgmma_sm90", {"BM": 256, "BN": 192}, Geometry(132, 384, 222_208, 0), big, gpu)
+    base = estimate("wgmma_sm90", {"BM": 128, "BN": 256}, Geometry(132, 384, 200_000, 0), big, gpu)
+    assert wide.resident == 1 and wide.us < 1.1 * base.us
     # swap-AB puts the small M in the tile's N: 64x4096 with a 64-wide tile column pads nothing
     s = estimate("wgmma_sm90", {"BM": 128, "BN": 64, "SWAP_AB": 1}, Geometry(32, 256, 100_000, 0), parse_shape("64x4096x4096"), gpu)
     assert s.pad_eff == 1.0

@@ -132,7 +132,9 @@ constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
-static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
+static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI ? 384 : 352) : 256),
+              "at most 128 fp32 accumulators per thread (two consumers on whole tiles: 176 of 232 registers, 192 with "
+              "the TMA-store epilogue)");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
