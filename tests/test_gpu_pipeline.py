@@ -230,6 +230,23 @@ def test_cta_pairs_correct_on_gpu(gpu):
     assert ran >= 22 and not failures, "\n".join(failures)
 
 
+WIDE_TILE_INSTANCES = [  # two consumers on whole tiles holding 160-192 accumulators per thread beside the TMA store
+    {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1, "EPI_HINT": 1},               # cooperative, each consumer 128 x 192
+    {"BM": 256, "BN": 176, "STAGES": 3},                                        # cooperative, ordinary stores (176)
+    {"BM": 256, "BN": 160, "STAGES": 3, "EPI": 1, "PERSISTENT": 0},             # one unit per CTA, 64 x 32 store boxes
+    {"BM": 128, "BN": 192, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "GROUP": 16},  # ping-pong, 192-wide tiles
+    {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1, "CLUSTER": 2},                # pairs multicasting the 256-row tile
+]
+
+
+def test_wide_tiles_correct_on_gpu(gpu):
+    """The 160-192-wide tiles of two consumers (192 accumulators per thread of 232 registers) on off-tile shapes:
+    a column tile past N, a row tile past M, K not a multiple of the k block. The four TMA-store instances do not
+    take 520x1030x264 (no TMA map of C with N % 8 != 0): 11 evaluations (H100, 2026-11-26: 11 ran, none failed)."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", WIDE_TILE_INSTANCES, ("1000x1000x1000", "200x136x72", "520x1030x264"))
+    assert ran == 11 and not failures, "\n".join(failures)
+
+
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8}, ("128x64x4096", "77x200x1024")),
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8, "PUSH": 0}, ("77x200x1024",)),
