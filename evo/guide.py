@@ -60,6 +60,7 @@ class Guide:
         self.conv = Convergence(s.patience_seconds, s.min_seconds)
         self.rng = random.Random(seed * 7 + 11)
         self.proposed = self.chosen = 0
+        self.unpredicted_starts = 0  # starts kept although the model predicted they cannot run
 
     # --- before the loop ---------------------------------------------------------------------------------
     def intro(self) -> str:
@@ -105,7 +106,13 @@ class Guide:
         preds = self.model.predict_us([(ks.meta.family, ks.meta.params) for _, ks in parsed], self.problem)
         best = min(list(preds) + [INFEASIBLE])
         for (p, ks), us in zip(parsed, preds):
-            if self.start_slack and is_start(p) and best < INFEASIBLE and us > self.start_slack * best:
+            if is_start(p) and us >= INFEASIBLE:
+                # a known-good start the model says cannot run here although its kernel takes the shape: the model is
+                # wrong more often than the start (a register guess that ignored setmaxnreg once hid cooperative
+                # 256 x 192 on every shape, docs/perf-hopper.md Run 25); compiled and timed, and said so
+                p = dataclasses.replace(p, idea=f"{p.idea} (the cost model predicts it cannot run here)")
+                self.unpredicted_starts += 1
+            elif self.start_slack and is_start(p) and best < INFEASIBLE and us > self.start_slack * best:
                 # a start vetted on other shapes that this one does not suit (a skinny split-K start on a large square):
                 # ranked with the rest instead of compiled first and timed past the budget
                 p = dataclasses.replace(p, demoted=True,
@@ -156,7 +163,9 @@ class Guide:
         out = []
         if self.proposed:
             out.append(f"guide: {self.chosen} of {self.proposed} proposals compiled "
-                       f"({self.proposed - self.chosen} left out by the {'cost model' if self.model.ready else 'prior'} and the bandit)")
+                       f"({self.proposed - self.chosen} left out by the {'cost model' if self.model.ready else 'prior'} and the bandit)"
+                       + (f"; {self.unpredicted_starts} family starts compiled although the model predicted they cannot "
+                          "run here" if self.unpredicted_starts else ""))
         out += self.bandit.lines()
         out.append(self.conv.curve_line())
         return out

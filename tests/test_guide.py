@@ -76,6 +76,24 @@ def test_a_start_predicted_far_slower_than_the_best_loses_its_priority(tmp_path,
     assert [c.source for c in chosen[:2]] == [near.source, far.source] and all(is_start(c) for c in chosen[:2])
 
 
+def test_a_start_the_model_says_cannot_run_is_still_compiled(tmp_path, monkeypatch):
+    """A start whose kernel takes the shape but whose prediction is infinite (the model's mistake, as a register guess
+    that ignored setmaxnreg was) keeps its place as a start, marked, and the guide's summary counts it."""
+    (fam,) = load_families(Path(TOY))
+    cfg = _cfg(tmp_path, explore=0.0, start_slack=3.0)
+    g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), parse_shape("256x256x256"))
+    us = {0: 10.0, 1: 12.0, 2: float("inf")}  # by PAD
+    monkeypatch.setattr(g.model, "predict_us", lambda items, problem: [us[p["PAD"]] for _, p in items])
+    props = [Proposal(fam.render({"TILE": 16, "UNROLL": 1, "PAD": d}).text, "mutate", ("x",), f"mutate {d}") for d in (0, 1)]
+    start = Proposal(fam.render({"TILE": 16, "UNROLL": 1, "PAD": 2}).text, "mutate", (), "toy start instance 2")
+    chosen = g.choose(props + [start], 1)
+    assert chosen[0].source == start.source and is_start(chosen[0]) and not chosen[0].demoted
+    assert "the cost model predicts it cannot run here" in chosen[0].idea
+    assert g.unpredicted_starts == 1 and "1 family starts compiled although the model predicted" in g.lines()[0]
+    other = Proposal(fam.render({"TILE": 8, "UNROLL": 1, "PAD": 2}).text, "mutate", ("x",), "mutate 2")
+    assert other.source not in [c.source for c in g.choose(props + [other], 3)]  # a proposal that cannot run: never
+
+
 def test_the_tables_nearest_rows_are_compiled_beside_the_priors_picks(tmp_path):
     """Generation 0 keeps the prior's picks whatever the slot count; the table's kernels of the nearest shapes are
     kept with them, not left to slots those picks have filled."""
