@@ -64,7 +64,8 @@ def test_tma_store_needs_16_byte_rows_of_c(fam):
 
 def test_constraints(fam):
     ok = [{**PP, "EPI": 2}, {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2}, {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1},
-          {"BM": 128, "BN": 128, "STAGES": 5, "CONSUMERS": 1, "EPI": 2}]
+          {"BM": 128, "BN": 128, "STAGES": 5, "CONSUMERS": 1, "EPI": 2},
+          {"BM": 256, "BN": 176, "STAGES": 2}, {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1}]   # two consumers, whole tiles
     for p in ok:
         assert fam.valid(fam.complete(p)), p
     bad = [
@@ -72,7 +73,8 @@ def test_constraints(fam):
         {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 2},                    # 2 x 2 x 32 KB staging + 3 x 48 KB ring
         {"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "EPI": 1},       # no split-K reduce through TMA
         {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "EPI": 1},       # C^T would need a transposed map
-        {"BM": 256, "BN": 176, "STAGES": 2},                              # 176 accumulators: ping-pong only
+        {"BM": 256, "BN": 192, "STAGES": 2},                              # 192 accumulators beside ordinary stores spill
+        {"BM": 256, "BN": 160, "STAGES": 2, "SPLIT_K": 2},                # split-K keeps 128 accumulators (its reduce)
         {**PP, "EPI_HINT": 1},                                            # the L2 hint is for TMA stores
     ]
     for p in bad:
