@@ -55,9 +55,9 @@ def header_estimate(pending: int, budget_minutes: float, workers: int, overhead:
         return ""
     budget_s = budget_minutes * 60.0
     if overhead is None:
-        return (f", at least {clock(pending * budget_s / workers)} at {budget_minutes:g} min per shape (the budgets alone; "
-                f"baselines, generation 0 and the runoff come on top, 1-4x on an H100 at 0.5 min: no earlier shapes of "
-                f"this GPU in the archive to measure them)")
+        return (f", {clock(pending * budget_s / workers)} of search budgets at {budget_minutes:g} min per shape (the "
+                f"baselines, generation 0 and the runoff come on top, 1-4x the budget on an H100 at 0.5 min; no earlier "
+                f"shapes of this GPU in the archive to measure them)")
     total = pending * per_shape_seconds(budget_s, overhead) / workers
     return (f", about {clock(total)} at {budget_minutes:g} min per shape ({overhead.seconds:+.0f} s per shape beyond "
             f"its budget, the median of {overhead.shapes} earlier shapes of this GPU)")

@@ -33,7 +33,7 @@ def test_per_shape_time_and_the_header_say_what_they_rest_on():
     assert per_shape_seconds(30, Overhead(45, 9)) == 75
     assert per_shape_seconds(60, Overhead(-100, 9)) == 6  # never below a tenth of the budget
     bare = header_estimate(10, 0.5, 1, None, _clock)
-    assert bare.startswith(", at least 0:05:00 at 0.5 min per shape") and "come on top" in bare
+    assert bare.startswith(", 0:05:00 of search budgets at 0.5 min per shape") and "come on top" in bare
     measured = header_estimate(10, 0.5, 2, Overhead(45, 9), _clock)
     assert measured.startswith(", about 0:06:15 at 0.5 min per shape (+45 s per shape") and "9 earlier shapes" in measured
     assert header_estimate(10, 0, 1, None, _clock) == ""  # no budget: no estimate
