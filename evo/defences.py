@@ -24,6 +24,8 @@ DEFENCES = {
     "sanitizer_padding": "compute-sanitizer runs with --padding on exact cudaMalloc allocations",
     "host_sandbox": "a launch: host candidate's host code runs in a process of its own, stopped between requests "
                     "(off: loaded into the GPU worker, with its context and pointers)",
+    "host_no_spawn": "the host-code sandbox cannot start processes (seccomp: no fork, vfork, clone of a process, "
+                     "exec; off: a child it forks and detaches outlives the candidate)",
 }
 
 

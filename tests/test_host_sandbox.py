@@ -2,6 +2,7 @@
 does there (crash, hang, print, threads) costs its candidate only and never runs in the caller (no GPU)."""
 import os
 import re
+import signal
 import struct
 import time
 from pathlib import Path
@@ -73,6 +74,35 @@ def test_host_code_runs_in_another_process_stopped_between_requests(lib):
     assert t1 > 0 and t2 >= t1 and state(pid) == "T"
     lib.close()
     assert not Path(f"/proc/{pid}").exists() or state(pid) == "Z"
+
+
+@pytest.mark.nvcc
+def test_host_code_cannot_start_a_process(lib):
+    """A child the library forks and detaches (setsid) would escape the stop and the kill: the sandbox forbids new
+    processes (seccomp, defence host_no_spawn); threads still start (the test above counts one)."""
+    assert lib.note == ""  # the filter is installed (Linux on x86_64 or aarch64)
+    with pytest.raises(EvoError, match=r"fork -1 errno 1\b"):
+        lib.query(P, 132, (16, 7))
+    with pytest.raises(EvoError, match=r"system (-1|32512)\b"):  # glibc: 127 << 8 when posix_spawn is refused
+        lib.query(P, 132, (16, 8))
+    assert lib.query(P, 132, (16, 0)).grid == (13, 7, 1)  # and the library answers as before
+
+
+@pytest.mark.nvcc
+def test_without_the_filter_a_forked_child_outlives_the_candidate(hostile_so, monkeypatch):
+    """With host_no_spawn off, the same library's child leaves the sandbox's session, so neither the stop between
+    requests nor the kill at close reaches it: what the filter prevents."""
+    monkeypatch.setenv("EVO_TEST_DEFENCES_OFF", "host_no_spawn")
+    box = SandboxedHostLibrary(hostile_so, timeout_s=5.0)
+    with pytest.raises(EvoError, match=r"fork (\d+) errno 0") as e:
+        box.query(P, 132, (16, 7))
+    child = int(re.search(r"fork (\d+)", str(e.value)).group(1))
+    box.close()
+    try:
+        time.sleep(0.2)
+        assert Path(f"/proc/{child}").exists() and state(child) not in ("T", "Z")  # running, after the sandbox died
+    finally:
+        os.kill(child, signal.SIGKILL)
 
 
 @pytest.mark.nvcc

@@ -9,7 +9,8 @@ back plain bytes (the ``EvoHostLaunch`` struct and the parameter block) and chec
 answer (``host_launch.queried`` / ``built``); the addresses it passes are numbers there, in another address space
 whose CUDA context (the device's primary context of that process, which the driver's tensor-map encoder needs) holds
 none of the worker's allocations, streams or modules, so the code cannot touch the inputs, the output or the
-worker's streams. A library that crashes, hangs past the deadline or garbles the replies costs its candidate, not
+worker's streams. Before it loads the library the process forbids itself new processes (``evo.gpu.no_spawn``: a
+child forked and detached with ``setsid`` would escape the stop and the kill); its threads still run, stopped with it. A library that crashes, hangs past the deadline or garbles the replies costs its candidate, not
 the worker. What it leaves running on the GPU from its own context while stopped is bounded by its phase (the
 process is killed when the kernel is closed) and slows every contender of an interleaved window alike.
 
@@ -33,9 +34,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..defences import defences_off
 from ..errors import EvoError
 from ..problem import Problem, parse_shape
 from .host_launch import PARAMS_CAP, EvoHostLaunch, HostGeometry, HostLibrary, built, queried
+from .no_spawn import forbid_new_processes
 
 MAGIC = b"EVOH"
 MAX_MESSAGE = 4096
@@ -105,6 +108,7 @@ class SandboxedHostLibrary:
                                          start_new_session=True)
         except OSError as e:
             raise EvoError(f"cannot start the host-code sandbox: {e}") from None
+        self.note = ""  # the ready frame's message: why the sandbox could not forbid new processes, if it could not
         self._request(None)  # the library loaded (or why not)
 
     def _request(self, req: dict | None) -> tuple[int, bytes, bytes]:
@@ -137,6 +141,8 @@ class SandboxedHostLibrary:
             pass
         if status:
             raise EvoError(message or "host code failed")
+        if req is None:
+            self.note = message
         return rc, st, params
 
     def _stderr_tail(self) -> str:
@@ -206,12 +212,15 @@ def serve(path: str, device: int | None = None, parent: int = 0) -> int:
     os.dup2(2, 1)  # the library's prints go to stderr, never into a reply
     if device is not None:
         _context(device)
+    # no process of the library's outlives the candidate: it cannot start one (the driver's own threads, started
+    # above, and the library's threads are unaffected); the ready frame says why if the filter could not be installed
+    guard = "" if "host_no_spawn" in defences_off() else forbid_new_processes()
     try:
         lib = HostLibrary(path)
     except EvoError as e:
         out.write(_frame(1, message=str(e)))
         return 0
-    out.write(_frame(0))
+    out.write(_frame(0, message=guard))
     for line in sys.stdin.buffer:
         try:
             req = json.loads(line)

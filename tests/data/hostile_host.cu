@@ -9,11 +9,15 @@ grid: ["cdiv(N, 16)", "cdiv(M, 16)", 1]
 ---*/
 // naive_host.cu whose host code misbehaves on request (tests of evo.gpu.host_sandbox): host_args[1] picks it.
 // 0 honest; 1 segfault; 2 hang; 3 print to stdout; 4 refuse with its process id; 5 start a thread that keeps
-// counting (a stand-in for work the host code would run beside the timed calls).
+// counting (a stand-in for work the host code would run beside the timed calls); 6 refuse with the count;
+// 7 fork a child that leaves the session (setsid) and lives on, and refuse with what fork returned;
+// 8 run a shell command (system), and refuse with what it returned.
 #include <cuda_fp16.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 
@@ -66,6 +70,26 @@ static int misbehave(const long long* args, int nargs, EvoHostLaunch* out) {
     if (mode == 4) { memset(out, 0, sizeof(*out)); sprintf(out->message, "pid %d", (int)getpid()); return 9; }
     if (mode == 5) { pthread_t t; pthread_create(&t, nullptr, evo_counter, nullptr); }
     if (mode == 6) { memset(out, 0, sizeof(*out)); sprintf(out->message, "ticks %llu", evo_ticks); return 9; }
+    if (mode == 7) {
+        int ready[2];
+        if (pipe(ready) != 0) return 8;
+        pid_t child = fork();
+        if (child == 0) { setsid(); char c = 1; (void)!write(ready[1], &c, 1); for (;;) sleep(1); }
+        int err = child < 0 ? errno : 0;
+        char c;
+        if (child > 0) (void)!read(ready[0], &c, 1);  // it has left the session before the caller stops ours
+        close(ready[0]);
+        close(ready[1]);
+        memset(out, 0, sizeof(*out));
+        sprintf(out->message, "fork %d errno %d", (int)child, err);
+        return 9;
+    }
+    if (mode == 8) {
+        int r = system("exit 3");
+        memset(out, 0, sizeof(*out));
+        sprintf(out->message, "system %d", r);
+        return 9;
+    }
     return 0;
 }
 

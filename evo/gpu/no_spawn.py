@@ -1,0 +1,84 @@
+"""A seccomp filter that keeps a process from starting other processes: the host-code sandbox installs it before it
+loads a candidate's library.
+
+The sandbox stops its process between requests and kills its session when the candidate is done; a process the
+library forks and detaches (``setsid``) would escape both and keep running beside the timed calls. With this filter
+``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` (what ``fork``, ``system`` and ``posix_spawn`` use) and
+``execve`` / ``execveat`` fail with EPERM in every thread of the process; ``clone3`` fails with ENOSYS, so
+``pthread_create`` falls back to ``clone`` with ``CLONE_THREAD`` and threads still start (they are stopped with the
+process). ``PR_SET_NO_NEW_PRIVS`` comes first, as an unprivileged filter requires. Linux on x86_64 and aarch64 only;
+elsewhere, or where the kernel refuses, ``forbid_new_processes`` says why and installs nothing.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+
+# BPF opcodes (linux/filter.h) and seccomp constants (linux/seccomp.h, linux/audit.h)
+_LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_CLONE_THREAD = 0x00010000
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+_SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+
+# machine -> (audit arch, seccomp syscall, {name: number}); aarch64 has no fork / vfork system calls
+_ARCH = {
+    "x86_64": (0xC000003E, 317, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435}),
+    "aarch64": (0xC00000B7, 277, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435}),
+}
+
+
+class _Insn(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint32)]
+
+
+class _Prog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Insn))]
+
+
+def program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The filter for ``machine`` as (code, jt, jf, k) instructions; jumps are relative, forward only."""
+    audit, _, nr = _ARCH[machine]
+    deny = [n for n in ("fork", "vfork", "execve", "execveat") if n in nr]
+    # layout: arch check, nr load, clone test, clone3 test, one test per denied call, allow, clone's flag test,
+    # EPERM, ENOSYS, allow
+    head = 2 + 1 + 1 + len(deny)  # instructions before the first ALLOW (index `allow`)
+    allow, clone_chk = head + 1, head + 2
+    eperm, enosys, allow2 = clone_chk + 2, clone_chk + 3, clone_chk + 4
+    ins: list[tuple[int, int, int, int]] = [(_LD_W_ABS, 0, 0, 4)]          # 0: the audit arch
+    ins.append((_JEQ_K, 0, allow - 2, audit))                              # 1: another arch: allow (never here)
+    ins.append((_LD_W_ABS, 0, 0, 0))                                       # 2: the system call number
+    ins.append((_JEQ_K, clone_chk - 4, 0, nr["clone"]))                    # 3
+    ins.append((_JEQ_K, enosys - 5, 0, nr["clone3"]))                      # 4
+    for n in deny:
+        i = len(ins)
+        ins.append((_JEQ_K, eperm - (i + 1), 0, nr[n]))
+    ins.append((_RET_K, 0, 0, _RET_ALLOW))                                 # allow
+    ins.append((_LD_W_ABS, 0, 0, 16))                                      # clone_chk: flags, args[0]'s low word
+    ins.append((_JSET_K, allow2 - (clone_chk + 2), 0, _CLONE_THREAD))      # a thread: allow; else EPERM
+    ins.append((_RET_K, 0, 0, _RET_ERRNO | errno.EPERM))                   # eperm
+    ins.append((_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS))                  # enosys
+    ins.append((_RET_K, 0, 0, _RET_ALLOW))                                 # allow2
+    assert len(ins) == allow2 + 1 and ins[allow][0] == _RET_K
+    return ins
+
+
+def forbid_new_processes() -> str:
+    """Install the filter on every thread of this process; "" when installed, else why not (nothing installed)."""
+    machine = platform.machine()
+    if platform.system() != "Linux" or machine not in _ARCH:
+        return f"no seccomp filter on {platform.system()} {machine}"
+    ins = program(machine)
+    arr = (_Insn * len(ins))(*[_Insn(*x) for x in ins])
+    prog = _Prog(len(ins), arr)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(PR_SET_NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
+    syscall_nr = _ARCH[machine][1]
+    if libc.syscall(syscall_nr, _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(prog)) == 0:
+        return ""
+    # without TSYNC (older kernels): this thread and the threads it starts from now on
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0:
+        return ""
+    return f"seccomp filter refused: errno {ctypes.get_errno()}"
