@@ -608,18 +608,19 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         spent: dict[str, float] = {}
         given: dict[str, float] = {}
         last_stop: dict[str, str] = {}
-        stopped = [False]  # the GPU-hour budget is spent: no shape is started any more
+        stopped = False  # the GPU-hour budget is spent: no shape is started any more
 
         def budget_spent(in_flight: int) -> bool:
+            nonlocal stopped
             if not budget_s:
                 return False
             used = sum(spent.values()) + in_flight * expect_s
-            if used >= budget_s and not stopped[0]:
-                stopped[0] = True
+            if used >= budget_s and not stopped:
+                stopped = True
                 print(f"  the {budget_gpu_hours:g} GPU-hour budget is spent ({sum(spent.values()) / 3600:.2f} GPU-hours "
                       f"used{f', {in_flight} shapes still running' if in_flight else ''}): no more shapes are started",
                       file=out, flush=True)
-            return stopped[0]
+            return stopped
 
         def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
             it = iter(items)
@@ -655,7 +656,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
                 results.append(r)
                 elapsed = time.monotonic() - t0
                 avg = sum(spent.values()) / max(1, len(results))
-                eta = (in_flight if stopped[0] else len(items) - n_round) * avg / max(1, backend.slots)
+                eta = (in_flight if stopped else len(items) - n_round) * avg / max(1, backend.slots)
                 print(progress_line(finished_before + n_round, total, r, elapsed, eta), file=out, flush=True)
                 nxt = None if budget_spent(in_flight) else next(it, None)
                 if nxt is not None and backend.slots > 0:
@@ -664,7 +665,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
 
         run_round([(p, first) for p in pending], len(shapes) - len(pending), len(shapes))
         rounds = 1
-        while budget_s and rounds < 4 and not stopped[0]:
+        while budget_s and rounds < 4 and not stopped:
             left = budget_s - sum(spent.values())
             improving = [p for p in shapes if last_stop.get(p.key) == "time budget spent"]
             if not improving or left / len(improving) < 10.0:

@@ -41,26 +41,29 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     """The filter for ``machine`` as (code, jt, jf, k) instructions; jumps are relative, forward only."""
     audit, _, nr = _ARCH[machine]
     deny = [n for n in ("fork", "vfork", "execve", "execveat") if n in nr]
-    # layout: arch check, nr load, clone test, clone3 test, one test per denied call, allow, clone's flag test,
-    # EPERM, ENOSYS, allow
-    head = 2 + 1 + 1 + len(deny)  # instructions before the first ALLOW (index `allow`)
-    allow, clone_chk = head + 1, head + 2
-    eperm, enosys, allow2 = clone_chk + 2, clone_chk + 3, clone_chk + 4
-    ins: list[tuple[int, int, int, int]] = [(_LD_W_ABS, 0, 0, 4)]          # 0: the audit arch
-    ins.append((_JEQ_K, 0, allow - 2, audit))                              # 1: another arch: allow (never here)
-    ins.append((_LD_W_ABS, 0, 0, 0))                                       # 2: the system call number
-    ins.append((_JEQ_K, clone_chk - 4, 0, nr["clone"]))                    # 3
-    ins.append((_JEQ_K, enosys - 5, 0, nr["clone3"]))                      # 4
+    # layout: the tests (arch, then each system call), ALLOW, clone's flag test, EPERM, ENOSYS, ALLOW
+    allow = 5 + len(deny)
+    clone_chk, eperm, enosys, allow2 = allow + 1, allow + 3, allow + 4, allow + 5
+    ins: list[tuple[int, int, int, int]] = []
+
+    def jump(code: int, k: int, jt: int = -1, jf: int = -1) -> None:  # targets as indices; -1: the next instruction
+        here = len(ins) + 1
+        ins.append((code, 0 if jt < 0 else jt - here, 0 if jf < 0 else jf - here, k))
+
+    ins.append((_LD_W_ABS, 0, 0, 4))                      # the audit arch
+    jump(_JEQ_K, audit, jf=allow)                         # another arch: allow (never here: _ARCH picks the program)
+    ins.append((_LD_W_ABS, 0, 0, 0))                      # the system call number
+    jump(_JEQ_K, nr["clone"], jt=clone_chk)
+    jump(_JEQ_K, nr["clone3"], jt=enosys)
     for n in deny:
-        i = len(ins)
-        ins.append((_JEQ_K, eperm - (i + 1), 0, nr[n]))
-    ins.append((_RET_K, 0, 0, _RET_ALLOW))                                 # allow
-    ins.append((_LD_W_ABS, 0, 0, 16))                                      # clone_chk: flags, args[0]'s low word
-    ins.append((_JSET_K, allow2 - (clone_chk + 2), 0, _CLONE_THREAD))      # a thread: allow; else EPERM
-    ins.append((_RET_K, 0, 0, _RET_ERRNO | errno.EPERM))                   # eperm
-    ins.append((_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS))                  # enosys
-    ins.append((_RET_K, 0, 0, _RET_ALLOW))                                 # allow2
-    assert len(ins) == allow2 + 1 and ins[allow][0] == _RET_K
+        jump(_JEQ_K, nr[n], jt=eperm)
+    ins.append((_RET_K, 0, 0, _RET_ALLOW))                # allow
+    ins.append((_LD_W_ABS, 0, 0, 16))                     # clone_chk: its flags, args[0]'s low word
+    jump(_JSET_K, _CLONE_THREAD, jt=allow2)               # a thread: allow; a process: EPERM
+    ins.append((_RET_K, 0, 0, _RET_ERRNO | errno.EPERM))  # eperm
+    ins.append((_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS))  # enosys
+    ins.append((_RET_K, 0, 0, _RET_ALLOW))                # allow2
+    assert len(ins) == allow2 + 1 and ins[allow][0] == ins[eperm][0] == _RET_K and ins[clone_chk][0] == _LD_W_ABS
     return ins
 
 
