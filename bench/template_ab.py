@@ -134,7 +134,7 @@ def profile(problem, items: list[tuple[str, object, str]]) -> None:
     for label, run in runs:
         r = run()
         print(f"\nncu {problem.m}x{problem.n}x{problem.k} {label}: " + (r.kernel if r.ok else f"failed: {r.detail}"), flush=True)
-        for line in describe(r.metrics) if r.ok else []:
+        for line in (describe(r.metrics) + ([r.call_summary()] if r.call_summary() else [])) if r.ok else []:
             print(f"  {line}", flush=True)
 
 

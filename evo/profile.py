@@ -72,6 +72,16 @@ class ProfileResult:
     command: str = ""
     seconds: float = 0.0
     kernels: list[str] = field(default_factory=list)  # every kernel in the profiled range
+    kernel_us: list[float] = field(default_factory=list)  # their durations, in the same order
+
+    def call_summary(self) -> str:
+        """Where the profiled call launched more than one kernel (cuBLAS's split-K sums its partials in a second
+        kernel): each with its duration and their sum, since the metrics are the longest kernel's alone."""
+        if len(self.kernels) < 2:
+            return ""
+        parts = ", ".join(f"{k.split('(')[0]} {us:.1f} µs" for k, us in zip(self.kernels, self.kernel_us))
+        return (f"the call ran {len(self.kernels)} kernels: {parts}; together {sum(self.kernel_us):.1f} µs "
+                f"(the metrics are {self.kernel.split('(')[0]}'s alone)")
 
 
 def parse_csv(text: str) -> list[tuple[str, dict[str, float]]]:
@@ -237,7 +247,7 @@ class Profiler:
                                      command=shlex.join(cmd), seconds=time.monotonic() - t0)
             detail = f"not available here: {', '.join(dropped)}" if dropped else ""
             return ProfileResult(True, hit[0], hit[1], detail, shlex.join(cmd), time.monotonic() - t0,
-                                 [k[0] for k in kernels])
+                                 [k[0] for k in kernels], [k[1].get("duration_us", 0.0) for k in kernels])
         return ProfileResult(False, detail="ncu kept refusing metrics: " + ", ".join(dropped), seconds=time.monotonic() - t0)
 
 
@@ -314,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     if not res.ok:
         raise EvoError(f"profile failed: {res.detail}")
     print(f"kernel: {res.kernel}")
-    for line in describe(res.metrics):
+    for line in describe(res.metrics) + ([res.call_summary()] if res.call_summary() else []):
         print(f"  {line}")
     if args.library:
         from .library_kernel import parse_kernel_name

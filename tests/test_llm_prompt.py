@@ -97,6 +97,7 @@ def test_prompt_carries_the_evidence(lineage, monkeypatch, tmp_path):
     assert "shared-memory load bank conflicts: 1024" in text
     # the library's kernel, with its configuration
     assert "cuBLAS runs library kernel `nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNT` (tile 256x128, BK 64, 4 stages, cluster 2x1" in text
+    assert "the call ran 2 kernels:" in text and "splitKreduce_kernel 0.1 µs; together 12.5 µs" in text
     # lineage: the ancestor, the failed try from this parent; the family's best
     assert f"[ancestor] {gp.hash[:10]} wgmma_sm90 (mutate): 60.00 µs" in text
     assert "[child of this parent]" in text and "failed at compile: ptxas error: too much shared data. idea: five stages" in text

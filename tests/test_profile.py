@@ -85,6 +85,7 @@ def test_profile_kernel_with_a_stand_in_ncu(monkeypatch, tmp_path):
     prof, said = _profiler(monkeypatch, tmp_path)
     res = prof.profile_kernel("/*---evo ...*/", str(tmp_path / "k.cubin"), PROBLEM)
     assert res.ok and res.kernel == "evo_gemm" and said == []
+    assert res.call_summary() == ""  # one kernel: nothing more to say
     assert res.metrics["duration_us"] == pytest.approx(12.3456) and res.metrics["tensor_gmma_pct"] == 63.2
     assert res.metrics["dram_read_mb"] == pytest.approx(25.17) and res.metrics["smem_ld_conflicts"] == 1024
     cmd = calls(tmp_path)[0]
@@ -109,6 +110,11 @@ def test_library_kernel_name_and_configuration(monkeypatch, tmp_path):
     prof, _ = _profiler(monkeypatch, tmp_path)
     res = prof.profile_library(PROBLEM)
     assert res.ok and res.kernel.startswith("nvjet_hsh_256x128") and "splitKreduce_kernel" in res.kernels
+    # the call's second kernel (split-K partials summed apart) is said, with each duration and the sum
+    assert res.kernel_us == pytest.approx([12.3456, 0.1235], abs=1e-3)
+    assert res.call_summary() == ("the call ran 2 kernels: nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNT 12.3 µs, "
+                                  "splitKreduce_kernel 0.1 µs; together 12.5 µs (the metrics are "
+                                  "nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNT's alone)")
     k = parse_kernel_name(res.kernel)
     assert (k.tile, k.bk, k.stages, k.cluster) == ((256, 128), 64, 4, (2, 1))
     assert "tile 256x128" in k.summary() and "cluster 2x1" in k.summary()

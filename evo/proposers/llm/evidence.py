@@ -131,7 +131,8 @@ class Evidence:
             res = self.profiler.profile_library(ctx.problem, "cublas")
             if getattr(self.profiler, "disabled", ""):
                 return None
-            self.store.set_profile(LIBRARY_HASH, shape, layout, gpu, res.ok, res.kernel, res.metrics, res.detail,
+            detail = "; ".join(x for x in (res.detail, res.call_summary()) if x)  # (a second, reducing kernel: said)
+            self.store.set_profile(LIBRARY_HASH, shape, layout, gpu, res.ok, res.kernel, res.metrics, detail,
                                    res.command, res.seconds)
             row = self.store.profile(LIBRARY_HASH, shape, layout, gpu)
         if row is None or not row["ok"]:

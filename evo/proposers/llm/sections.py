@@ -97,6 +97,8 @@ def library_text(ev, ctx: ProposalContext, metrics: bool) -> str:
     from ...library_kernel import parse_kernel_name
 
     text = f"\n## The library's kernel on this shape\ncuBLAS runs {parse_kernel_name(ev.library.kernel).summary()}."
+    if ev.library.detail:  # e.g. the call's second kernel (split-K partials summed apart), or metrics not available
+        text += f" ({ev.library.detail})"
     if metrics:
         lines = describe(ev.library.metrics)
         if lines:
