@@ -126,7 +126,7 @@ def _main(argv: list[str] | None = None) -> int:
 def profile(problem, items: list[tuple[str, object, str]]) -> None:
     """Print evo.profile's metrics (duration, tensor pipe, L2, DRAM, stalls) of each instance, of cuBLAS and of the
     kernel cuBLASLt's autotune picks."""
-    from evo.profile import Profiler, describe
+    from evo.profile import Profiler
 
     prof = Profiler(timeout_s=120.0, say=lambda s: print(s, flush=True))
     runs = [(label, lambda ks=ks, cubin=cubin: prof.profile_kernel(ks.text, cubin, problem)) for label, ks, cubin in items]
@@ -134,7 +134,7 @@ def profile(problem, items: list[tuple[str, object, str]]) -> None:
     for label, run in runs:
         r = run()
         print(f"\nncu {problem.m}x{problem.n}x{problem.k} {label}: " + (r.kernel if r.ok else f"failed: {r.detail}"), flush=True)
-        for line in (describe(r.metrics) + ([r.call_summary()] if r.call_summary() else [])) if r.ok else []:
+        for line in r.lines() if r.ok else []:
             print(f"  {line}", flush=True)
 
 

@@ -83,6 +83,11 @@ class ProfileResult:
         return (f"the call ran {len(self.kernels)} kernels: {parts}; together {sum(self.kernel_us):.1f} µs "
                 f"(the metrics are {self.kernel.split('(')[0]}'s alone)")
 
+    def lines(self) -> list[str]:
+        """What a terminal prints: the metrics (describe), then the call's kernels where it ran more than one."""
+        summary = self.call_summary()
+        return describe(self.metrics) + ([summary] if summary else [])
+
 
 def parse_csv(text: str) -> list[tuple[str, dict[str, float]]]:
     """ncu --csv (the default 'details' page, one row per kernel x metric) -> [(kernel name, {key: value})] in
@@ -324,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     if not res.ok:
         raise EvoError(f"profile failed: {res.detail}")
     print(f"kernel: {res.kernel}")
-    for line in describe(res.metrics) + ([res.call_summary()] if res.call_summary() else []):
+    for line in res.lines():
         print(f"  {line}")
     if args.library:
         from .library_kernel import parse_kernel_name

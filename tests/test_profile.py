@@ -115,6 +115,7 @@ def test_library_kernel_name_and_configuration(monkeypatch, tmp_path):
     assert res.call_summary() == ("the call ran 2 kernels: nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNT 12.3 µs, "
                                   "splitKreduce_kernel 0.1 µs; together 12.5 µs (the metrics are "
                                   "nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_TNT's alone)")
+    assert res.lines()[-1] == res.call_summary() and res.lines()[:-1] == describe(res.metrics)
     k = parse_kernel_name(res.kernel)
     assert (k.tile, k.bk, k.stages, k.cluster) == ((256, 128), 64, 4, (2, 1))
     assert "tile 256x128" in k.summary() and "cluster 2x1" in k.summary()

@@ -11,8 +11,9 @@ whose CUDA context (the device's primary context of that process, which the driv
 none of the worker's allocations, streams or modules, so the code cannot touch the inputs, the output or the
 worker's streams. Before it loads the library the process forbids itself new processes (``evo.gpu.no_spawn``: a
 child forked and detached with ``setsid`` would escape the stop and the kill); its threads still run, stopped with
-it. A library that crashes, hangs past the deadline or garbles the replies costs its candidate, not the worker. What it leaves running on the GPU from its own context while stopped is bounded by its phase (the
-process is killed when the kernel is closed) and slows every contender of an interleaved window alike.
+it. A library that crashes, hangs past the deadline or garbles the replies costs its candidate, not the worker.
+What it leaves running on the GPU from its own context while stopped is bounded by its phase (the process is killed
+when the kernel is closed) and slows every contender of an interleaved window alike.
 
 Protocol: one JSON line per request on the child's stdin; each reply on the child's original stdout (its fd 1 is
 pointed at stderr first, so the library's own prints cannot reach it): ``EVOH`` + status (0: the library answered,
