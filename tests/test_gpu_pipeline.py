@@ -209,6 +209,24 @@ def test_split_owner_correct_on_gpu(gpu):
     assert ran >= 16 and not failures, "\n".join(failures)
 
 
+SPLIT_MAJOR_INSTANCES = [  # wgmma_sm90: split-K units numbered split-major (every tile's split 0 first)
+    {"BM": 64, "BN": 64, "CONSUMERS": 1, "SPLIT_K": 4, "STAGES": 8, "GROUP": 8, "SPLIT_OWNER": 1, "SPLIT_MAJOR": 1},  # persistent, reducer
+    {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "SPLIT_MAJOR": 1},                   # one unit per CTA, last arrival
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2, "SPLIT_MAJOR": 1},          # split-K pairs
+    {"BM": 128, "BN": 128, "SPLIT_K": 4, "STAGES": 6, "PERSISTENT": 0, "SPLIT_RS": 1, "SPLIT_MAJOR": 1},    # reduce-scatter
+]
+
+
+def test_split_major_correct_on_gpu(gpu):
+    """wgmma_sm90's split-major unit order with each split-K reduce it may take (the reducing split, the last arrival,
+    pairs, the reduce-scatter) on off-tile shapes: 200x136x72 has empty splits, 1030x4104x136 a persistent grid over
+    more units than CTAs (a reducer waiting for units of other CTAs, numbered a whole split earlier); launched several
+    times, so the counters must be reset."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", SPLIT_MAJOR_INSTANCES,
+                                    ("512x256x16384", "200x136x72", "130x260x16392", "1030x4104x136"))
+    assert ran >= 12 and not failures, "\n".join(failures)
+
+
 CTA_PAIR_INSTANCES = [  # wgmma_sm90: CTA pairs multicasting A, units in the GPC-spread order
     {"BM": 128, "BN": 160, "PINGPONG": 1, "STAGES": 5, "EPI": 0, "GROUP": 8, "CLUSTER": 2},      # persistent
     {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "GROUP": 8, "CLUSTER": 2},      # persistent

@@ -1,0 +1,80 @@
+"""wgmma_sm90's split-K unit order (`get_work` in kernel.cu): a tile's splits adjacent, or SPLIT_MAJOR.
+
+The numbering lines are read from the template itself and evaluated here: for either order every (tile, split)
+must be taken by exactly one unit (a unit no CTA takes would leave a partial missing and its reducer waiting), the
+two CTAs of a pair must take the same split, SPLIT_MAJOR must give consecutive units (the CTAs a launch places side
+by side) the same k split of neighbouring tiles, and a tile's reducing split (SPLIT_OWNER: split SPLIT_K-1) must
+come after its other splits, since it waits for them. That the kernel computes with it correctly is proven on a
+GPU (tests/test_gpu_pipeline.py, `test_split_major_correct_on_gpu`).
+"""
+import re
+from pathlib import Path
+
+import pytest
+
+from evo.families import load_families
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNEL = ROOT / "templates" / "wgmma_sm90" / "kernel.cu"
+
+
+def _numbering_from_template():
+    src = KERNEL.read_text()
+    body = re.search(r"Work get_work\(int u, int Mk, int Nk, int K\) \{(.*?)if \(PANEL\)", src, re.S)
+    assert body, "get_work's numbering not found in the template"
+    stmts = [s.strip() for s in re.sub(r"//[^\n]*", "", body.group(1)).split(";") if s.strip()]
+
+    def to_py(expr: str) -> str:  # `c ? a : b` (one level) and integer division of non-negative operands
+        m = re.fullmatch(r"(\w+) \? (.+?) : (.+)", expr.strip())
+        if m:
+            expr = f"(({m.group(2)}) if {m.group(1)} else ({m.group(3)}))"
+        return expr.replace("/", "//")
+
+    def f(u: int, mk: int, nk: int, consts: dict) -> tuple[int, int]:
+        env = {"u": u, "Mk": mk, "Nk": nk, "cdiv": lambda a, b: -(-a // b), **consts}
+        for s in stmts:
+            if s.startswith("Work "):
+                continue
+            s = s.removeprefix("const int ")
+            for part in re.split(r",\s*(?=\w+ =)", s):
+                name, expr = (x.strip() for x in part.split("=", 1))
+                env[name.replace("w.", "w_")] = eval(to_py(expr.replace("w.", "w_")), env)  # noqa: S307 - our template
+        return env["w_tile"], env["w_split"]
+
+    return f
+
+
+CASES = [  # (Mk, Nk, BM, BN, CLUSTER, SPLIT_K)
+    (512, 256, 64, 64, 1, 4), (256, 1024, 128, 64, 1, 4), (1030, 4104, 128, 128, 1, 3), (200, 136, 64, 64, 1, 2),
+    (512, 1024, 128, 128, 2, 4), (1000, 1000, 128, 128, 2, 3), (64, 64, 64, 64, 1, 16),
+]
+
+
+@pytest.mark.parametrize("major", [0, 1])
+@pytest.mark.parametrize("mk,nk,bm,bn,cluster,split_k", CASES)
+def test_every_split_of_every_tile_once(major, mk, nk, bm, bn, cluster, split_k):
+    f = _numbering_from_template()
+    consts = {"BM": bm, "BN": bn, "CLUSTER": cluster, "SPLIT_K": split_k, "SPLIT_MAJOR": major}
+    tiles = -(-mk // bm) * (-(-(-(-nk // bn)) // cluster) * cluster)  # pair-padded, as the kernel's `units`
+    got = [f(u, mk, nk, consts) for u in range(tiles * split_k)]
+    assert sorted(got) == [(t, s) for t in range(tiles) for s in range(split_k)]
+    for u in range(0, len(got), cluster):  # a pair's CTAs take the same split (their multicast A covers one k range)
+        assert len({s for _, s in got[u:u + cluster]}) == 1
+    first = {}
+    for u, (t, s) in enumerate(got):  # the reducer (split SPLIT_K-1) is numbered after the tile's other splits
+        first.setdefault(t, {})[s] = u
+    assert all(max(v for s, v in ss.items() if s < split_k - 1) < ss[split_k - 1] for ss in first.values() if split_k > 1)
+    if major:  # consecutive units stream the same k split of neighbouring tiles
+        same = sum(got[u][1] == got[u + 1][1] for u in range(len(got) - 1))
+        assert same >= len(got) - split_k
+    else:  # a tile's splits adjacent
+        assert [s for _, s in got[: split_k * cluster : cluster]] == list(range(split_k))
+
+
+def test_split_major_constraints():
+    (fam,) = load_families(ROOT / "templates", names=["wgmma_sm90"])
+    p = {"BM": 64, "BN": 64, "CONSUMERS": 1, "SPLIT_K": 4, "STAGES": 8, "SPLIT_OWNER": 1, "SPLIT_MAJOR": 1}
+    assert fam.valid(fam.complete(p))
+    assert fam.valid(fam.complete({**p, "CLUSTER": 2}))
+    assert not fam.valid(fam.complete({**p, "SPLIT_K": 1, "SPLIT_OWNER": 0}))       # no splits to order
+    assert not fam.valid(fam.complete({**p, "SPLIT_OWNER": 0, "SPLIT_CLUSTER": 1, "PERSISTENT": 0}))  # a K-split cluster
