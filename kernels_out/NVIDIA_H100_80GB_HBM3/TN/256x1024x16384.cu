@@ -2,13 +2,13 @@
 family: wgmma_sm90
 archs: [sm_90a]
 params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 16, PANEL: 0,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_RS: 0, STAGES: 7,
-  SWAP_AB: 0}
+  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_MAJOR: 1, SPLIT_OWNER: 1,
+  SPLIT_RS: 0, STAGES: 8, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
@@ -34,10 +34,19 @@ tensor_maps:
 //   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
 //                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
-// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
+// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
+//   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
+// SPLIT_OWNER (SPLIT_K > 1, workspace reduce): split SPLIT_K-1 of each tile is its reducer: it keeps its partial in
+//   registers, waits (acquire loads) for the other splits' release arrivals, adds their partials in order 0..SPLIT_K-2
+//   onto its own (deterministic) and writes C: no partial of its own written and read back, and its wait overlaps the
+//   others' writes. Deadlock-free because a split waits only for units numbered below its own: in a persistent grid
+//   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
+//   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
+//   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
+//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU.)
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
 //   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
@@ -68,8 +77,9 @@ tensor_maps:
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
 // CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
-//   same A tile: each CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA
-//   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
+//   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
+//   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
+//   reads of the row operand per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
 //   The pairs take their units in a GPC-spread order (cluster_spread below).
@@ -84,7 +94,7 @@ namespace evo_sm90 {
 constexpr int BM = 128;                 // tile rows (kernel view)
 constexpr int BN = 64;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 7;
+constexpr int STAGES = 8;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
 constexpr int GROUP = 16;
@@ -97,6 +107,8 @@ constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
+constexpr int SPLIT_OWNER = 1;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
+constexpr int SPLIT_MAJOR = 1;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -110,11 +122,10 @@ constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel 
 // smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
 // XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
 // the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts for 64-, 32- and 16-col
-// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). A consumer's buffer
-// is one chunk (64 x EPI_CW halves: 8, 4 or 2 KB, room for a sixth 128 x 160 ring stage); SWAP_AB stages transposed
-// chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest.
+// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). SWAP_AB stages
+// transposed chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest buffer, one per consumer.
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
-constexpr int EPI_BYTES = SWAP_AB ? 9216 : 64 * EPI_CW * 2;
+constexpr int EPI_BYTES = 9216;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
 // the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
@@ -125,7 +136,9 @@ constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
-static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
+static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI ? 384 : 352) : 256),
+              "at most 128 fp32 accumulators per thread (two consumers on whole tiles: 176 of 232 registers, 192 with "
+              "the TMA-store epilogue)");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
@@ -154,6 +167,10 @@ static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT
 static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
                                 (BN / 8) % SPLIT_K == 0),
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
+static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
+static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
+static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
+              "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
 // split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
 constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
@@ -317,6 +334,10 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
 __device__ __forceinline__ void st_release_gpu(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// SPLIT_OWNER: a non-reducing split's arrival releases its partial (no return value, no acquire)
+__device__ __forceinline__ void arrive_release_gpu(int* p) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(p) : "memory");
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
@@ -406,9 +427,14 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
   // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
+  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so the CTAs launched side by side (the two SMs of a
+  // TPC, the SMs of a GPC) stream the same k blocks of neighbouring raster tiles, which share A or B rows, instead of
+  // disjoint k ranges of one tile (as cuBLASLt's split-K kernels, whose split is gridDim.z). A split still waits only
+  // for lower-numbered units (SPLIT_OWNER's reducer, split SPLIT_K-1, comes last).
   const int r = u % CLUSTER, q = u / CLUSTER;
-  w.split = q % SPLIT_K;
-  const int pair = q / SPLIT_K;
+  const int pairs = SPLIT_MAJOR ? cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) : 1;
+  w.split = SPLIT_MAJOR ? q / pairs : q % SPLIT_K;
+  const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
   w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
@@ -698,7 +724,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
-  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216, 2048 * 1, 2, 4 and BN * 128 are)
+  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
 
   // warp-uniform as far as the compiler knows (a shuffle from lane 0): the consumers' ring addresses and wgmma
@@ -917,11 +943,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
+        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
+        const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j)
-            if (!SPLIT_RS || j / RED_J != w.split)
+            if (!owner && (!SPLIT_RS || j / RED_J != w.split))
               __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
@@ -930,8 +958,18 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
           // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
           const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
-          if (s_last) *arrivals = 0;
+          if (SPLIT_OWNER) {
+            if (owner) {
+              while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
+              *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
+            } else {
+              arrive_release_gpu(arrivals);
+            }
+            s_last = owner;
+          } else {
+            s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
+            if (s_last) *arrivals = 0;
+          }
           if (SPLIT_RS) {
             if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
             else
@@ -947,28 +985,32 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           continue;
         }
         if (!s_last) continue;
-        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
+        // Sum the partials in fixed split order (deterministic): the last to arrive reads splits 0..SPLIT_K-1 into its
+        // accumulators; SPLIT_OWNER's reducer adds splits 0..SPLIT_K-2 onto its own partial, which it kept.
+        constexpr int READ = SPLIT_OWNER ? SPLIT_K - 1 : SPLIT_K;
 #pragma unroll 1
-        for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
+        for (int sp0 = 0; sp0 < READ; sp0 += RU) {  // RU splits' loads in flight at once
           float4 v[RU][CHUNKS];
 #pragma unroll
           for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)  // (RU divides SPLIT_K: no guard, none of its registers)
 #pragma unroll
-            for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
+              for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
           for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+              for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-              for (int j = 0; j < BN / 8; ++j) {
-                const float4 x = v[r][mt * (BN / 8) + j];
-                float* a = &acc[mt][4 * j];
-                if (sp0 + r == 0) {
-                  a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
-                } else {
-                  a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
+                for (int j = 0; j < BN / 8; ++j) {
+                  const float4 x = v[r][mt * (BN / 8) + j];
+                  float* a = &acc[mt][4 * j];
+                  if (!SPLIT_OWNER && sp0 + r == 0) {
+                    a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
+                  } else {
+                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
+                  }
                 }
-              }
         }
       }
 

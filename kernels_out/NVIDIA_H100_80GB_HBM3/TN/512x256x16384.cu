@@ -1,9 +1,9 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 64, CLUSTER: 1, CONSUMERS: 1, EPI: 0, EPI_HINT: 0, GROUP: 8, PANEL: 0,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_OWNER: 1, SPLIT_RS: 0,
-  STAGES: 8, SWAP_AB: 0}
+params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 1, PANEL: 0,
+  PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 6, SPLIT_MAJOR: 1, SPLIT_OWNER: 1,
+  SPLIT_RS: 0, STAGES: 8, SWAP_AB: 1}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
@@ -34,7 +34,8 @@ tensor_maps:
 //   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
 //                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
-// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
+// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
+//   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
@@ -90,15 +91,15 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 
 namespace evo_sm90 {
 
-constexpr int BM = 64;                 // tile rows (kernel view)
+constexpr int BM = 128;                 // tile rows (kernel view)
 constexpr int BN = 64;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 8;
-constexpr int CONSUMERS = 1;
-constexpr int PERSISTENT = 1;
-constexpr int GROUP = 8;
-constexpr int SPLIT_K = 4;
-constexpr int SWAP_AB = 0;
+constexpr int CONSUMERS = 2;
+constexpr int PERSISTENT = 0;
+constexpr int GROUP = 1;
+constexpr int SPLIT_K = 6;
+constexpr int SWAP_AB = 1;
 constexpr int PINGPONG = 0;
 constexpr int EPI = 0;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
@@ -107,6 +108,7 @@ constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays 
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
 constexpr int SPLIT_OWNER = 1;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
+constexpr int SPLIT_MAJOR = 1;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -167,6 +169,8 @@ static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
 static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
 static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
+static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
+              "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
 // split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
 constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
@@ -423,9 +427,14 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
   // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
+  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so the CTAs launched side by side (the two SMs of a
+  // TPC, the SMs of a GPC) stream the same k blocks of neighbouring raster tiles, which share A or B rows, instead of
+  // disjoint k ranges of one tile (as cuBLASLt's split-K kernels, whose split is gridDim.z). A split still waits only
+  // for lower-numbered units (SPLIT_OWNER's reducer, split SPLIT_K-1, comes last).
   const int r = u % CLUSTER, q = u / CLUSTER;
-  w.split = q % SPLIT_K;
-  const int pair = q / SPLIT_K;
+  const int pairs = SPLIT_MAJOR ? cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) : 1;
+  w.split = SPLIT_MAJOR ? q / pairs : q % SPLIT_K;
+  const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
   w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
@@ -684,7 +693,7 @@ using namespace evo_sm90;
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
-#define EVO_CLUSTER_DIMS __cluster_dims__(4, 1, 1)
+#define EVO_CLUSTER_DIMS __cluster_dims__(6, 1, 1)
 #else
 #define EVO_CLUSTER_DIMS
 #endif
