@@ -76,6 +76,15 @@ def test_generation_zero_from_the_prior_is_diverse(fams):
     assert not any(p.idea.startswith("prior ") for p in again)
 
 
+def test_prior_picks_that_are_starts_take_no_slot(fams):
+    # on 512x2048x4096 the prior ranks three of the family starts among its top ten: the ten prior picks are new
+    prop = MutateProposer(Selector(16, 4, 3), 0.3, 2, prior=Prior(list(fams.values()), GpuSpec(), sample=300), prior_top=10)
+    out = prop.propose(_ctx([], list(fams.values()), random.Random(0)), 12)
+    starts = {KernelSource.parse(p.source).hash for p in out if " start instance" in p.idea or " default instance" in p.idea}
+    prior = [KernelSource.parse(p.source).hash for p in out if p.idea.startswith("prior ")]
+    assert len(prior) == 10 and not set(prior) & starts
+
+
 def test_later_generations_use_every_move_and_stay_valid(fams):
     fl = [fams["wgmma_sm90"], fams["mma_sm80"]]
     rng = random.Random(4)

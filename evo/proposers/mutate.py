@@ -116,7 +116,10 @@ class MutateProposer:
             from ..prior import diverse_top
 
             self._prior_done.add(ctx.problem.key)  # once per problem and run: a resumed run skips what it knows
-            for r in diverse_top(self.prior.rank(ctx.problem), self.prior_top):
+            # the top of the ranking among instances not proposed yet (a start the prior ranks high takes no slot)
+            ranked = [r for r in self.prior.rank(ctx.problem)
+                      if self._hashes.get((r.family, ctx.problem.key, tuple(sorted(r.params.items())))) not in seen]
+            for r in diverse_top(ranked, self.prior_top):
                 if r.family in fams:
                     add(fams[r.family], r.params, (), f"prior {r.family} instance (estimate {r.est.us:.1f} us, "
                                                       f"{r.est.waves:.2f} waves, padding {1 - r.est.pad_eff:.0%})")
