@@ -2,7 +2,7 @@
 family: wgmma_sm90
 archs: [sm_90a]
 params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 8, PANEL: 0,
-  PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_MAJOR: 0, SPLIT_OWNER: 0,
+  PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_MAJOR: 1, SPLIT_OWNER: 0,
   SPLIT_RS: 1, STAGES: 5, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -46,7 +46,10 @@ tensor_maps:
 //   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
 //   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
 //   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
-//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU.)
+//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU. With SPLIT_MAJOR the reducers
+//   are the last 1/SPLIT_K of the units: one unit per CTA, they are dispatched last; pairs launch whole stripes of them
+//   beside the stripes that hold their other splits at the same positions (at most one round of 8 pairs later where
+//   stripe widths differ by one); non-reducers never wait, so a waiting reducer holds its SM only until they come.)
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
 //   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
@@ -108,7 +111,7 @@ constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays 
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 1;      // 1: a tile's K splits wait for each other and each sums its column slice
 constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
-constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int SPLIT_MAJOR = 1;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
