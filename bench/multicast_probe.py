@@ -6,10 +6,12 @@ Compiles bench/multicast_probe.cu with nvcc (sm_90a) and times CTAs that only st
 panels through a shared-memory ring (the kernel's comment says how), in three arrangements: single CTAs, CTA pairs
 that each load the whole shared panel, and CTA pairs that each load half of it with .multicast::cluster. Three
 regimes: each CTA (pair) re-reading its own 128 KB panel, resident in L2 (no flush between launches); 16 panels in
-L2, each read by 8 CTAs at once; one 1 MB panel per CTA (pair) with the L2 flushed (DRAM). Prints, per case, the median device time (CUDA events around each
-launch), the bytes delivered into shared memory per second and the bytes the SMs asked L2 for per second. If
-multicast raised what the SMs receive, the multicast pairs would beat the pairs that load the whole panel.
-On an H100 they did not (docs/perf-hopper.md, Run 26), but the probe's per-SM rates stay below a GEMM main loop's.
+L2, each read by 8 CTAs at once; one 1 MB panel per CTA (pair) with the L2 flushed (DRAM). Prints, per case, the
+median device time (CUDA events around each launch) and the bytes delivered into shared memory per second. If
+multicast raised what the SMs receive, the multicast pairs would beat the pairs that load the whole panel. On an
+H100 they did not (docs/perf-hopper.md, Run 26). What L2 is asked for is not arithmetic: a pair's requests for the
+same lines are merged before L2 whether it multicasts or not (Run 27); count it with ncu
+(`lts__t_requests_srcunit_tex_op_read`, `--kernel-name regex:probe`).
 """
 from __future__ import annotations
 
@@ -23,6 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STAGE_BYTES = 128 * 64 * 2
 SMEM = 8 * STAGE_BYTES + 1024
+
+
+def compile_probe(cubin: Path) -> subprocess.CompletedProcess:
+    """nvcc the probe's kernels into ``cubin`` (sm_90a)."""
+    return subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", str(cubin), str(ROOT / "bench/multicast_probe.cu")],
+                          capture_output=True, text=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,8 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp) / "probe.cubin"
-        r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", str(cubin), str(ROOT / "bench/multicast_probe.cu")],
-                           capture_output=True, text=True)
+        r = compile_probe(cubin)
         if r.returncode:
             print(f"error: nvcc failed: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}", file=sys.stderr)
             return 2
@@ -68,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         half = encode_tensor_map(x.data.ptr, groups * 128, cols, 64, 64, 128)
         return x, full, half
 
-    def run(kind: str, ctas: int, groups: int, cold: bool, wrap: int) -> tuple[float, float, float]:
+    def run(kind: str, ctas: int, groups: int, cold: bool, wrap: int) -> tuple[float, float]:
         x, full, half = maps(groups, wrap * 64)
         if kind == "single":
             launch = lambda: single((ctas,), (64,), (full, np.int32(kb), np.int32(groups), np.int32(wrap)), shared_mem=SMEM)
@@ -89,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             times.append(cp.cuda.get_elapsed_time(a, b) * 1e3)
         del x
         t = statistics.median(times)
-        delivered = ctas * kb * STAGE_BYTES / (t * 1e-6) / 1e12
-        asked = delivered / (2 if kind == "pair, multicast" else 1)
-        return t, delivered, asked
+        return t, ctas * kb * STAGE_BYTES / (t * 1e-6) / 1e12
 
     w = 8  # L2-resident own panels: 8 k blocks (128 KB) per CTA or pair, re-read kblocks / 8 times
     cases = [
@@ -107,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         ("DRAM, one panel per CTA / pair", "pair, multicast", 128, 64, True, kb),
         ("DRAM, one panel per CTA / pair", "single", 64, 64, True, kb),
     ]
-    print(f"| regime | CTAs | arrangement | us | delivered TB/s | asked of L2 TB/s | per SM GB/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| regime | CTAs | arrangement | us | delivered TB/s | per SM GB/s |")
+    print("|---|---|---|---|---|---|")
     for regime, kind, ctas, groups, cold, wrap in cases:
-        t, d, a = run(kind, ctas, groups, cold, wrap)
-        print(f"| {regime} | {ctas} | {kind} | {t:.2f} | {d:.2f} | {a:.2f} | {d * 1e3 / ctas:.0f} |", flush=True)
+        t, d = run(kind, ctas, groups, cold, wrap)
+        print(f"| {regime} | {ctas} | {kind} | {t:.2f} | {d:.2f} | {d * 1e3 / ctas:.0f} |", flush=True)
     return 0
 
 

@@ -1,21 +1,16 @@
 """bench.multicast_probe: its kernels compile for sm_90a (CI has nvcc) and it stops with exit 2, one line, where it
 cannot run."""
 import shutil
-import subprocess
-from pathlib import Path
 
 import pytest
 
 from bench import multicast_probe
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
 def test_probe_kernels_compile_for_sm90a(tmp_path):
     out = tmp_path / "probe.cubin"
-    r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90a", "-O3", "-o", str(out), str(ROOT / "bench/multicast_probe.cu")],
-                       capture_output=True, text=True)
+    r = multicast_probe.compile_probe(out)
     assert r.returncode == 0, r.stderr
     data = out.read_bytes()
     assert b"probe_single" in data and b"probe_pair" in data

@@ -55,6 +55,9 @@ class MutateProposer:
         seen = known_hashes(ctx)
         out: list[Proposal] = []
 
+        def key_of(family: str, params: dict[str, Any]) -> tuple:  # an instance rendered before, by its parameters
+            return family, ctx.problem.key, tuple(sorted(params.items()))
+
         def add(fam: Family, params: dict[str, Any], parents: tuple[str, ...], idea: str, fixed: tuple = ()) -> bool:
             if not fam.valid(params):
                 fixed_params, moved = repair(fam, params, ctx.rng, fixed)
@@ -64,9 +67,8 @@ class MutateProposer:
                 self.repairs += 1
                 params = fixed_params
                 idea += " (repaired: " + ", ".join(moved) + ")"
-            key = (fam.name, ctx.problem.key, tuple(sorted(params.items())))
-            h = self._hashes.get(key)  # rendering costs ~1 ms: an instance proposed before is known by its parameters
-            if h is not None and h in seen:
+            key = key_of(fam.name, params)
+            if self._hashes.get(key) in seen:  # rendering costs ~1 ms: an instance proposed before is known by its parameters
                 return False
             ks = fam.render(params, ctx.problem)
             self._hashes[key] = ks.hash
@@ -117,8 +119,7 @@ class MutateProposer:
 
             self._prior_done.add(ctx.problem.key)  # once per problem and run: a resumed run skips what it knows
             # the top of the ranking among instances not proposed yet (a start the prior ranks high takes no slot)
-            ranked = [r for r in self.prior.rank(ctx.problem)
-                      if self._hashes.get((r.family, ctx.problem.key, tuple(sorted(r.params.items())))) not in seen]
+            ranked = [r for r in self.prior.rank(ctx.problem) if self._hashes.get(key_of(r.family, r.params)) not in seen]
             for r in diverse_top(ranked, self.prior_top):
                 if r.family in fams:
                     add(fams[r.family], r.params, (), f"prior {r.family} instance (estimate {r.est.us:.1f} us, "
