@@ -30,7 +30,7 @@ from .cli import config_from_args, parser, require_positive
 from .config import Config
 from .errors import EvoError, NoGpuError, cli_entry
 from .cost_model import history
-from .export import LIBRARIES, export_table
+from .export import LIBRARIES, export_table, standing
 from .kernel import KernelSource
 from .measurements import save as save_measurements, shipped_path
 from .prior import GpuSpec
@@ -66,7 +66,9 @@ class ShapeResult:
     seconds: float = 0.0  # wall time the shape held its GPU
     best_hash: str = ""
     best_us: float = 0.0
-    winner: str = ""  # "evo" or the fastest library
+    winner: str = ""  # "evo" (faster than every library beyond the noise band, as the table publishes it) or the fastest library
+    verdict: str = ""  # evo against the fastest library: "win", "tie" (inside the noise band) or "loss" (evo.noise.verdict)
+    noise_band: float = 0.0  # the relative band a speedup had to clear (evo.noise.band)
     best_lib_us: float = 0.0
     seeds_offered: int = 0  # kernels of other shapes offered (the archive's winners timed first, the table's nearest rows in generation 0)
     seeds_correct: int = 0
@@ -220,7 +222,12 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
         res.stop = summary.stop_reason
         res.best_hash, res.best_us = summary.best_hash, summary.best_us
         libs = {k: v for k, v in summary.baselines.items() if v and v > 0}
-        if libs:
+        st = standing(store, problem, info.key)
+        if st and st["best_library"]:  # as the table will publish it: evo wins only beyond the noise band
+            res.winner, res.noise_band, res.verdict = st["winner"], st["noise_band"], st["verdict"]
+            res.best_us = st["time_us"] or res.best_us
+            res.best_lib_us = st[f"{st['best_library']}_us"]
+        elif libs:
             lib = min(libs, key=libs.get)
             res.best_lib_us = libs[lib]
             res.winner = "evo" if res.best_us and res.best_us < libs[lib] else lib
@@ -457,6 +464,10 @@ def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float
         what = f"FAILED: {r.error[:120]}"
     elif r.winner == "evo":
         what = f"evo wins {r.best_lib_us / r.best_us:.2f}x best library" if r.best_lib_us else "evo"
+        what += f" (noise band {100 * r.noise_band:.1f} %)" if r.noise_band else ""
+    elif r.winner and r.verdict == "tie":
+        what = (f"tie: evo {r.best_lib_us / r.best_us:.2f}x {r.winner}, inside the noise band of {100 * r.noise_band:.1f} %"
+                f" ({r.winner} kept)")
     elif r.winner:
         what = f"{r.winner} wins (evo {r.best_lib_us / r.best_us:.2f}x)" if r.best_us else f"{r.winner} wins (no correct evo kernel)"
     else:
@@ -494,7 +505,9 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
         gm = [f"{lib} {geomean([getattr(r, f'speedup_{lib}') for r in rows]):.3f}x" for lib in LIBRARIES
               if any(getattr(r, f"speedup_{lib}") for r in rows)]
         table_vs_lib = geomean([max(r.speedup_best_library, 1.0) if r.time_us else 1.0 for r in rows if r.best_library])
-        parts.append(f"evo wins {wins} of {len(rows)} shapes (the best library wins {len(rows) - wins}).")
+        ties = sum(r.winner != "evo" and r.verdict == "tie" for r in rows)
+        parts.append(f"evo wins {wins} of {len(rows)} shapes beyond the noise band ({ties} ties inside it, "
+                     f"the best library faster on {len(rows) - wins - ties}).")
         if gm:
             parts.append(f"Geomean speedup of evo's best kernel vs {', vs '.join(gm)}; "
                          f"the table (evo where it wins, the library elsewhere) vs the best library {table_vs_lib:.3f}x.")

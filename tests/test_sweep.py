@@ -2,6 +2,7 @@
 seeding from neighbouring shapes, one process per GPU, the summary paragraph, and row merging for Ray."""
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import os
@@ -164,6 +165,43 @@ def test_sweep_runs_every_shape_and_summarizes(tmp_path):
 
     shipped = load(Path(cfg.paths.out) / "Fake_GPU" / "measurements.csv.gz")
     assert {s.shape for s in shipped} == set(SHAPES) and f"({len(shipped)} rows" in text
+
+
+class TieFake(ShapeFake):
+    """Every kernel 1 % faster than the fastest library: inside the 2 % noise floor, so no shape is evo's."""
+
+    @staticmethod
+    def _kernel_us(p, ks) -> float:
+        f = {"cublas": 1.12, "cublaslt_heuristic": 1.18, "cublaslt_autotune": 1.04}
+        return min(shape_time(p, v * (0.95 + 0.1 * _jitter(p.key, k))) for k, v in f.items()) / 1.01
+
+
+def test_a_shape_inside_the_noise_band_is_a_tie_as_the_table_says(tmp_path):
+    outcome, text, cfg = sweep(tmp_path, shapes=SHAPES[:2], worker=TieFake)
+    rows = sweep_rows(cfg)
+    with open(Path(cfg.paths.out) / "Fake_GPU" / "table.csv") as f:
+        table = {r["shape"]: r for r in csv.DictReader(f)}
+    for s in SHAPES[:2]:
+        assert table[s]["verdict"] == "tie" and table[s]["winner"] != "evo"
+        assert rows[s].winner == table[s]["winner"] and rows[s].verdict == "tie" and rows[s].noise_band == 0.02
+    lines = [l for l in text.splitlines() if l.startswith("[")]
+    assert all("tie: evo 1.01x" in l and "inside the noise band of 2.0 %" in l and "evo wins" not in l for l in lines)
+    assert "evo wins 0 of 2 shapes" in outcome.summary
+
+
+def test_progress_line_names_win_tie_and_loss():
+    from evo.sweep import ShapeResult, progress_line
+
+    def line(**kw):
+        r = ShapeResult("256x256x256", "TN", "Fake_GPU", "done", worker="gpu0", seconds=60, **kw)
+        return progress_line(1, 2, r, 60, 60)
+
+    assert "evo wins 1.10x best library (noise band 2.0 %)" in line(winner="evo", verdict="win", noise_band=0.02,
+                                                                      best_us=10.0, best_lib_us=11.0)
+    assert "tie: evo 1.01x cublas, inside the noise band of 3.0 % (cublas kept)" in line(
+        winner="cublas", verdict="tie", noise_band=0.03, best_us=10.0, best_lib_us=10.1)
+    assert "cublas wins (evo 0.90x)" in line(winner="cublas", verdict="loss", noise_band=0.02, best_us=10.0, best_lib_us=9.0)
+    assert "cublas wins (no correct evo kernel)" in line(winner="cublas")
 
 
 def test_rerun_is_idempotent(tmp_path):
