@@ -22,6 +22,7 @@ import os
 import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from . import noise
 from .datasheet import datasheet
@@ -100,18 +101,29 @@ def noise_floor() -> float:
     return load_config().dispatch.noise_floor
 
 
-def _window(store: Store, problem: Problem, gpu: str):
-    """The shape's published side-by-side window: its vetted champion (or None), that champion's time and spread in
-    its re-timing, and every library's time and spread (the re-timing's library times where there is one)."""
+class Window(NamedTuple):
+    """A shape's published side-by-side window: its vetted champion (None: no evo kernel), that champion's time and
+    spread in its re-timing, every library's time and spread (the re-timing's library times where there is one),
+    and the stored baselines they came from."""
+
+    best: Any
+    time_us: float
+    spread: float
+    libs: dict
+    lib_spreads: dict
+    stored: list
+
+
+def _window(store: Store, problem: Problem, gpu: str) -> Window:
     conf = store.confirm(problem.key, problem.layout, gpu)
     best = store.champion(problem.key, problem.layout, gpu)
     stored = store.baselines(problem.key, problem.layout, gpu)
     base = {b.library: b.time_us for b in stored}
     spreads = {b.library: b.spread for b in stored}
     if best is None:
-        return None, 0.0, 0.0, base, spreads, stored
+        return Window(None, 0.0, 0.0, base, spreads, stored)
     base.update({k: v for k, v in json.loads(conf["baselines"]).items() if k in LIBRARIES})
-    return best, conf["time_us"], float(conf["spread"] or 0.0), base, spreads, stored
+    return Window(best, conf["time_us"], float(conf["spread"] or 0.0), base, spreads, stored)
 
 
 def standing(store: Store, problem: Problem, gpu: str, floor: float | None = None) -> dict | None:
