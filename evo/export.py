@@ -22,7 +22,6 @@ import os
 import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
-from typing import Any, NamedTuple
 
 from . import noise
 from .datasheet import datasheet
@@ -101,51 +100,25 @@ def noise_floor() -> float:
     return load_config().dispatch.noise_floor
 
 
-class Window(NamedTuple):
-    """A shape's published side-by-side window: its vetted champion (None: no evo kernel), that champion's time and
-    spread in its re-timing, every library's time and spread (the re-timing's library times where there is one),
-    and the stored baselines they came from."""
-
-    best: Any
-    time_us: float
-    spread: float
-    libs: dict
-    lib_spreads: dict
-    stored: list
-
-
-def _window(store: Store, problem: Problem, gpu: str) -> Window:
+def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: tuple[float, float] | None,
+            write: bool = True, floor: float | None = None) -> TableRow | None:
+    # Only a vetted champion is published: one that passed the strong re-check (and the sanitizer where
+    # enabled) and was then re-timed side by side with every baseline (the confirms table).
     conf = store.confirm(problem.key, problem.layout, gpu)
     best = store.champion(problem.key, problem.layout, gpu)
     stored = store.baselines(problem.key, problem.layout, gpu)
     base = {b.library: b.time_us for b in stored}
     spreads = {b.library: b.spread for b in stored}
-    if best is None:
-        return Window(None, 0.0, 0.0, base, spreads, stored)
-    base.update({k: v for k, v in json.loads(conf["baselines"]).items() if k in LIBRARIES})
-    return Window(best, conf["time_us"], float(conf["spread"] or 0.0), base, spreads, stored)
-
-
-def standing(store: Store, problem: Problem, gpu: str, floor: float | None = None) -> dict | None:
-    """The shape's verdict as its table row will give it (timed_fields of the published window: the winner is evo
-    only beyond the noise band); None when nothing was timed."""
-    best, time_us, evo_spread, base, spreads, _ = _window(store, problem, gpu)
-    if best is None and not base:
-        return None
-    return timed_fields(problem, time_us, evo_spread, base, spreads, noise_floor() if floor is None else floor)
-
-
-def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: tuple[float, float] | None,
-            write: bool = True, floor: float | None = None) -> TableRow | None:
-    # Only a vetted champion is published: one that passed the strong re-check (and the sanitizer where
-    # enabled) and was then re-timed side by side with every baseline (the confirms table).
-    best, time_us, evo_spread, base, spreads, stored = _window(store, problem, gpu)
     algos = {b.library: algorithm_from_detail(b.detail) for b in stored if b.library.startswith("cublaslt")}
     algos = {k: v for k, v in algos.items() if v}
     if best is None and not base:
         return None
     source = "confirm" if best is not None else ""
+    time_us = conf["time_us"] if best is not None else 0.0
     h = best["hash"] if best is not None else ""
+    if best is not None:
+        base.update({k: v for k, v in json.loads(conf["baselines"]).items() if k in LIBRARIES})
+    evo_spread = float(conf["spread"] or 0.0) if best is not None else 0.0
     kernel_path = str(Path(gpu) / problem.layout / f"{problem.key}.cu") if best is not None else ""
     roof = problem.roofline_us(*ceilings) if ceilings else 0.0
     ds = datasheet(gpu)

@@ -40,6 +40,8 @@ class SearchSummary:
     best_hash: str = ""
     best_us: float = 0.0
     baselines: dict[str, float] = field(default_factory=dict)
+    verdict: str = ""  # evo against the fastest library as the table row publishes it: "win" (beyond the noise band), "tie", "loss"
+    noise_band: float = 0.0  # the relative band that speedup had to clear (evo.noise.band)
     compiled: int = 0
     compile_failed: int = 0
     correct: int = 0
@@ -615,6 +617,7 @@ class Search:
             summary.best_hash, summary.best_us = row.hash, row.time_us
             summary.baselines = {"cublas": row.cublas_us, "cublaslt_heuristic": row.cublaslt_heuristic_us,
                                  "cublaslt_autotune": row.cublaslt_autotune_us}
+            summary.verdict, summary.noise_band = row.verdict, row.noise_band
             summary.kernel_path = str(Path(self.cfg.paths.out) / row.kernel_path) if row.kernel_path and kept is None else ""
         store.finish_run(run_id, "done", {"best": summary.best_hash, "best_us": summary.best_us, "stop": stop,
                                           "seconds": summary.seconds})

@@ -30,7 +30,7 @@ from .cli import config_from_args, parser, require_positive
 from .config import Config
 from .errors import EvoError, NoGpuError, cli_entry
 from .cost_model import history
-from .export import LIBRARIES, export_table, standing
+from .export import LIBRARIES, export_table
 from .kernel import KernelSource
 from .measurements import save as save_measurements, shipped_path
 from .prior import GpuSpec
@@ -221,16 +221,12 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
         res.status = "done"
         res.stop = summary.stop_reason
         res.best_hash, res.best_us = summary.best_hash, summary.best_us
+        res.verdict, res.noise_band = summary.verdict, summary.noise_band
         libs = {k: v for k, v in summary.baselines.items() if v and v > 0}
-        st = standing(store, problem, info.key)
-        if st and st["best_library"]:  # as the table will publish it: evo wins only beyond the noise band
-            res.winner, res.noise_band, res.verdict = st["winner"], st["noise_band"], st["verdict"]
-            res.best_us = st["time_us"] or res.best_us
-            res.best_lib_us = st[f"{st['best_library']}_us"]
-        elif libs:
+        if libs:  # as the table row publishes it: evo wins only beyond the noise band
             lib = min(libs, key=libs.get)
             res.best_lib_us = libs[lib]
-            res.winner = "evo" if res.best_us and res.best_us < libs[lib] else lib
+            res.winner = "evo" if res.best_us and summary.verdict == "win" else lib
         elif res.best_us:
             res.winner = "evo"
         res.seeds_offered = len(seed_hashes)
