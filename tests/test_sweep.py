@@ -41,6 +41,14 @@ def shape_time(p, factor: float) -> float:
     return (p.flops / 400e12 + p.min_bytes / 3000e9) * 1e6 * factor + 3.0
 
 
+LIB_FACTORS = {"cublas": 1.12, "cublaslt_heuristic": 1.18, "cublaslt_autotune": 1.04}
+
+
+def lib_us(p, name: str) -> float:
+    """The fake library's time on a shape: its factor over shape_time, jittered per shape and library."""
+    return shape_time(p, LIB_FACTORS[name] * (0.95 + 0.1 * _jitter(p.key, name)))
+
+
 class ShapeFake(FakeWorker):
     """FakeWorker whose times depend on the shape, so speedups vary from shape to shape (for sweeps and reports)."""
 
@@ -58,11 +66,10 @@ class ShapeFake(FakeWorker):
         if p is None:
             return res
         if op == "baselines":
-            f = {"cublas": 1.12, "cublaslt_heuristic": 1.18, "cublaslt_autotune": 1.04}
             out = {}
             for name, b in res["results"].items():
-                if name in f:
-                    out[name] = BaselineResult(name, shape_time(p, f[name] * (0.95 + 0.1 * _jitter(p.key, name))))
+                if name in LIB_FACTORS:
+                    out[name] = BaselineResult(name, lib_us(p, name))
                 else:  # a kernel re-timed side by side
                     src = kw["extra"][name][0]
                     out[name] = BaselineResult(name, self._kernel_us(p, KernelSource.parse(src)))
@@ -172,8 +179,7 @@ class TieFake(ShapeFake):
 
     @staticmethod
     def _kernel_us(p, ks) -> float:
-        f = {"cublas": 1.12, "cublaslt_heuristic": 1.18, "cublaslt_autotune": 1.04}
-        return min(shape_time(p, v * (0.95 + 0.1 * _jitter(p.key, k))) for k, v in f.items()) / 1.01
+        return min(lib_us(p, name) for name in LIB_FACTORS) / 1.01
 
 
 def test_a_shape_inside_the_noise_band_is_a_tie_as_the_table_says(tmp_path):
