@@ -55,6 +55,44 @@ def test_wgmma_maps_the_tile_as_is_and_on_c_transposed(wgmma):
         assert wgmma.valid(p)
 
 
+
+def test_wgmma_pairs_take_the_deepest_ring_that_fits(wgmma):
+    """A pair's stage is full when both halves have landed and free when both consumers are done with it, so pairs
+    get the deepest ring (13 stages of 64 x 64); single CTAs keep 8 (docs/perf-hopper.md Run 29)."""
+    got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 64, "TN": 64, "CM": 1, "CN": 2, "SPLIT": 1})]
+    assert got == [{"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8},
+                   {"BM": 64, "BN": 64, "CONSUMERS": 1, "SWAP_AB": 1, "CLUSTER": 2, "STAGES": 13}]
+    # 128 x 128 pairs: 6 stages are all that fit beside the epilogue
+    got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 128, "TN": 128, "CM": 2, "CN": 1, "SPLIT": 1})]
+    assert {"BN": 128, "CLUSTER": 2, "STAGES": 6} in got and all(wgmma.valid(wgmma.complete(g)) for g in got)
+
+
+@pytest.fixture(scope="module")
+def cutlass():
+    (fam,) = load_families(names=["cutlass_sm90"])
+    return fam
+
+
+def test_cutlass_maps_the_librarys_tile_and_cluster_both_ways(cutlass):
+    # 128x4096x8192's algorithm: 64 x 64, pairs along M; on C^T (the library's orientation) and over C as is, then
+    # the same with the pairs along N (cuBLASLt records this 1x2 for 4096x128x8192 too, where it shares the small
+    # operand; there the pairs along N over C won)
+    got = [changed(cutlass, p) for p in cutlass.library_instances({"TM": 64, "TN": 64, "CM": 1, "CN": 2, "SPLIT": 1})]
+    assert got == [{"TILE_M": 64, "TILE_N": 64, "SWAP_AB": 1, "CLUSTER_M": 1, "CLUSTER_N": 2, "SCHEDULE": 0},
+                   {"TILE_M": 64, "TILE_N": 64, "SCHEDULE": 0},  # CLUSTER_M 2 is the family's default
+                   {"TILE_M": 64, "TILE_N": 64, "SWAP_AB": 1, "SCHEDULE": 0},
+                   {"TILE_M": 64, "TILE_N": 64, "CLUSTER_M": 1, "CLUSTER_N": 2, "SCHEDULE": 0}]
+    # without a cluster both pairings are the same instance: one per orientation
+    assert len(cutlass.library_instances({"TM": 64, "TN": 64, "CM": 1, "CN": 1, "SPLIT": 1})) == 2
+    assert all(p["STAGES"] == 0 for p in cutlass.library_instances({"TM": 64, "TN": 64, "CM": 1, "CN": 2, "SPLIT": 1}))
+    # a split-K algorithm: CUTLASS's stream-K scheduler splitting K, which needs the cooperative kernel
+    for p in cutlass.library_instances({"TM": 128, "TN": 128, "CM": 1, "CN": 2, "SPLIT": 4}):
+        assert (p["SCHEDULE"], p["SCHEDULER"], p["SPLITS"]) == (1, 1, 4) and cutlass.valid(p)
+    # outside the family's space: 144-wide tiles, clusters of 4, 5 splits
+    assert cutlass.library_instances({"TM": 144, "TN": 64, "CM": 1, "CN": 2, "SPLIT": 1}) == []
+    assert cutlass.library_instances({"TM": 64, "TN": 64, "CM": 1, "CN": 4, "SPLIT": 1}) == []
+    assert cutlass.library_instances({"TM": 128, "TN": 128, "CM": 1, "CN": 1, "SPLIT": 5}) == []
+
 def test_proposals_one_per_distinct_instance(wgmma):
     algo = {"tile": [128, 192], "cluster_shape": [2, 1, 1], "split_k": 1}
     base = [BaselineResult("cublas", 16.3), BaselineResult("cublaslt_heuristic", 16.4, detail=detail(algo)),
