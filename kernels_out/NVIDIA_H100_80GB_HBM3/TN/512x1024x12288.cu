@@ -1,9 +1,9 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 8, PANEL: 0,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 2, SPLIT_OWNER: 1, SPLIT_RS: 0,
-  STAGES: 7, SWAP_AB: 0}
+params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 8, PANEL: 0,
+  PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_MAJOR: 1, SPLIT_OWNER: 0,
+  SPLIT_RS: 1, STAGES: 5, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
@@ -34,7 +34,8 @@ tensor_maps:
 //   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
 //                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
-// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
+// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
+//   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
@@ -43,7 +44,12 @@ tensor_maps:
 //   onto its own (deterministic) and writes C: no partial of its own written and read back, and its wait overlaps the
 //   others' writes. Deadlock-free because a split waits only for units numbered below its own: in a persistent grid
 //   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
-//   blockIdx order, as CUTLASS's serial split-K does.
+//   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
+//   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
+//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU. With SPLIT_MAJOR the reducers
+//   are the last 1/SPLIT_K of the units: one unit per CTA, they are dispatched last; pairs launch whole stripes of them
+//   beside the stripes that hold their other splits at the same positions (at most one round of 8 pairs later where
+//   stripe widths differ by one); non-reducers never wait, so a waiting reducer holds its SM only until they come.)
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
 //   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
@@ -89,13 +95,13 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 namespace evo_sm90 {
 
 constexpr int BM = 128;                 // tile rows (kernel view)
-constexpr int BN = 64;                 // tile cols = wgmma N
+constexpr int BN = 128;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 7;
+constexpr int STAGES = 5;
 constexpr int CONSUMERS = 2;
-constexpr int PERSISTENT = 1;
+constexpr int PERSISTENT = 0;
 constexpr int GROUP = 8;
-constexpr int SPLIT_K = 2;
+constexpr int SPLIT_K = 4;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
 constexpr int EPI = 0;                 // TMA-store staging buffers per consumer (0: ordinary stores)
@@ -103,8 +109,9 @@ constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile throug
 constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_OWNER = 1;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
+constexpr int SPLIT_RS = 1;      // 1: a tile's K splits wait for each other and each sums its column slice
+constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
+constexpr int SPLIT_MAJOR = 1;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -132,7 +139,9 @@ constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
-static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
+static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI ? 384 : 352) : 256),
+              "at most 128 fp32 accumulators per thread (two consumers on whole tiles: 176 of 232 registers, 192 with "
+              "the TMA-store epilogue)");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
@@ -163,6 +172,8 @@ static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
 static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
 static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
+static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
+              "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
 // split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
 constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
@@ -419,9 +430,14 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
   // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
+  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so the CTAs launched side by side (the two SMs of a
+  // TPC, the SMs of a GPC) stream the same k blocks of neighbouring raster tiles, which share A or B rows, instead of
+  // disjoint k ranges of one tile (as cuBLASLt's split-K kernels, whose split is gridDim.z). A split still waits only
+  // for lower-numbered units (SPLIT_OWNER's reducer, split SPLIT_K-1, comes last).
   const int r = u % CLUSTER, q = u / CLUSTER;
-  w.split = q % SPLIT_K;
-  const int pair = q / SPLIT_K;
+  const int pairs = SPLIT_MAJOR ? cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) : 1;
+  w.split = SPLIT_MAJOR ? q / pairs : q % SPLIT_K;
+  const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
   w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
@@ -680,7 +696,7 @@ using namespace evo_sm90;
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
-#define EVO_CLUSTER_DIMS __cluster_dims__(2, 1, 1)
+#define EVO_CLUSTER_DIMS __cluster_dims__(4, 1, 1)
 #else
 #define EVO_CLUSTER_DIMS
 #endif
@@ -752,8 +768,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
     const uint32_t a_dst = tiles + ps * STAGE_BYTES;
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
-      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK,
-                     pw.m0 + prank * (BM / CLUSTER), (1 << CLUSTER) - 1);
+      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
+                     (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
@@ -930,23 +946,22 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
+        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
-        if (!owner) {
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              if (!SPLIT_RS || j / RED_J != w.split)
-                __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                       make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        }
+          for (int j = 0; j < BN / 8; ++j)
+            if (!owner && (!SPLIT_RS || j / RED_J != w.split))
+              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
           int* arrivals = counters + COUNTER_INTS * w.tile;
           // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
           // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
           const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {  // the others arrive (release); the reducer waits for all of them (acquire)
+          if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
@@ -973,50 +988,32 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           continue;
         }
         if (!s_last) continue;
-        if constexpr (SPLIT_OWNER != 0) {  // the reducer: its own partial (registers) + splits 0..SPLIT_K-2 in order
+        // Sum the partials in fixed split order (deterministic): the last to arrive reads splits 0..SPLIT_K-1 into its
+        // accumulators; SPLIT_OWNER's reducer adds splits 0..SPLIT_K-2 onto its own partial, which it kept.
+        constexpr int READ = SPLIT_OWNER ? SPLIT_K - 1 : SPLIT_K;
 #pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K - 1; sp0 += RU) {
-            float4 v[RU][CHUNKS];
+        for (int sp0 = 0; sp0 < READ; sp0 += RU) {  // RU splits' loads in flight at once
+          float4 v[RU][CHUNKS];
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
-#pragma unroll
-                for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                  for (int j = 0; j < BN / 8; ++j) {
-                    const float4 x = v[r][mt * (BN / 8) + j];
-                    float* a = &acc[mt][4 * j];
-                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
-                  }
-          }
-        } else {  // last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic)
-#pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
-            float4 v[RU][CHUNKS];
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
+          for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)  // (RU divides SPLIT_K: no guard, none of its registers)
 #pragma unroll
               for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
+          for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                   const float4 x = v[r][mt * (BN / 8) + j];
                   float* a = &acc[mt][4 * j];
-                  if (sp0 + r == 0) {
+                  if (!SPLIT_OWNER && sp0 + r == 0) {
                     a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
                   } else {
                     a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
                   }
                 }
-          }
         }
       }
 
