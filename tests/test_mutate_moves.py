@@ -8,7 +8,7 @@ from evo.kernel import KernelSource
 from evo.prior import GpuSpec, Prior
 from evo.problem import Problem
 from evo.proposers.base import ProposalContext
-from evo.proposers.mutate import MutateProposer, coordinated, nearest_instance, repair
+from evo.proposers.mutate import MutateProposer, coordinated, deepest_ring, nearest_instance, repair
 from evo.records import Individual
 from evo.select import Selector
 
@@ -43,6 +43,38 @@ def test_coordinated_moves_change_several_parameters(fams):
     assert {"tile", "STAGES", "SPLIT_K"} & kinds and len(kinds) >= 3
     assert coordinated(fams["gemv_sm80"], fams["gemv_sm80"].default_params(), rng) is None
 
+
+
+def pair_moves(fam, base, tries=200):
+    rng = random.Random(3)
+    out = []
+    for _ in range(tries):
+        r = coordinated(fam, base, rng)
+        if r is not None and r[2].startswith("pair"):
+            out.append(r)
+    return out
+
+
+def test_a_new_pair_takes_the_deepest_ring_that_fits(fams):
+    """CTA pairs pay only with a deep ring (docs/perf-hopper.md Run 29): pairing moves the ring to the deepest valid
+    depth, unpairing keeps it."""
+    fam = fams["wgmma_sm90"]
+    single = fam.complete({"BM": 64, "BN": 64, "CONSUMERS": 1, "SWAP_AB": 1, "STAGES": 8})
+    (child, names, desc), *_ = pair_moves(fam, single)
+    assert (child["CLUSTER"], child["STAGES"]) == (2, 13) and names == ["CLUSTER", "STAGES"] and fam.valid(child)
+    assert not fam.valid({**child, "STAGES": 14}) and desc == "pair CLUSTER 1->2 with STAGES 8->13"
+    # a 128 x 128 tile's ring holds fewer stages
+    wide = fam.complete({"BM": 128, "BN": 128, "STAGES": 4})
+    assert deepest_ring(fam, {**wide, "CLUSTER": 2}) == 6
+    (back, _, desc), *_ = pair_moves(fam, child)
+    assert (back["CLUSTER"], back["STAGES"]) == (1, 13) and desc == "pair CLUSTER 2->1"
+    # CUTLASS: STAGES 0 fills shared memory
+    cut = fams["cutlass_sm90"]
+    base = cut.complete({"TILE_M": 64, "TILE_N": 64, "SCHEDULE": 0, "CLUSTER_M": 1, "CLUSTER_N": 1, "STAGES": 6})
+    moved = {names[0]: child for child, names, _ in pair_moves(cut, base)}
+    assert set(moved) == {"CLUSTER_M", "CLUSTER_N"} and all(c["STAGES"] == 0 and c[k] == 2 for k, c in moved.items())
+    # a family without a pair switch has no such move
+    assert not pair_moves(fams["mma_sm80"], fams["mma_sm80"].default_params(), tries=50)
 
 def test_cross_family_maps_to_the_nearest_tile(fams):
     p = Problem(4096, 4096, 1024)

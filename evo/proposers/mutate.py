@@ -8,7 +8,8 @@ Later generations take tournament-selected parents and make one of:
 
 * a mutation: one or two parameters moved to a neighbouring (sometimes any) allowed value;
 * a coordinated move: several parameters at once (tile M and N together or transposed, the ring depth against
-  the tile size, the K split against the tile size);
+  the tile size, the K split against the tile size, CTA pairs on or off: a new pair takes the deepest ring that fits,
+  since a pair's stage lands and frees only when both CTAs are done with it, docs/perf-hopper.md Run 29);
 * a crossover of two parents of one family;
 * a cross-family proposal: the parent's tile and K split mapped to the nearest instance of another family.
 
@@ -27,6 +28,7 @@ from .base import Proposal, ProposalContext, known_hashes
 
 TILE_PAIRS = (("BM", "BN"), ("TILE_M", "TILE_N"))
 SPLITS = ("SPLIT_K", "G", "KS", "CLK", "SPLITS")
+CLUSTERS = ("CLUSTER", "CLUSTER_M", "CLUSTER_N")  # CTA-pair switches (1: single CTAs, 2: pairs sharing a tile)
 
 
 class MutateProposer:
@@ -214,6 +216,9 @@ def coordinated(fam: Family, params: dict[str, Any], rng: random.Random) -> tupl
     moves = []
     tiles = [pair for pair in TILE_PAIRS if all(k in fam.space for k in pair)]
     splits = [k for k in SPLITS if k in fam.space and len(fam.space[k]) > 1]
+    clusters = [k for k in CLUSTERS if k in fam.space and {1, 2} <= set(fam.space[k])]
+    if clusters and "STAGES" in fam.space:
+        moves.append("pair")
     if tiles:
         moves += ["tile", "transpose"]
         if "STAGES" in fam.space:
@@ -244,6 +249,14 @@ def coordinated(fam: Family, params: dict[str, Any], rng: random.Random) -> tupl
         child["STAGES"] = _step(fam, "STAGES", child["STAGES"], -d)
         names = [k, "STAGES"]
         desc = f"{k} {params[k]}->{child[k]} with STAGES {params['STAGES']}->{child['STAGES']}"
+    elif what == "pair":  # CTA pairs on, with the deepest ring that fits; or back to single CTAs, ring kept
+        k = rng.choice(clusters)
+        child[k] = 2 if params[k] == 1 else 1
+        if child[k] == 2:
+            child["STAGES"] = deepest_ring(fam, child)
+        names = [k, "STAGES"]
+        desc = f"pair {k} {params[k]}->{child[k]}" + (f" with STAGES {params['STAGES']}->{child['STAGES']}"
+                                                      if child["STAGES"] != params["STAGES"] else "")
     else:  # more K splits with a smaller tile (more CTAs, each shorter), or the reverse
         d = rng.choice((-1, 1))
         s = rng.choice(splits)
@@ -255,6 +268,18 @@ def coordinated(fam: Family, params: dict[str, Any], rng: random.Random) -> tupl
     if child == params:
         return None
     return child, names, desc
+
+
+def deepest_ring(fam: Family, params: dict[str, Any]) -> Any:
+    """The deepest STAGES value with which `params` is a valid instance (0, where the family has it, means as many
+    stages as fit); the current value where none is."""
+    values = fam.space["STAGES"]
+    if 0 in values:
+        return 0
+    for v in sorted((v for v in values if isinstance(v, int)), reverse=True):
+        if fam.valid(_complete(fam, {**params, "STAGES": v})):
+            return v
+    return params["STAGES"]
 
 
 def repair(fam: Family, params: dict[str, Any], rng: random.Random, fixed: tuple = ()) -> tuple[dict[str, Any] | None, list[str]]:
