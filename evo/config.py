@@ -35,6 +35,7 @@ class SearchConfig:
     runoff: int
     seed_winners: int
     library_seeds: bool
+    transposed_seeds: bool
     islands: int
     migrate_every: int
     prior_top: int

@@ -25,6 +25,7 @@ from .problem import GpuInfo, Problem, log_distance, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.library_tiles import library_tile_proposals
+from .proposers.transposed import transposed_proposals
 from .proposers.mutate import MutateProposer
 from .records import LIBRARIES, CompileResult, EvalResult, Individual
 from .select import Diversity, Selector
@@ -264,6 +265,8 @@ class Search:
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if cfg.search.library_seeds:  # the tile, cluster and split cuBLASLt runs here
             seeds += library_tile_proposals(p, baselines, fams)
+        if cfg.search.transposed_seeds:  # what won N x M x K, transposed
+            seeds += transposed_proposals(p, store, gpu, fams)
         # the table's kernels of the nearest shapes are compiled with generation 0 (beside the prior's picks, in
         # predicted order), not ahead of it: they need compiling for this shape, and a neighbour's winner can be slow here
         near = self._table_neighbours(info, fams, cfg.search.seed_winners - len(self.seed_sources)) if not table_hash else []
@@ -272,8 +275,8 @@ class Search:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
                 prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape and its rendering from today's "
-                          "template, or other GPUs' tables' kernels for it; winners of other shapes; cuBLASLt's tile for it) "
-                          "before proposing anything new")
+                          "template, or other GPUs' tables' kernels for it; winners of other shapes; cuBLASLt's tile for it; "
+                          "the transposed shape's fastest, transposed) before proposing anything new")
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
                 guide.observe(seeded, time.monotonic() - t_gen, best_before, time.monotonic() - t_search)
