@@ -5,7 +5,7 @@
 Each instance (a family's JSON parameters, or a kernel file with --table) is loaded twice, into two modules: once as
 evo launches it (the driver picks the carveout for its shared memory) and once with
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT at each --carveout percentage. Both are timed interleaved with
-cuBLAS (evo.timing.Timer: L2 flushed, medians), after a check against an fp32 reference.
+cuBLAS (evo.timing.Timer: L2 flushed, medians), after evo.check's comparison with an fp32 reference.
 """
 from __future__ import annotations
 
@@ -18,23 +18,22 @@ ROOT = Path(__file__).resolve().parent.parent
 CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT = 9
 
 
-def kernels(family: str, instances: list[str], tables: list[str]) -> list[tuple[str, "KernelSource"]]:
-    """(label, source) of each instance to probe: the family's JSON parameters rendered, then the kernel files."""
+def kernels(family: str, instances: list[str], tables: list[str], shapes: list[str] = ()) -> list[tuple[str, "KernelSource"]]:
+    """(label, source) of each instance to probe: the family's JSON parameters rendered as bench.template_ab renders
+    them (each must be a valid instance), then the kernel files."""
+    from bench.template_ab import plan
     from evo.errors import EvoError
     from evo.families import load_families
     from evo.kernel import KernelSource
 
-    items = []
-    if instances:
+    params = [json.loads(js) for js in instances]
+    if params:
         fam = load_families(ROOT / "templates", names=[family])[0]
-        for js in instances:
-            p = fam.complete(json.loads(js))
-            if not fam.valid(p):
+        for js, q in zip(instances, params):
+            if not fam.valid(fam.complete(q)):
                 raise EvoError(f"{js} is not a valid {family} instance")
-            items.append((js, fam.render(p)))
-    for f in tables:
-        items.append((Path(f).name, KernelSource.parse(Path(f).read_text())))
-    return items
+    items = plan(family, None, params, list(shapes)) if params else []
+    return items + [(Path(f).name, KernelSource.parse(Path(f).read_text())) for f in tables]
 
 
 def _main(argv: list[str] | None = None) -> int:
@@ -46,11 +45,11 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("instances", nargs="*")
     a = ap.parse_args(argv)
-    items = kernels(a.family, a.instances, a.table)
+    items = kernels(a.family, a.instances, a.table, a.shape)
     import cupy
-    import numpy as np
 
     from evo.baselines import cublas_gemm
+    from evo.check import compare, poisoned_output, random_inputs, reference
     from evo.compile import Compiler
     from evo.config import load_config
     from evo.gpu.launch import LoadedKernel
@@ -75,10 +74,8 @@ def _main(argv: list[str] | None = None) -> int:
     pcts = a.carveout or [100]
     for shape in a.shape:
         prob = parse_shape(shape)
-        rng = cupy.random.default_rng(1)
-        A = (rng.standard_normal((prob.m, prob.k), dtype=cupy.float32) * 0.5).astype(cupy.float16)
-        B = (rng.standard_normal((prob.n, prob.k), dtype=cupy.float32) * 0.5).astype(cupy.float16)
-        ref = A.astype(cupy.float32) @ B.astype(cupy.float32).T
+        A, B = random_inputs(prob, cupy.random.RandomState(1))
+        ref = reference(A, B)
         lib = cublas_gemm()
         Cl = cupy.empty((prob.m, prob.n), cupy.float16)
         calls = {"cublas": (lambda: lib(A, B, Cl))}
@@ -90,12 +87,12 @@ def _main(argv: list[str] | None = None) -> int:
                 k = LoadedKernel(ks, cubins[label], prob, sms, smem_limit, fresh=True)
                 if pct is not None:
                     cupy.cuda.driver.funcSetAttribute(k.fn.fn.ptr, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, pct)
-                C = cupy.full((prob.m, prob.n), cupy.nan, cupy.float16)
+                C = poisoned_output(prob)
                 k(A, B, C)
-                err = float(cupy.max(cupy.abs(C.astype(cupy.float32) - ref)))
                 name = f"{label[:60]} carveout {pct if pct is not None else 'driver'}"
-                print(f"{shape} {name}: max err {err:.3g}")
-                if not err < 0.05 * float(np.sqrt(prob.k)):
+                res = compare(C, ref, cfg.check, name)
+                print(f"{shape} {name}: {'checked' if res.correct else res.error}")
+                if not res.correct:
                     continue
                 loaded.append(k)
                 calls[name] = (lambda k=k, C=C: k(A, B, C))
