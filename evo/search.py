@@ -25,7 +25,7 @@ from .problem import GpuInfo, Problem, log_distance, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.library_tiles import library_tile_proposals
-from .proposers.transposed import transposed_proposals
+from .proposers.transposed import Published, transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
 from .records import LIBRARIES, CompileResult, EvalResult, Individual
 from .select import Diversity, Selector
@@ -265,8 +265,8 @@ class Search:
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if cfg.search.library_seeds:  # the tile, cluster and split cuBLASLt runs here
             seeds += library_tile_proposals(p, baselines, fams)
-        if cfg.search.transposed_seeds:  # what won N x M x K, transposed
-            seeds += transposed_proposals(p, store, gpu, fams)
+        if cfg.search.transposed_seeds:  # what won N x M x K (in the archive or the table), transposed
+            seeds += transposed_proposals(p, store, gpu, fams, published=self._published_transposed(info))
         # the table's kernels of the nearest shapes are compiled with generation 0 (beside the prior's picks, in
         # predicted order), not ahead of it: they need compiling for this shape, and a neighbour's winner can be slow here
         near = self._table_neighbours(info, fams, cfg.search.seed_winners - len(self.seed_sources)) if not table_hash else []
@@ -505,21 +505,36 @@ class Search:
         text is '' where its file is missing or is not that kernel."""
         return self._published_in(Path(self.cfg.paths.out) / info.key)
 
+    def _published_transposed(self, info: GpuInfo) -> list[Published]:
+        """The table's kernel for the transposed shape N x M x K (none where the table lacks it or its file)."""
+        shape = transposed_shape(self.problem)
+        row, text = self._published_row(Path(self.cfg.paths.out) / info.key, shape) if shape else (None, "")
+        if row is None or not text:
+            return []
+        meta = KernelSource.parse(text).meta
+        return [Published(shape, row.hash, meta.family, dict(meta.params), row.time_us)]
+
     def _published_in(self, table_dir: Path) -> tuple[str, str]:
+        row, text = self._published_row(table_dir, self.problem.key)
+        return (row.hash, text) if row is not None else ("", "")
+
+    def _published_row(self, table_dir: Path, shape: str):
+        """The table row for `shape` (this layout) and its kernel's text: (None, '') if none; the text is '' where
+        its file is missing or is not that kernel."""
         from .export import published_kernel, read_table
 
         try:
             _, rows = read_table(table_dir)
         except EvoError:
-            return "", ""
-        row = next((r for r in rows if r.shape == self.problem.key and r.layout == self.problem.layout and r.hash), None)
+            return None, ""
+        row = next((r for r in rows if r.shape == shape and r.layout == self.problem.layout and r.hash), None)
         if row is None:
-            return "", ""
+            return None, ""
         try:
             text = published_kernel(table_dir.parent, row).text
         except EvoError:
             text = ""
-        return row.hash, text
+        return row, text
 
     def _runoff(self, worker, info: GpuInfo, run_id: int, table_hash: str, quiet_cublas_us: float = 0.0) -> tuple[dict, list[str]]:
         """The archive's search.runoff fastest kernels of the shape, the fastest of this run and the kernel the table

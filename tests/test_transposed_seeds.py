@@ -6,7 +6,7 @@ import pytest
 from evo.families import load_families
 from evo.kernel import KernelSource
 from evo.problem import Problem, parse_shape
-from evo.proposers.transposed import transposed_proposals, transposed_shape
+from evo.proposers.transposed import Published, transposed_proposals, transposed_shape
 from evo.records import CheckResult, EvalResult
 from evo.store import Store
 
@@ -61,7 +61,7 @@ def test_the_search_times_them_as_seeds(tmp_path, monkeypatch, on):
 
     asked = []
 
-    def spy(problem, store, gpu, families, per_family=1):
+    def spy(problem, store, gpu, families, per_family=1, published=()):
         asked.append((problem.key, gpu))
         return []
 
@@ -73,3 +73,51 @@ def test_the_search_times_them_as_seeds(tmp_path, monkeypatch, on):
     search_mod.Search(parse_shape("256x128x256"), cfg, out=io.StringIO(), worker_factory=FakeWorker,
                       compiler=FakeCompiler()).run()
     assert asked == ([("256x128x256", "Fake_GPU")] if on else [])
+
+
+def test_the_kernel_tables_row_is_a_source_too(tmp_path, fams):
+    """An archive that never held the transposed shape (a fresh machine's) still gets the table's kernel for it;
+    where both have one of a family, the faster is the seed."""
+    store = Store(str(tmp_path / "evo.db"))
+    w = fams["wgmma_sm90"]
+    ks = w.render(w.complete({"BM": 64, "BN": 96, "CONSUMERS": 1, "STAGES": 8, "SWAP_AB": 1}))
+    table = Published("4096x128x8192", ks.hash, "wgmma_sm90", ks.meta.params, 28.0)
+    props = transposed_proposals(Problem(128, 4096, 8192), store, GPU, list(fams.values()), published=[table])
+    assert [p.parents for p in props] == [(ks.hash,)] and "in the kernel table" in props[0].idea
+    got = KernelSource.parse(props[0].source).meta.params
+    assert got["SWAP_AB"] == 0 and (got["BM"], got["BN"], got["STAGES"]) == (64, 96, 8)
+    # a row of another shape is not this one's transpose
+    assert transposed_proposals(Problem(128, 4096, 4096), store, GPU, list(fams.values()), published=[table]) == []
+    # the archive's kernel of the family is faster: it is the seed, the table's is not timed as well
+    fast = stored(store, w, {"BM": 128, "BN": 128}, "4096x128x8192", 25.0)
+    props = transposed_proposals(Problem(128, 4096, 8192), store, GPU, list(fams.values()), published=[table])
+    assert [p.parents for p in props] == [(fast,)]
+
+
+def test_the_search_reads_the_transposed_shapes_row_from_its_table(tmp_path, fams):
+    """Search._published_transposed: the table in paths.out, the row of N x M x K, its kernel's family and params."""
+    import evo.search as search_mod
+    from evo.config import load_config
+    from evo.export import TableRow, write_table
+    from evo.problem import GpuInfo
+
+    w = fams["wgmma_sm90"]
+    ks = w.render(w.complete({"BM": 128, "BN": 64, "SWAP_AB": 1}))
+    gpu = "Fake_GPU"
+    out = tmp_path / "kernels_out"
+    rel = f"{gpu}/TN/4096x128x8192.cu"
+    (out / rel).parent.mkdir(parents=True)
+    (out / rel).write_text(ks.text)
+    row = TableRow(gpu=gpu, shape="4096x128x8192", layout="TN", m=4096, n=128, k=8192, winner="evo",
+                   family="wgmma_sm90", hash=ks.hash, kernel_path=rel, time_us=28.5, tflops=1.0, cublas_us=29.0,
+                   cublaslt_heuristic_us=29.0, cublaslt_autotune_us=29.0, speedup_cublas=1.0,
+                   speedup_cublaslt_heuristic=1.0, speedup_cublaslt_autotune=1.0, speedup_best_library=1.0,
+                   best_library="cublas", roofline_us=1.0, pct_of_roofline=5.0, timing_source="confirm",
+                   lineage="", cuda="13.0", driver="0.0", date="2026-01-01", library_algorithms={})
+    write_table(out / gpu, {"gpu": gpu, "layout": "TN", "noise_floor": 0.02}, [row])
+    cfg = load_config(overrides={"paths": {"db": str(tmp_path / "evo.db"), "out": str(out)}})
+    info = GpuInfo(gpu, "sm_90a", (9, 0), 132, 50 << 20, 232448, "0", "13.0")
+    s = search_mod.Search(parse_shape("128x4096x8192"), cfg, out=io.StringIO())
+    assert s._published_transposed(info) == [Published("4096x128x8192", ks.hash, "wgmma_sm90", ks.meta.params, 28.5)]
+    assert search_mod.Search(parse_shape("128x4096x4096"), cfg, out=io.StringIO())._published_transposed(info) == []
+    assert search_mod.Search(parse_shape("4096x4096x8192"), cfg, out=io.StringIO())._published_transposed(info) == []

@@ -7,17 +7,34 @@ family's SWAP_AB = 1 computes C^T = B A^T), flipped and rendered from today's te
 Why: cuBLASLt records one algorithm for a shape and for its transpose, while the kernel that ties it is the same
 kernel transposed: on an H100 the CUTLASS 64 x 64 pair that took 128x4096x8192 to 28.24 us took 4096x128x8192 to
 28.11 us with SWAP_AB flipped, where the library's own mapping had given 30.91 (docs/perf-hopper.md Run 29).
+
+Besides the archive, the kernel table's row for the transposed shape is a source: the table travels with the
+repository while an archive may never have held that shape (a fresh machine's is empty), and on an H100 a sweep of
+two transposes of table rows timed no transposed seed at all while only the archive was read (docs/perf-search.md).
 """
 from __future__ import annotations
 
 import json
 import random
+from dataclasses import dataclass
+from typing import Any, Iterable
 
 from ..families import Family
 from ..problem import Problem
 from ..store import Store
 from .base import Proposal
 from .mutate import repair
+
+
+@dataclass(frozen=True)
+class Published:
+    """A kernel table's row: its shape, its kernel's hash, family and parameters, and its time there."""
+
+    shape: str
+    hash: str
+    family: str
+    params: dict[str, Any]
+    time_us: float
 
 
 def transposed_shape(problem: Problem) -> str:
@@ -29,10 +46,10 @@ def transposed_shape(problem: Problem) -> str:
 
 
 def transposed_proposals(problem: Problem, store: Store, gpu: str, families: list[Family],
-                         per_family: int = 1) -> list[Proposal]:
-    """Up to `per_family` seeds per family: the fastest correct kernels of the transposed shape on `gpu` with
-    SWAP_AB flipped (a flipped instance that breaks a constraint is repaired keeping SWAP_AB; none where no valid
-    instance is near)."""
+                         per_family: int = 1, published: Iterable[Published] = ()) -> list[Proposal]:
+    """Up to `per_family` seeds per family: the fastest correct kernels of the transposed shape on `gpu` (the
+    archive's, and `published`: the kernel table's row for it) with SWAP_AB flipped (a flipped instance that breaks
+    a constraint is repaired keeping SWAP_AB; none where no valid instance is near)."""
     shape = transposed_shape(problem)
     fams = {f.name: f for f in families if {0, 1} <= set(f.space.get("SWAP_AB", ()))}
     if not shape or not fams:
@@ -43,7 +60,11 @@ def transposed_proposals(problem: Problem, store: Store, gpu: str, families: lis
     seen: set[str] = set()
     taken: dict[str, int] = {}
     rng = random.Random(0)  # for repairs only: the search's own random stream is left as it is
-    for h, t, family, params in store.rows(q, (shape, problem.layout, gpu)):
+    found = [(t, h, family, params, "") for h, t, family, params in store.rows(q, (shape, problem.layout, gpu))]
+    found += [(x.time_us, x.hash, x.family, json.dumps(x.params), " in the kernel table") for x in published
+              if x.shape == shape]
+    found.sort(key=lambda r: r[0])
+    for t, h, family, params, where in found:
         fam = fams.get(family)
         if fam is None or taken.get(family, 0) >= per_family:
             continue
@@ -63,6 +84,6 @@ def transposed_proposals(problem: Problem, store: Store, gpu: str, families: lis
             continue
         seen.add(ks.hash)
         taken[family] = taken.get(family, 0) + 1
-        out.append(Proposal(ks.text, "seed", (h,), f"the fastest {family} kernel of the transposed shape {shape} "
+        out.append(Proposal(ks.text, "seed", (h,), f"the fastest {family} kernel of the transposed shape {shape}{where} "
                                                    f"({t:.2f} us there), SWAP_AB flipped"))
     return out
