@@ -42,7 +42,7 @@ def changed(fam, params):
 def test_wgmma_maps_the_tile_as_is_and_on_c_transposed(wgmma):
     # 256x1024x16384's autotune algorithm: 128 (over N) x 64 (over M), pairs along M, 4 splits
     got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 128, "TN": 64, "CM": 1, "CN": 2, "SPLIT": 4})]
-    assert got == [{"BM": 64, "BN": 128, "CONSUMERS": 1, "SPLIT_K": 4, "SPLIT_OWNER": 1, "STAGES": 8},  # one consumer: 64 rows
+    assert got == [{"BM": 64, "BN": 128, "CONSUMERS": 1, "SPLIT_K": 4, "SPLIT_OWNER": 1, "STAGES": 8},  # one consumer: 64 rows; split: EPI 0
                    {"BN": 64, "SWAP_AB": 1, "CLUSTER": 2, "SPLIT_K": 4, "SPLIT_OWNER": 1, "STAGES": 8}]  # C^T: pairs along M
     # 12288x256x1024's: 128 x 192 on C^T (only the transposed mapping has a 128-row tile over N = 256)
     got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 128, "TN": 192, "CM": 2, "CN": 1, "SPLIT": 1})]
@@ -60,11 +60,21 @@ def test_wgmma_pairs_take_the_deepest_ring_that_fits(wgmma):
     """A pair's stage is full when both halves have landed and free when both consumers are done with it, so pairs
     get the deepest ring (13 stages of 64 x 64); single CTAs keep 8 (docs/perf-hopper.md Run 29)."""
     got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 64, "TN": 64, "CM": 1, "CN": 2, "SPLIT": 1})]
-    assert got == [{"BM": 64, "BN": 64, "CONSUMERS": 1, "STAGES": 8},
-                   {"BM": 64, "BN": 64, "CONSUMERS": 1, "SWAP_AB": 1, "CLUSTER": 2, "STAGES": 13}]
-    # 128 x 128 pairs: 6 stages are all that fit beside the epilogue
+    assert got == [{"BM": 64, "BN": 64, "CONSUMERS": 1, "EPI": 1, "STAGES": 8},
+                   {"BM": 64, "BN": 64, "CONSUMERS": 1, "SWAP_AB": 1, "CLUSTER": 2, "STAGES": 13}]  # C^T: no TMA store
+    # 128 x 128 pairs: 6 stages are all that fit beside the TMA-store epilogue's staging
     got = [changed(wgmma, p) for p in wgmma.library_instances({"TM": 128, "TN": 128, "CM": 2, "CN": 1, "SPLIT": 1})]
-    assert {"BN": 128, "CLUSTER": 2, "STAGES": 6} in got and all(wgmma.valid(wgmma.complete(g)) for g in got)
+    assert {"BN": 128, "CLUSTER": 2, "EPI": 1, "STAGES": 6} in got and all(wgmma.valid(wgmma.complete(g)) for g in got)
+
+
+def test_wgmma_library_tiles_store_through_tma_where_the_boxes_are_wide(wgmma):
+    """The library's kernels store C with TMA; ours with EPI 1 where valid: not under split-K (the workspace
+    reduce), not on C^T, not for tiles whose width is no multiple of 32 (64 x 16 boxes, measured slower)."""
+    for tile in ({"TM": 128, "TN": 256, "CM": 1, "CN": 2, "SPLIT": 1}, {"TM": 96, "TN": 128, "CM": 2, "CN": 1, "SPLIT": 1}):
+        as_is = [p for p in wgmma.library_instances(tile) if p["SWAP_AB"] == 0]
+        assert as_is and all(p["EPI"] == 1 for p in as_is)
+    for tile in ({"TM": 176, "TN": 128, "CM": 1, "CN": 2, "SPLIT": 1}, {"TM": 128, "TN": 128, "CM": 1, "CN": 2, "SPLIT": 4}):
+        assert all(p["EPI"] == 0 for p in wgmma.library_instances(tile))
 
 
 @pytest.fixture(scope="module")
