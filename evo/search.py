@@ -94,6 +94,14 @@ def timed_past_budget(prop: Proposal, generation: int) -> bool:
     return generation == 0 or (generation == 1 and is_start(prop))
 
 
+def family_of(source: str) -> str:
+    """The family a kernel source's front matter names ("" where it does not parse)."""
+    try:
+        return KernelSource.parse(source).meta.family
+    except EvoError:
+        return ""
+
+
 def quick_compiles_first(fresh: list, seconds: dict[str, float]) -> list:
     """(KernelSource, Proposal) pairs ordered by their family's usual compile time (`Store.compile_seconds`; a family
     never compiled here counts as quick), the proposal order kept within a family."""
@@ -262,6 +270,9 @@ class Search:
         seeds += self._rerendered_seed(table_src, fams)
         if not table_hash and cfg.search.runoff > 1:
             seeds += self._other_gpus_seeds(info, fams)
+        # winners of other shapes in this run's families only (--families: a sweep restricted to one family timed a
+        # neighbour's CUTLASS kernel, and on a fresh machine waited for its compile)
+        self.seed_sources = [src for src in self.seed_sources if family_of(src) in {f.name for f in fams}]
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if cfg.search.library_seeds:  # the tile, cluster and split cuBLASLt runs here
             seeds += library_tile_proposals(p, baselines, fams)

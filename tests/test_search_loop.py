@@ -449,3 +449,22 @@ def test_seeds_that_spend_the_budget_still_leave_the_starts_timed(tmp_path):
     store = Store(cfg2.paths.db)
     for h in {s1.best_hash, other.hash, start.hash}:  # the table's kernel, the neighbour's winner, the start
         assert store.evaluated(h, "256x256x256", "TN", "Fake_GPU"), h
+
+
+def test_other_shapes_winners_of_families_outside_the_run_are_not_timed(tmp_path):
+    """seed_sources (a sweep's neighbour winners) pass through the run's families: --families F keeps another
+    family's kernel out (it would be compiled, e.g. a minute of CUTLASS on a fresh machine, and timed)."""
+    from evo.families import load_families
+
+    (fam,) = load_families(TOY, names=["toy"])
+    mine = fam.render(fam.complete({"TILE": 8}))
+    foreign = fam.render(fam.complete({"UNROLL": 2})).text.replace("family: toy", "family: elsewhere", 1)
+    assert KernelSource.parse(foreign).meta.family == "elsewhere"
+    cfg = make_cfg(tmp_path, max_candidates=1)
+    s = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(),
+               seed_sources=[mine.text, foreign])
+    s.run()
+    store = Store(cfg.paths.db)
+    assert store.evaluated(mine.hash, "256x256x256", "TN", "Fake_GPU")
+    assert not store.evaluated(KernelSource.parse(foreign).hash, "256x256x256", "TN", "Fake_GPU")
+    assert s.neighbour_seeds[:1] == [mine.text]
