@@ -25,9 +25,9 @@ from .problem import GpuInfo, Problem, log_distance, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.library_tiles import library_tile_proposals
-from .proposers.transposed import Published, transposed_proposals, transposed_shape
+from .proposers.transposed import transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
-from .records import LIBRARIES, CompileResult, EvalResult, Individual
+from .records import LIBRARIES, CompileResult, EvalResult, Individual, Sample
 from .select import Diversity, Selector
 from .store import Store
 
@@ -516,14 +516,14 @@ class Search:
         text is '' where its file is missing or is not that kernel."""
         return self._published_in(Path(self.cfg.paths.out) / info.key)
 
-    def _published_transposed(self, info: GpuInfo) -> list[Published]:
+    def _published_transposed(self, info: GpuInfo) -> list[Sample]:
         """The table's kernel for the transposed shape N x M x K (none where the table lacks it or its file)."""
         shape = transposed_shape(self.problem)
         row, text = self._published_row(Path(self.cfg.paths.out) / info.key, shape) if shape else (None, "")
         if row is None or not text:
             return []
         meta = KernelSource.parse(text).meta
-        return [Published(shape, row.hash, meta.family, dict(meta.params), row.time_us)]
+        return [Sample(shape, row.hash, meta.family, dict(meta.params), row.time_us)]
 
     def _published_in(self, table_dir: Path) -> tuple[str, str]:
         row, text = self._published_row(table_dir, self.problem.key)

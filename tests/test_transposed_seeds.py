@@ -6,8 +6,8 @@ import pytest
 from evo.families import load_families
 from evo.kernel import KernelSource
 from evo.problem import Problem, parse_shape
-from evo.proposers.transposed import Published, transposed_proposals, transposed_shape
-from evo.records import CheckResult, EvalResult
+from evo.proposers.transposed import transposed_proposals, transposed_shape
+from evo.records import CheckResult, EvalResult, Sample
 from evo.store import Store
 
 GPU = "Fake_GPU"
@@ -81,7 +81,7 @@ def test_the_kernel_tables_row_is_a_source_too(tmp_path, fams):
     store = Store(str(tmp_path / "evo.db"))
     w = fams["wgmma_sm90"]
     ks = w.render(w.complete({"BM": 64, "BN": 96, "CONSUMERS": 1, "STAGES": 8, "SWAP_AB": 1}))
-    table = Published("4096x128x8192", ks.hash, "wgmma_sm90", ks.meta.params, 28.0)
+    table = Sample("4096x128x8192", ks.hash, "wgmma_sm90", ks.meta.params, 28.0)
     props = transposed_proposals(Problem(128, 4096, 8192), store, GPU, list(fams.values()), published=[table])
     assert [p.parents for p in props] == [(ks.hash,)] and "in the kernel table" in props[0].idea
     got = KernelSource.parse(props[0].source).meta.params
@@ -118,6 +118,6 @@ def test_the_search_reads_the_transposed_shapes_row_from_its_table(tmp_path, fam
     cfg = load_config(overrides={"paths": {"db": str(tmp_path / "evo.db"), "out": str(out)}})
     info = GpuInfo(gpu, "sm_90a", (9, 0), 132, 50 << 20, 232448, "0", "13.0")
     s = search_mod.Search(parse_shape("128x4096x8192"), cfg, out=io.StringIO())
-    assert s._published_transposed(info) == [Published("4096x128x8192", ks.hash, "wgmma_sm90", ks.meta.params, 28.5)]
+    assert s._published_transposed(info) == [Sample("4096x128x8192", ks.hash, "wgmma_sm90", ks.meta.params, 28.5)]
     assert search_mod.Search(parse_shape("128x4096x4096"), cfg, out=io.StringIO())._published_transposed(info) == []
     assert search_mod.Search(parse_shape("4096x4096x8192"), cfg, out=io.StringIO())._published_transposed(info) == []

@@ -16,25 +16,14 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Iterable
 
 from ..families import Family
 from ..problem import Problem
+from ..records import Sample
 from ..store import Store
 from .base import Proposal
 from .mutate import repair
-
-
-@dataclass(frozen=True)
-class Published:
-    """A kernel table's row: its shape, its kernel's hash, family and parameters, and its time there."""
-
-    shape: str
-    hash: str
-    family: str
-    params: dict[str, Any]
-    time_us: float
 
 
 def transposed_shape(problem: Problem) -> str:
@@ -46,9 +35,9 @@ def transposed_shape(problem: Problem) -> str:
 
 
 def transposed_proposals(problem: Problem, store: Store, gpu: str, families: list[Family],
-                         per_family: int = 1, published: Iterable[Published] = ()) -> list[Proposal]:
+                         per_family: int = 1, published: Iterable[Sample] = ()) -> list[Proposal]:
     """Up to `per_family` seeds per family: the fastest correct kernels of the transposed shape on `gpu` (the
-    archive's, and `published`: the kernel table's row for it) with SWAP_AB flipped (a flipped instance that breaks
+    archive's, and `published`: the kernel table's row for it, as a Sample) with SWAP_AB flipped (a flipped instance that breaks
     a constraint is repaired keeping SWAP_AB; none where no valid instance is near)."""
     shape = transposed_shape(problem)
     fams = {f.name: f for f in families if {0, 1} <= set(f.space.get("SWAP_AB", ()))}
