@@ -10,7 +10,8 @@ kernel transposed: on an H100 the CUTLASS 64 x 64 pair that took 128x4096x8192 t
 
 Besides the archive, the kernel table's row for the transposed shape is a source: the table travels with the
 repository while an archive may never have held that shape (a fresh machine's is empty), and on an H100 a sweep of
-two transposes of table rows timed no transposed seed at all while only the archive was read (docs/perf-search.md).
+two transposes of table rows timed no transposed seed at all while only the archive was read (docs/perf-hopper.md
+Run 30).
 """
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def transposed_shape(problem: Problem) -> str:
 def transposed_proposals(problem: Problem, store: Store, gpu: str, families: list[Family],
                          per_family: int = 1, published: Iterable[Sample] = ()) -> list[Proposal]:
     """Up to `per_family` seeds per family: the fastest correct kernels of the transposed shape on `gpu` (the
-    archive's, and `published`: the kernel table's row for it, as a Sample) with SWAP_AB flipped (a flipped instance that breaks
-    a constraint is repaired keeping SWAP_AB; none where no valid instance is near)."""
+    archive's, and `published`: the kernel table's row for it, as a Sample) with SWAP_AB flipped (a flipped instance
+    that breaks a constraint is repaired keeping SWAP_AB; none where no valid instance is near)."""
     shape = transposed_shape(problem)
     fams = {f.name: f for f in families if {0, 1} <= set(f.space.get("SWAP_AB", ()))}
     if not shape or not fams:
