@@ -272,7 +272,8 @@ class Search:
             seeds += self._other_gpus_seeds(info, fams)
         # winners of other shapes in this run's families only (--families: a sweep restricted to one family timed a
         # neighbour's CUTLASS kernel, and on a fresh machine waited for its compile)
-        self.seed_sources = [src for src in self.seed_sources if family_of(src) in {f.name for f in fams}]
+        names = {f.name for f in fams}
+        self.seed_sources = [src for src in self.seed_sources if family_of(src) in names]
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if cfg.search.library_seeds:  # the tile, cluster and split cuBLASLt runs here
             seeds += library_tile_proposals(p, baselines, fams)
