@@ -212,6 +212,7 @@ SPLIT_PATH_INSTANCES = [
     {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "CLUSTER": 2},
     {"BM": 128, "BN": 128, "SPLIT_K": 8, "STAGES": 6},
     {"BM": 64, "BN": 16, "SPLIT_K": 2, "STAGES": 7, "SWAP_AB": 1, "CONSUMERS": 1},
+    {"BM": 128, "BN": 128, "SPLIT_K": 2, "STAGES": 6, "PERSISTENT": 0, "SPLIT_OWNER": 1, "SPLIT_SKEW": 2},
 ]
 
 

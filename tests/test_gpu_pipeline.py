@@ -195,6 +195,9 @@ SPLIT_OWNER_INSTANCES = [  # wgmma_sm90: split SPLIT_K-1 of a tile reduces, its 
     {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "SPLIT_OWNER": 1},             # one unit per CTA
     {"BM": 128, "BN": 128, "SPLIT_K": 4, "STAGES": 6, "PERSISTENT": 0, "SWAP_AB": 1, "CLUSTER": 2, "SPLIT_OWNER": 1},
     {"BM": 64, "BN": 16, "CONSUMERS": 1, "PERSISTENT": 0, "SPLIT_K": 2, "STAGES": 7, "SWAP_AB": 1, "SPLIT_OWNER": 1},
+    # the reducing split takes more k blocks (SPLIT_SKEW): on 200x136x72 (2 k blocks) its partners' ranges are empty
+    {"BM": 128, "BN": 128, "SPLIT_K": 3, "STAGES": 6, "PERSISTENT": 0, "SPLIT_OWNER": 1, "SPLIT_SKEW": 4},
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "SPLIT_OWNER": 1, "SPLIT_MAJOR": 1, "SPLIT_SKEW": 2},
 ]
 
 

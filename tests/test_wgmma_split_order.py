@@ -78,3 +78,53 @@ def test_split_major_constraints():
     assert fam.valid(fam.complete({**p, "CLUSTER": 2}))
     assert not fam.valid(fam.complete({**p, "SPLIT_K": 1, "SPLIT_OWNER": 0}))       # no splits to order
     assert not fam.valid(fam.complete({**p, "SPLIT_OWNER": 0, "SPLIT_CLUSTER": 1, "PERSISTENT": 0}))  # a K-split cluster
+
+
+def _k_range_from_template():
+    """get_work's k range of a split (the lines from `kblocks` to the return), evaluated for given constants."""
+    src = KERNEL.read_text()
+    body = re.search(r"const int kblocks = cdiv\(K, BK\);(.*?)return w;", src, re.S)
+    assert body, "get_work's k range not found in the template"
+    stmts = [s.strip() for s in re.sub(r"//[^\n]*", "", body.group(1)).split(";") if s.strip()]
+
+    def to_py(expr: str) -> str:  # `(c) ? a : b`, &&, integer division of non-negative operands
+        expr = expr.replace("&&", " and ").replace("/", "//")
+        m = re.fullmatch(r"\((.+?)\) \? (.+?) : (.+)", expr.strip())
+        return f"(({m.group(2)}) if ({m.group(1)}) else ({m.group(3)}))" if m else expr
+
+    def f(kblocks: int, split: int, consts: dict) -> tuple[int, int]:
+        env = {"kblocks": kblocks, "w_split": split, "cdiv": lambda a, b: -(-a // b), "max": max, "min": min, **consts}
+        for s in stmts:
+            name, expr = (x.strip() for x in s.removeprefix("const int ").split("=", 1))
+            env[name.replace("w.", "w_")] = eval(to_py(expr.replace("w.", "w_")), env)  # noqa: S307 - our template
+        return env["w_kb0"], env["w_kb1"]
+
+    return f
+
+
+@pytest.mark.parametrize("skew", [0, 2, 4])
+@pytest.mark.parametrize("owner", [0, 1])
+@pytest.mark.parametrize("kblocks,split_k", [(64, 2), (96, 3), (256, 4), (2, 3), (257, 2), (3, 16), (1, 2)])
+def test_split_k_ranges_cover_k_once(kblocks, split_k, owner, skew):
+    """Every k block in exactly one split, in order; SPLIT_SKEW moves k blocks from the other splits to the reducing
+    split (SPLIT_K-1) only with SPLIT_OWNER, and never leaves a split with a negative range."""
+    f = _k_range_from_template()
+    consts = {"SPLIT_K": split_k, "SPLIT_OWNER": owner, "SPLIT_SKEW": skew}
+    ranges = [f(kblocks, s, consts) for s in range(split_k)]
+    assert all(0 <= a <= b <= kblocks for a, b in ranges)
+    covered = [k for a, b in ranges for k in range(a, b)]
+    assert covered == list(range(kblocks))
+    even = -(-kblocks // split_k)
+    if owner and skew:
+        per = max(even - skew, 0)
+        assert all(b - a == min(per, max(kblocks - a, 0)) for a, b in ranges[:-1])
+        assert ranges[-1] == (min((split_k - 1) * per, kblocks), kblocks)
+    else:
+        assert all(b - a <= even for a, b in ranges)
+
+
+def test_split_skew_is_for_the_reducing_split():
+    (fam,) = load_families(ROOT / "templates", names=["wgmma_sm90"])
+    p = {"BM": 128, "BN": 128, "SPLIT_K": 2, "STAGES": 6, "SPLIT_OWNER": 1, "PERSISTENT": 0, "SPLIT_SKEW": 2}
+    assert fam.valid(fam.complete(p))
+    assert not fam.valid(fam.complete({**p, "SPLIT_OWNER": 0}))  # whichever split arrives last reduces: nothing to skew

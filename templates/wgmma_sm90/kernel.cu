@@ -110,6 +110,7 @@ constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};  // 1: a tile's K splits are on
 constexpr int SPLIT_RS = {{SPLIT_RS}};      // 1: a tile's K splits wait for each other and each sums its column slice
 constexpr int SPLIT_OWNER = {{SPLIT_OWNER}};  // 1: split SPLIT_K-1 reduces, its partial kept in registers
 constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each other split gives to the reducing split
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -454,9 +455,12 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   w.m0 = (first_m + in_group % gm) * BM;
   w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
-  const int per = cdiv(kblocks, SPLIT_K);
+  // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
+  // so their partials are published by the time its longer main loop ends (the workspace round trip, ~3 us on an
+  // H100, overlaps its last k blocks instead of following them)
+  const int per = (SPLIT_OWNER && SPLIT_SKEW) ? max(cdiv(kblocks, SPLIT_K) - SPLIT_SKEW, 0) : cdiv(kblocks, SPLIT_K);
   w.kb0 = min(w.split * per, kblocks);
-  w.kb1 = min(w.kb0 + per, kblocks);
+  w.kb1 = (SPLIT_OWNER && SPLIT_SKEW && w.split == SPLIT_K - 1) ? kblocks : min(w.kb0 + per, kblocks);
   return w;
 }
 
