@@ -79,7 +79,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     from evo.compile import Compiler
     from evo.config import load_config
-    from evo.gpu.worker import GpuWorker
+    from evo.gpu.worker import GpuWorker, WorkerFault
 
     cfg = load_config(overrides={"compile": {"cache_dir": "/tmp/evo_ab_cache"},
                                  "paths": {"db": "/tmp/evo_ab.db", "out": "/tmp/evo_ab_out"}})
@@ -93,23 +93,16 @@ def _main(argv: list[str] | None = None) -> int:
     w = GpuWorker(cfg)
     info = w.start()
     print(f"GPU: {info.name}, driver {info.driver}", flush=True)
-    bad: set[str] = set()
-    for shape in checks + shapes:
-        prob = parse_shape(shape)
-        for label, ks in items:
-            r = res[ks.hash]
-            if not r.ok or ks.hash in bad or not ks.accepts(prob, info.sm_count):
-                continue
-            ev = w.call("evaluate", timeout_s=a.eval_timeout, problem=prob, source=ks.text, cubin=r.cubin_path, h=ks.hash)
-            if not ev.ok:
-                bad.add(ks.hash)
-                print(f"{shape} {label}: FAILED at {ev.stage}: {ev.error[:200]}", flush=True)
-        print(f"{shape}: checked", flush=True)
+    bad = check_instances(w, items, res, checks + shapes, info.sm_count, a.eval_timeout)
     for shape in shapes:
         prob = parse_shape(shape)
         src = {lb: (ks.text, res[ks.hash].cubin_path) for lb, ks in items
                if ks.hash not in bad and res[ks.hash].ok and ks.accepts(prob, info.sm_count)}
-        t = w.call("baselines", timeout_s=600, problem=prob, extra=src, reps=a.reps)["results"]
+        try:
+            t = w.call("baselines", timeout_s=600, problem=prob, extra=src, reps=a.reps)["results"]
+        except WorkerFault as e:
+            print(f"\n{shape}: timing hung or crashed the GPU worker ({e}); shape left out", flush=True)
+            continue
         libs = {k: v.time_us for k, v in t.items() if k not in src and v.time_us > 0}
         best = min(libs.values()) if libs else 0.0
         print(f"\n{shape} on {info.name}: median of {a.reps} L2-flushed calls, interleaved; best library {best:.2f} us")
@@ -121,6 +114,35 @@ def _main(argv: list[str] | None = None) -> int:
         profile(parse_shape(a.profile), [(lb, ks, res[ks.hash].cubin_path) for lb, ks in items
                                          if ks.hash not in bad and res[ks.hash].ok and ks.accepts(parse_shape(a.profile), info.sm_count)])
     return 0
+
+
+def check_instances(worker, items: list[tuple[str, object]], compiled: dict, shapes: list[str], sm_count: int,
+                    timeout_s: float, say=lambda s: print(s, flush=True)) -> set[str]:
+    """Check every compiled instance on every shape that accepts it (fp32 reference, poisoned C), shape by shape; the
+    hashes of those that failed, or hung or crashed the GPU worker (which restarts it: the others go on), are
+    returned and left out of the timing."""
+    from evo.gpu.worker import WorkerFault
+    from evo.problem import parse_shape
+
+    bad: set[str] = set()
+    for shape in shapes:
+        prob = parse_shape(shape)
+        for label, ks in items:
+            r = compiled[ks.hash]
+            if not r.ok or ks.hash in bad or not ks.accepts(prob, sm_count):
+                continue
+            try:
+                ev = worker.call("evaluate", timeout_s=timeout_s, problem=prob, source=ks.text, cubin=r.cubin_path,
+                                 h=ks.hash)
+            except WorkerFault as e:
+                bad.add(ks.hash)
+                say(f"{shape} {label}: FAILED, hung or crashed the GPU worker ({e}); left out")
+                continue
+            if not ev.ok:
+                bad.add(ks.hash)
+                say(f"{shape} {label}: FAILED at {ev.stage}: {ev.error[:200]}")
+        say(f"{shape}: checked")
+    return bad
 
 
 def profile(problem, items: list[tuple[str, object, str]]) -> None:

@@ -43,3 +43,29 @@ def test_a_shape_specialized_family_is_rendered_per_timed_shape():
     assert a.hash != b.hash
     assert a.accepts(parse_shape("64x128x2048")) and not a.accepts(parse_shape("128x64x4096"))
     assert b.accepts(parse_shape("128x64x4096")) and not b.accepts(parse_shape("64x128x2048"))
+
+
+def test_an_instance_that_hangs_the_worker_is_left_out_and_the_rest_go_on():
+    """A kernel that hangs (the worker's watchdog kills and restarts it) is one failed instance, not the end of the A/B."""
+    from types import SimpleNamespace
+
+    from evo.gpu.worker import WorkerFault
+
+    items = template_ab.plan("wgmma_sm90", None, [{"BM": 128, "BN": 128}, {"BM": 128, "BN": 64}], [])
+    hung, fine = items[0][1].hash, items[1][1].hash
+    calls = []
+
+    class Worker:
+        def call(self, op, timeout_s, problem, source, cubin, h):
+            calls.append((h, f"{problem.m}x{problem.n}x{problem.k}"))
+            if h == hung:
+                raise WorkerFault("timeout: no answer within 20 s (hung kernel?); worker killed and restarted")
+            return SimpleNamespace(ok=True)
+
+    said = []
+    compiled = {ks.hash: SimpleNamespace(ok=True, cubin_path="k.cubin") for _, ks in items}
+    bad = template_ab.check_instances(Worker(), items, compiled, ["200x136x72", "1030x4104x136"], 132, 20.0, said.append)
+    assert bad == {hung}
+    assert calls == [(hung, "200x136x72"), (fine, "200x136x72"), (fine, "1030x4104x136")]  # never retried
+    assert any("hung or crashed" in s and "left out" in s for s in said)
+    assert said[-1] == "1030x4104x136: checked"
