@@ -30,15 +30,18 @@ def _numbering_from_template():
             expr = f"(({m.group(2)}) if {m.group(1)} else ({m.group(3)}))"
         return expr.replace("/", "//")
 
+    code = []  # (name, compiled expression), in order
+    for s in stmts:
+        if s.startswith("Work "):
+            continue
+        for part in re.split(r",\s*(?=\w+ =)", s.removeprefix("const int ")):
+            name, expr = (x.strip() for x in part.split("=", 1))
+            code.append((name.replace("w.", "w_"), compile(to_py(expr.replace("w.", "w_")), "get_work", "eval")))
+
     def f(u: int, mk: int, nk: int, consts: dict) -> tuple[int, int]:
         env = {"u": u, "Mk": mk, "Nk": nk, "cdiv": lambda a, b: -(-a // b), **consts}
-        for s in stmts:
-            if s.startswith("Work "):
-                continue
-            s = s.removeprefix("const int ")
-            for part in re.split(r",\s*(?=\w+ =)", s):
-                name, expr = (x.strip() for x in part.split("=", 1))
-                env[name.replace("w.", "w_")] = eval(to_py(expr.replace("w.", "w_")), env)  # noqa: S307 - our template
+        for name, c in code:
+            env[name] = eval(c, env)  # noqa: S307 - our template
         return env["w_tile"], env["w_split"]
 
     return f
@@ -128,3 +131,78 @@ def test_split_skew_is_for_the_reducing_split():
     p = {"BM": 128, "BN": 128, "SPLIT_K": 2, "STAGES": 6, "SPLIT_OWNER": 1, "PERSISTENT": 0, "SPLIT_SKEW": 2}
     assert fam.valid(fam.complete(p))
     assert not fam.valid(fam.complete({**p, "SPLIT_OWNER": 0}))  # whichever split arrives last reduces: nothing to skew
+
+
+def _spread_from_template():
+    """cluster_spread (CTA b of a grid of clusters -> its unit), evaluated from the template's lines."""
+    src = KERNEL.read_text()
+    spread = int(re.search(r"constexpr int GPC_SPREAD = (\d+);", src).group(1))
+    body = re.search(r"int cluster_spread\(int b\) \{(.*?)\n\}", src, re.S)
+    assert body, "cluster_spread not found in the template"
+    stmts = [s.strip() for s in body.group(1).split(";") if s.strip()]
+
+    code = []  # (name, compiled expression); the return value last, named ""
+    for s in stmts:
+        s = s.replace("static_cast<int>(gridDim.x)", "grid").replace("/", "//")
+        if s.startswith("return "):
+            code.append(("", compile(s.removeprefix("return "), "cluster_spread", "eval")))
+            continue
+        for part in re.split(r",\s*(?=\w+ =)", s.removeprefix("const int ")):
+            name, expr = (x.strip() for x in part.split("=", 1))
+            code.append((name, compile(expr, "cluster_spread", "eval")))
+    assert code and code[-1][0] == "", "cluster_spread's return not found"
+
+    def f(b: int, grid: int, cluster: int) -> int:
+        env = {"b": b, "grid": grid, "CLUSTER": cluster, "GPC_SPREAD": spread, "min": min}
+        for name, c in code:
+            env[name] = eval(c, env)  # noqa: S307 - our template
+        return env[""]
+
+    return f
+
+
+def _launch_completes(mk: int, nk: int, bm: int, bn: int, cluster: int, split_k: int, major: int, resident: int) -> bool:
+    """One unit per CTA, clusters dispatched in launch order while fewer than `resident` run; a cluster ends when its
+    main loop has run and, for the reducing split (SPLIT_OWNER: split SPLIT_K-1), every other split of its tile has
+    published. False where every resident cluster waits on splits that have not been launched: a hang on a GPU."""
+    number, spread = _numbering_from_template(), _spread_from_template()
+    consts = {"BM": bm, "BN": bn, "CLUSTER": cluster, "SPLIT_K": split_k, "SPLIT_MAJOR": major}
+    grid = -(-mk // bm) * (-(-(-(-nk // bn)) // cluster) * cluster) * split_k
+    clusters = [[number(spread(c * cluster + r, grid, cluster) if cluster > 1 else c, mk, nk, consts)
+                 for r in range(cluster)] for c in range(grid // cluster)]
+    published, running, launched = set(), [], 0
+    while launched < len(clusters) or running:
+        while len(running) < resident and launched < len(clusters):
+            running.append(launched)
+            launched += 1
+        done = [c for c in running if all(s < split_k - 1 or all((t, x) in published for x in range(split_k - 1))
+                                          for t, s in clusters[c])]
+        if not done:
+            return False
+        for c in done:
+            published.update((t, s) for t, s in clusters[c] if s < split_k - 1)
+            running.remove(c)
+    return True
+
+
+def test_the_simulated_launch_finds_the_hang():
+    # split-major reducers in 3 splits, CTA pairs: the GPC stripes put reducers two thirds of a stripe ahead of their
+    # other splits, so on a grid of several waves the 66 resident pairs all wait (the check shape 1030x4104x136)
+    assert not _launch_completes(1030, 4104, 128, 64, 2, 3, 1, resident=66)
+    assert _launch_completes(1030, 4104, 128, 64, 2, 4, 1, resident=66)
+    assert _launch_completes(1030, 4104, 128, 64, 2, 3, 0, resident=66)
+
+
+def test_no_valid_split_owner_instance_hangs_its_launch():
+    """Every valid one-unit-per-CTA instance whose reducing split waits (SPLIT_OWNER), in every unit order and cluster
+    size of the space, completes on grids of several waves with one CTA per SM of a 132-SM H100."""
+    (fam,) = load_families(ROOT / "templates", names=["wgmma_sm90"])
+    for cluster in fam.space["CLUSTER"]:
+        for split_k in (s for s in fam.space["SPLIT_K"] if s > 1):
+            for major in fam.space["SPLIT_MAJOR"]:
+                p = {"BM": 128, "BN": 64, "CLUSTER": cluster, "SPLIT_K": split_k, "SPLIT_OWNER": 1,
+                     "SPLIT_MAJOR": major, "PERSISTENT": 0, "STAGES": 8}
+                if not fam.valid(fam.complete(p)):
+                    continue
+                for mk, nk in ((1030, 1030), (4104, 520)):  # 153-297 tiles: several waves at every split count
+                    assert _launch_completes(mk, nk, 128, 64, cluster, split_k, major, resident=132 // cluster), (p, mk, nk)
