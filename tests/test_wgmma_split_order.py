@@ -18,30 +18,45 @@ ROOT = Path(__file__).resolve().parent.parent
 KERNEL = ROOT / "templates" / "wgmma_sm90" / "kernel.cu"
 
 
+def _c_to_py(expr: str) -> str:
+    """One of the template's integer expressions as Python: `c ? a : b` (one level; c a name or parenthesized), &&,
+    `w.` fields, gridDim.x as `grid`, and integer division of non-negative operands."""
+    expr = (expr.replace("w.", "w_").replace("&&", " and ").replace("static_cast<int>(gridDim.x)", "grid")
+            .replace("/", "//").strip())
+    m = re.fullmatch(r"(\(.+?\)|\w+) \? (.+?) : (.+)", expr)
+    return f"(({m.group(2)}) if {m.group(1)} else ({m.group(3)}))" if m else expr
+
+
+def _statements(body: str, where: str) -> list[tuple[str, object]]:
+    """A function body's `const int a = ..., b = ...;` / `w.x = ...;` / `return ...;` lines, compiled in order as
+    (name, code); a return is named ""."""
+    code = []
+    for s in (s.strip() for s in re.sub(r"//[^\n]*", "", body).split(";")):
+        if not s or s.startswith("Work "):
+            continue
+        if s.startswith("return "):
+            code.append(("", compile(_c_to_py(s.removeprefix("return ")), where, "eval")))
+            continue
+        for part in re.split(r",\s*(?=\w+ =)", s.removeprefix("const int ")):
+            name, expr = (x.strip() for x in part.split("=", 1))
+            code.append((name.replace("w.", "w_"), compile(_c_to_py(expr), where, "eval")))
+    return code
+
+
+def _run(code: list[tuple[str, object]], env: dict) -> dict:
+    for name, c in code:
+        env[name] = eval(c, env)  # noqa: S307 - our template
+    return env
+
+
 def _numbering_from_template():
     src = KERNEL.read_text()
     body = re.search(r"Work get_work\(int u, int Mk, int Nk, int K\) \{(.*?)if \(PANEL\)", src, re.S)
     assert body, "get_work's numbering not found in the template"
-    stmts = [s.strip() for s in re.sub(r"//[^\n]*", "", body.group(1)).split(";") if s.strip()]
-
-    def to_py(expr: str) -> str:  # `c ? a : b` (one level) and integer division of non-negative operands
-        m = re.fullmatch(r"(\w+) \? (.+?) : (.+)", expr.strip())
-        if m:
-            expr = f"(({m.group(2)}) if {m.group(1)} else ({m.group(3)}))"
-        return expr.replace("/", "//")
-
-    code = []  # (name, compiled expression), in order
-    for s in stmts:
-        if s.startswith("Work "):
-            continue
-        for part in re.split(r",\s*(?=\w+ =)", s.removeprefix("const int ")):
-            name, expr = (x.strip() for x in part.split("=", 1))
-            code.append((name.replace("w.", "w_"), compile(to_py(expr.replace("w.", "w_")), "get_work", "eval")))
+    code = _statements(body.group(1), "get_work")
 
     def f(u: int, mk: int, nk: int, consts: dict) -> tuple[int, int]:
-        env = {"u": u, "Mk": mk, "Nk": nk, "cdiv": lambda a, b: -(-a // b), **consts}
-        for name, c in code:
-            env[name] = eval(c, env)  # noqa: S307 - our template
+        env = _run(code, {"u": u, "Mk": mk, "Nk": nk, "cdiv": lambda a, b: -(-a // b), **consts})
         return env["w_tile"], env["w_split"]
 
     return f
@@ -88,18 +103,11 @@ def _k_range_from_template():
     src = KERNEL.read_text()
     body = re.search(r"const int kblocks = cdiv\(K, BK\);(.*?)return w;", src, re.S)
     assert body, "get_work's k range not found in the template"
-    stmts = [s.strip() for s in re.sub(r"//[^\n]*", "", body.group(1)).split(";") if s.strip()]
-
-    def to_py(expr: str) -> str:  # `(c) ? a : b`, &&, integer division of non-negative operands
-        expr = expr.replace("&&", " and ").replace("/", "//")
-        m = re.fullmatch(r"\((.+?)\) \? (.+?) : (.+)", expr.strip())
-        return f"(({m.group(2)}) if ({m.group(1)}) else ({m.group(3)}))" if m else expr
+    code = _statements(body.group(1), "get_work")
 
     def f(kblocks: int, split: int, consts: dict) -> tuple[int, int]:
-        env = {"kblocks": kblocks, "w_split": split, "cdiv": lambda a, b: -(-a // b), "max": max, "min": min, **consts}
-        for s in stmts:
-            name, expr = (x.strip() for x in s.removeprefix("const int ").split("=", 1))
-            env[name.replace("w.", "w_")] = eval(to_py(expr.replace("w.", "w_")), env)  # noqa: S307 - our template
+        env = _run(code, {"kblocks": kblocks, "w_split": split, "cdiv": lambda a, b: -(-a // b), "max": max,
+                          "min": min, **consts})
         return env["w_kb0"], env["w_kb1"]
 
     return f
@@ -139,24 +147,11 @@ def _spread_from_template():
     spread = int(re.search(r"constexpr int GPC_SPREAD = (\d+);", src).group(1))
     body = re.search(r"int cluster_spread\(int b\) \{(.*?)\n\}", src, re.S)
     assert body, "cluster_spread not found in the template"
-    stmts = [s.strip() for s in body.group(1).split(";") if s.strip()]
-
-    code = []  # (name, compiled expression); the return value last, named ""
-    for s in stmts:
-        s = s.replace("static_cast<int>(gridDim.x)", "grid").replace("/", "//")
-        if s.startswith("return "):
-            code.append(("", compile(s.removeprefix("return "), "cluster_spread", "eval")))
-            continue
-        for part in re.split(r",\s*(?=\w+ =)", s.removeprefix("const int ")):
-            name, expr = (x.strip() for x in part.split("=", 1))
-            code.append((name, compile(expr, "cluster_spread", "eval")))
+    code = _statements(body.group(1), "cluster_spread")
     assert code and code[-1][0] == "", "cluster_spread's return not found"
 
     def f(b: int, grid: int, cluster: int) -> int:
-        env = {"b": b, "grid": grid, "CLUSTER": cluster, "GPC_SPREAD": spread, "min": min}
-        for name, c in code:
-            env[name] = eval(c, env)  # noqa: S307 - our template
-        return env[""]
+        return _run(code, {"b": b, "grid": grid, "CLUSTER": cluster, "GPC_SPREAD": spread, "min": min})[""]
 
     return f
 
