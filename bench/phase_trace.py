@@ -78,7 +78,15 @@ SM90 = Trace(
         ("        mbar_wait(smem_u32(&full_bar[s]), phase);\n",
          "        mbar_wait(smem_u32(&full_bar[s]), phase);\n        if (i == 0 && j == 0) EVO_C(2);\n"
          "        if (i == nk - 1) EVO_C(3);\n"),
-        ("      wgmma_wait<0>();\n      if (nk > 0", "      wgmma_wait<0>();\n      EVO_C(4);\n      if (nk > 0"),
+        ("        wgmma_wait<0>();\n        if (nk > 0", "        wgmma_wait<0>();\n        EVO_C(4);\n        if (nk > 0"),
+        # EARLY_STORE: the whole-K pass's waits, the last k block's wait, the last slice's wgmma wait
+        ("            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits\n",
+         "            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);\n"
+         "            if (mt == 0 && i == 0 && j == 0) EVO_C(2);\n            if (mt == 0 && i == nk - 1) EVO_C(3);\n"),
+        ("          mbar_wait(smem_u32(full_bar + s), phase);  // last k block\n",
+         "          mbar_wait(smem_u32(full_bar + s), phase);\n          if (nk == 1 && j == 0) EVO_C(2);\n          EVO_C(3);\n"),
+        ("          wgmma_wait_upto(MT - 1 - mt);  // slice mt's group and every group before it have completed\n",
+         "          wgmma_wait_upto(MT - 1 - mt);\n          if (mt == MT - 1) EVO_C(4);\n"),
         ("      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n",
          "      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n      EVO_C(5);\n"),
         ("    (void)epi_stage_u32;\n#endif\n", "    (void)epi_stage_u32;\n#endif\n    EVO_C(6);\n"),

@@ -214,17 +214,27 @@ SPLIT_PATH_INSTANCES = [
     {"BM": 64, "BN": 16, "SPLIT_K": 2, "STAGES": 7, "SWAP_AB": 1, "CONSUMERS": 1},
     {"BM": 128, "BN": 128, "SPLIT_K": 2, "STAGES": 6, "PERSISTENT": 0, "SPLIT_OWNER": 1, "SPLIT_SKEW": 2},
 ]
+# Early slice stores: every path to the epilogue ends with one wgmma group per slice, so ptxas keeps the wgmmas
+# asynchronous while slice 0 is staged (a loop whose last iteration issued the groups serialized them: C7514).
+EARLY_STORE_PATH_INSTANCES = [
+    {"BM": 256, "BN": 128, "STAGES": 6, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 2},
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_HINT": 1, "EARLY_STORE": 1},
+    {"BM": 128, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 4, "EPI": 1, "EARLY_STORE": 2},
+    {"BM": 256, "BN": 64, "CONSUMERS": 1, "PANEL": 1, "GROUP": 1, "STAGES": 6, "EPI": 4, "EARLY_STORE": 2},
+]
 
 
 @pytest.mark.nvcc
 def test_starts_and_split_paths_compile_without_spills(fam, tmp_path):
-    """Every start of the family (what generation 0 times) and every split-K reduce path compiles with no spill and
-    no stack frame: a start that spills is rejected by the compile gate and silently missing from every search."""
+    """Every start of the family (what generation 0 times), every split-K reduce path and the early slice stores
+    compile with no spill, no stack frame and no serialized wgmma: a start that fails the compile gate is silently
+    missing from every search."""
     from evo.compile import Compiler
     from evo.config import load_config
 
     comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
-    items = [(fam.render(fam.complete(p)), "sm_90a") for p in list(fam.starts) + SPLIT_PATH_INSTANCES]
+    paths = list(fam.starts) + SPLIT_PATH_INSTANCES + EARLY_STORE_PATH_INSTANCES
+    items = [(fam.render(fam.complete(p)), "sm_90a") for p in paths]
     bad = [f"{ks.meta.params}: {r.error or f'{r.spill_bytes} B spilled, {r.stack_bytes} B stack'}"
            for (ks, _), r in zip(items, comp.compile_many(items, 0))
            if not r.ok or r.spill_bytes or r.stack_bytes]

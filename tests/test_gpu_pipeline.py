@@ -268,6 +268,27 @@ def test_wide_tiles_correct_on_gpu(gpu):
     assert ran == 11 and not failures, "\n".join(failures)
 
 
+EARLY_STORE_INSTANCES = [  # wgmma_sm90: each 64-row slice stored once its own wgmma group completes
+    {"BM": 256, "BN": 128, "STAGES": 6, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 2},  # row panel, whole K
+    {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 1},  # the last k block
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "EARLY_STORE": 2},   # K past the ring: the last-k-block path
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_HINT": 1, "EARLY_STORE": 1},
+    {"BM": 128, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 4, "EPI": 1, "EARLY_STORE": 2},  # one unit per CTA
+    {"BM": 256, "BN": 64, "CONSUMERS": 1, "PANEL": 1, "GROUP": 1, "STAGES": 6, "EPI": 4, "EARLY_STORE": 2},  # four slices
+    {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1, "EARLY_STORE": 1},                  # cooperative, 192 accumulators
+]
+
+
+def test_early_store_correct_on_gpu(gpu):
+    """wgmma_sm90's early slice stores on off-tile shapes: 2056x12296x128 has a partial row block (a CTA's units
+    cross row blocks: the panel is released after the last slice's wait), 1030x4104x136 and 130x12296x264 a partial
+    last k block, 1000x1000x1000 16 k blocks (more than the ring: whole-K mode falls back to the last k block's
+    groups), 200x136x72 a tile past M and N; launched several times. 27 evaluations (the panels take K <= 128-256)."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", EARLY_STORE_INSTANCES,
+                                    ("2056x12296x128", "1030x4104x136", "130x12296x264", "1000x1000x1000", "200x136x72"))
+    assert ran == 27 and not failures, "\n".join(failures)
+
+
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8}, ("128x64x4096", "77x200x1024")),
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8, "PUSH": 0}, ("77x200x1024",)),
