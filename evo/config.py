@@ -27,6 +27,7 @@ class SearchConfig:
     coordinated_rate: float
     cross_family_rate: float
     initial_random: int
+    switch_best: int
     seed: int
     families: list
     proposers: list
@@ -271,6 +272,8 @@ def _validate(cfg: Config) -> None:
         raise EvoError("config search.explore must be between 0 and 1")
     if s.propose_factor < 1:
         raise EvoError("config search.propose_factor must be at least 1")
+    if s.switch_best < 0:
+        raise EvoError("config search.switch_best must be 0 (off) or more")
     if s.start_slack and s.start_slack < 1:
         raise EvoError("config search.start_slack must be 0 (off) or at least 1")
     known = {"mutate", "optuna", "llm"}

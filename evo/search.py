@@ -66,7 +66,8 @@ def build_proposers(cfg: Config, selector: Selector, store: Store | None = None,
         if name == "mutate":
             out.append(MutateProposer(selector, cfg.search.crossover_rate, cfg.search.initial_random,
                                       coordinated_rate=cfg.search.coordinated_rate,
-                                      cross_family_rate=cfg.search.cross_family_rate))
+                                      cross_family_rate=cfg.search.cross_family_rate,
+                                      switch_best=cfg.search.switch_best))
         elif name == "optuna":
             from .proposers.optuna_tpe import OptunaProposer
 

@@ -72,3 +72,27 @@ def test_admit_widens_only_the_loaded_family_and_only_known_names():
         fam.complete({"NOT_A_PARAM": 1})
     (fresh,) = load_families(names=["wgmma_sm90"])
     assert 48 not in fresh.space["BN"]  # the widening stays with that loaded family
+
+
+def test_random_instances_of_a_sparse_space():
+    """wgmma_sm90's space is sparse (about 1 point in 2000 is valid): drawing whole points and keeping the valid ones
+    gave no instance in most calls of 200 draws, so generation 0 lost the family's random instances. Every draw is now
+    a valid instance, and the draws still reach the rare values (EARLY_STORE needs the TMA-store epilogue and two
+    64-row slices per consumer)."""
+    import random
+
+    (fam,) = load_families(names=["wgmma_sm90"])
+    rng = random.Random(0)
+    r0 = random.Random(0)
+    whole = [{k: r0.choice(v) for k, v in fam.space.items()} for _ in range(4000)]
+    assert sum(fam.valid(p) for p in whole) < 20  # the space really is sparse
+    draws = [fam.random_params(rng) for _ in range(400)]
+    assert all(p is not None and fam.valid(p) for p in draws)
+    assert len({tuple(sorted(p.items())) for p in draws}) > 350
+    for name in ("EARLY_STORE", "PANEL", "CLUSTER", "SPLIT_RS", "PINGPONG"):
+        assert {p[name] for p in draws} == set(fam.space[name]), name
+    assert len({p["BN"] for p in draws}) >= 8 and len({p["SPLIT_K"] for p in draws}) >= 7
+    # a family whose constraints no point meets gives None, after its walks, instead of looping
+    import dataclasses
+    empty = dataclasses.replace(fam, constraints=fam.constraints + ("BM == 0",))
+    assert empty.random_params(random.Random(1), tries=5) is None

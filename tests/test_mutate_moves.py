@@ -176,3 +176,33 @@ def test_generation_zero_random_instances_do_not_depend_on_refitting(fams, fit):
     out = prop.propose(_ctx([], list(fams.values()), random.Random(0), Problem(384, 1536, 6144)), 12)
     with_random = {KernelSource.parse(p.source).meta.family for p in out if "random instance" in p.idea}
     assert with_random == set(fams) - {"gemv_sm80"}  # gemv takes only decode shapes (small M), not this one
+
+
+def test_the_fastest_instance_switches_are_flipped_once(fams):
+    """Every generation flips the switches (parameters of <= 3 values) of the fastest instances: a feature the family
+    gained after the table's kernel was found (here EARLY_STORE) is tried on that kernel in the next generation,
+    where a random mutation of one of its 19 parameters would rarely pick it; once per instance."""
+    fam = fams["wgmma_sm90"]
+    params = fam.complete({"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "GROUP": 8})
+    fast = Individual(fam.render(params).hash, fam.name, params, "", correct=True, time_us=10.0)
+    slow_params = fam.complete({"BM": 128, "BN": 64, "STAGES": 6})
+    slow = Individual(fam.render(slow_params).hash, fam.name, slow_params, "", correct=True, time_us=20.0)
+    prop = MutateProposer(Selector(16, 4, 3), 0.3, 0, switch_best=1)
+    ctx = _ctx([fast, slow], [fam], random.Random(0), Problem(4096, 4096, 1024))
+    out = prop.propose(ctx, 4)
+    flips = [p for p in out if p.idea.startswith("switch ")]
+    moved = {p.idea.split(" ")[1] for p in flips}
+    assert {"EARLY_STORE", "EPI_HINT", "PINGPONG"} <= moved, moved
+    assert all(p.parents == (fast.hash,) for p in flips)  # the fastest one's, not the slower one's
+    for p in flips:  # exactly one parameter moved, to a valid instance
+        child = KernelSource.parse(p.source).meta.params
+        assert fam.valid(child) and sum(child[k] != params[k] for k in params) == 1
+    assert "BM" not in moved and "SPLIT_K" not in moved  # the tile and the split have their own moves
+    # the same instance's switches are not proposed again once evaluated
+    later = _ctx([fast, slow], [fam], random.Random(1), Problem(4096, 4096, 1024))
+    later.known |= {KernelSource.parse(p.source).hash for p in out}
+    again = prop.propose(later, 4)
+    assert not [p for p in again if p.idea.startswith("switch ")]
+    # off: no flips
+    none = MutateProposer(Selector(16, 4, 3), 0.3, 0).propose(ctx, 4)
+    assert not [p for p in none if p.idea.startswith("switch ")]

@@ -13,6 +13,12 @@ Later generations take tournament-selected parents and make one of:
 * a crossover of two parents of one family;
 * a cross-family proposal: the parent's tile and K split mapped to the nearest instance of another family.
 
+Before those, every generation flips the switches of the problem's fastest instances (``switch_best`` of them):
+each parameter of at most three values other than the tile and the K split (an on/off feature, an epilogue or
+split mode) moved to each of its other values, where the family's constraints allow it, once per instance. A
+feature a family gained after the instance was found reaches it in one generation instead of waiting for a random
+mutation to pick that parameter.
+
 A child that breaks a family constraint is repaired (the nearest valid instance, moving the parameters the move
 did not touch first) instead of being dropped; ``summary_lines`` counts repairs and drops.
 """
@@ -29,6 +35,8 @@ from .base import Proposal, ProposalContext, known_hashes
 TILE_PAIRS = (("BM", "BN"), ("TILE_M", "TILE_N"))
 SPLITS = ("SPLIT_K", "G", "KS", "CLK", "SPLITS")
 CLUSTERS = ("CLUSTER", "CLUSTER_M", "CLUSTER_N")  # CTA-pair switches (1: single CTAs, 2: pairs sharing a tile)
+TILE_NAMES = {n for pair in TILE_PAIRS for n in pair}
+SWITCH_VALUES = 3  # a parameter with at most this many values is a switch (flipped on the fastest instances)
 
 
 class MutateProposer:
@@ -36,8 +44,9 @@ class MutateProposer:
 
     def __init__(self, selector: Selector, crossover_rate: float = 0.3, initial_random: int = 8, prior: Any = None,
                  prior_top: int = 0, coordinated_rate: float = 0.35, cross_family_rate: float = 0.15,
-                 fit_starts: int = 0):
+                 fit_starts: int = 0, switch_best: int = 0):
         self.selector = selector
+        self.switch_best = switch_best  # the fastest instances whose switches are flipped every generation
         self.crossover_rate = crossover_rate
         self.initial_random = initial_random
         self.prior = prior  # evo.prior.Prior or None
@@ -126,6 +135,17 @@ class MutateProposer:
                 if r.family in fams:
                     add(fams[r.family], r.params, (), f"prior {r.family} instance (estimate {r.est.us:.1f} us, "
                                                       f"{r.est.waves:.2f} waves, padding {1 - r.est.pad_eff:.0%})")
+        best = [i for i in ctx.population if i.family in fams and i.correct and i.time_us > 0]
+        for a in sorted(best, key=lambda i: i.time_us)[: self.switch_best]:
+            fam = fams[a.family]
+            base = _complete(fam, a.params)
+            for name, values in fam.space.items():
+                if len(values) > SWITCH_VALUES or name in TILE_NAMES or name in SPLITS:  # (the tile's and split's own moves)
+                    continue
+                for v in values:
+                    child = {**base, name: v}
+                    if v != base[name] and fam.valid(child):  # no repair: the switch alone is the question
+                        add(fam, child, (a.hash,), f"switch {name} {base[name]}->{v} of the fastest {a.hash[:8]}")
         pool = self.selector.survivors([i for i in ctx.population if i.family in fams])
         attempts = 0
         while len(out) < n and attempts < n * 30:
