@@ -6,12 +6,12 @@ params: {BM: 128, BN: 160, CLUSTER: 1, CONSUMERS: 2, EPI: 1, EPI_HINT: 1, GROUP:
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else (9216 if SWAP_AB else 128 * (64 if BN % 64 == 0 else 32 if BN % 32 == 0 else 16))) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
-  - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
+  - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
   - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
@@ -40,12 +40,13 @@ tensor_maps:
 //   writes C and resets the counter to 0.
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
-//   SPLIT_K slices of BN / SPLIT_K; each CTA pushes every other slice of its accumulators into the owner's receive
-//   buffer (st.shared::cluster, fragment order, so owner and sender threads hold the same elements), passes a cluster
-//   barrier (arrive.release / wait.acquire; per-thread mbarrier arrivals on a remote CTA serialise: 20x slower, measured
-//   in docs/perf-hopper.md), sums split 0..SPLIT_K-1 in order
-//   (deterministic; its own partial from registers) and writes its slice of C. No workspace, no ticket, no serial
-//   reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own shared memory.
+//   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
+//   buffer (st.async from registers, fragment order, so owner and sender threads hold the same elements; the bytes
+//   complete the owner's `recv_bar`, armed at init), waits for its own slots to land (no cluster barrier: the slowest
+//   CTA no longer holds everyone, and nothing waits for remote store acknowledgements), sums split 0..SPLIT_K-1 in
+//   order (deterministic; its own partial from registers) and writes its slice of C. The cluster barrier before exit
+//   arrives (relaxed) right after the receive wait: once every CTA has arrived no send is in flight. No workspace,
+//   no ticket, no serial reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own smem.
 // SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
 //   small M sits in wgmma's N dimension; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
@@ -71,6 +72,7 @@ tensor_maps:
 //   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
+//   The pairs take their units in a GPC-spread order (cluster_spread below).
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -105,15 +107,20 @@ constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
 constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel (a BM x 64 swizzled box)
 // Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
-// smem buffer (rows padded by 8 halves: conflict-free fragment writes), then writes it out with
-// coalesced 16-byte stores. 9216 B = 64 x (64 + 8) halves, the largest chunk.
+// smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
+// XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
+// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts for 64-, 32- and 16-col
+// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). A consumer's buffer
+// is one chunk (64 x EPI_CW halves: 8, 4 or 2 KB, room for a sixth 128 x 160 ring stage); SWAP_AB stages transposed
+// chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest.
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
-constexpr int EPI_BYTES = 9216;
+constexpr int EPI_BYTES = SWAP_AB ? 9216 : 64 * EPI_CW * 2;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
 // the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
 constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * pow2_div(x / 2, cap / 2) : 1; }
-constexpr int RU_BUDGET = (CONSUMERS == 1 ? 32 : 16) / CHUNKS;
+// two consumers (232 registers each after setmaxnreg): RU * CHUNKS float4 beside 4 * CHUNKS accumulators and ~40 others
+constexpr int RU_BUDGET = CONSUMERS == 1 ? 32 / CHUNKS : 48 / CHUNKS - 1;
 constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
@@ -127,8 +134,8 @@ static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI 
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
-              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
+              "row-tile multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
 // EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
 // pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
@@ -264,12 +271,15 @@ __device__ __forceinline__ void bulk_wait_read() {
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // ---------------------------------------------------------------- split-K in a cluster (SPLIT_CLUSTER)
-// Store a float4 at our smem offset `addr` in the same place of CTA `rank` of the cluster.
-__device__ __forceinline__ void dsmem_st_f4(uint32_t addr, uint32_t rank, float x, float y, float z, float w) {
+// Send a float4 to our smem offset `addr` in CTA `rank` of the cluster; its 16 bytes complete that CTA's mbarrier at
+// our offset `bar` (st.async: no acknowledgement waited for here).
+__device__ __forceinline__ void dsmem_send_f4(uint32_t addr, uint32_t bar, uint32_t rank, float x, float y, float z, float w) {
   asm volatile(
-      "{\n.reg .b32 ra;\n"
-      "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "st.shared::cluster.v4.f32 [ra], {%2, %3, %4, %5};\n}\n" ::"r"(addr), "r"(rank), "f"(x), "f"(y), "f"(z), "f"(w)
+      "{\n.reg .b32 ra, rb;\n"
+      "mapa.shared::cluster.u32 ra, %0, %2;\n"
+      "mapa.shared::cluster.u32 rb, %1, %2;\n"
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [ra], {%3, %4, %5, %6}, [rb];\n}\n" ::"r"(addr),
+      "r"(bar), "r"(rank), "f"(x), "f"(y), "f"(z), "f"(w)
       : "memory");
 }
 __device__ __forceinline__ float4 lds_f4(uint32_t addr) {
@@ -391,11 +401,15 @@ struct Work {
 };
 
 // Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units.
+// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
-  w.tile = u / SPLIT_K;
-  w.split = u % SPLIT_K;
+  // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
+  // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
+  const int r = u % CLUSTER, q = u / CLUSTER;
+  w.split = q % SPLIT_K;
+  const int pair = q / SPLIT_K;
+  w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
     w.m0 = (u / tn) * BM;
@@ -406,7 +420,6 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   }
   // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
-  const int pair = w.tile / CLUSTER, r = w.tile % CLUSTER;
   const int group_size = GROUP * tiles_n;
   const int first_m = (pair / group_size) * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
@@ -420,8 +433,22 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   return w;
 }
 
+// CTA pairs (CLUSTER > 1): a launch of clusters places consecutive clusters in one GPC until it is full (a plain
+// launch deals consecutive CTAs out over the GPCs, two SMs at a time): raster-neighbour units then all ran in one GPC,
+// and a persistent grid of pairs was 17-25 % slower than the same CTAs launched singly (H100, docs/perf-hopper.md
+// Run 19). So pair k of the grid takes the raster's pair of units v(k) = the transpose of k over GPC_SPREAD rows: the
+// pairs of one GPC get raster positions GPC_SPREAD apart, as a plain launch's CTAs would. A bijection of
+// [0, pairs) for any pair count. (SPLIT_CLUSTER's K-split clusters keep the launch order: spread, they measured
+// 0-18 % slower.)
+constexpr int GPC_SPREAD = 8;
+__device__ __forceinline__ int cluster_spread(int b) {
+  const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
+  const int j = k % GPC_SPREAD;
+  return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
+}
 // The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
 __device__ __forceinline__ int unit_first(int units) {
+  if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
   return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int unit_end(int units) {
@@ -435,7 +462,7 @@ __device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>
 __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __half* stage, int c, __half* C,
                                            int Mk, int Nk, int row0, int col0) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW + 8;  // halves per staged row
+  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW;  // halves per staged row (SWAP_AB: padded; else swizzled chunks)
   constexpr int VPL = SWAP_AB ? 64 / 8 : EPI_CW / 8;    // 16-byte vectors per staged row
   constexpr int ITERS = 64 * EPI_CW / 8 / 128;          // vectors per thread per chunk
   const bool vec_ok = SWAP_AB ? (Mk % 8 == 0) : (Nk % 8 == 0);
@@ -456,7 +483,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
             stage[cc * PITCH + r] = __low2half(pr);
             stage[(cc + 1) * PITCH + r] = __high2half(pr);
           } else {
-            *reinterpret_cast<__half2*>(&stage[r * PITCH + cc]) = __floats2half2_rn(v0, v1);
+            *reinterpret_cast<__half2*>(&stage[r * PITCH + ((jj ^ epi_swizzle(r)) * 8) + cc % 8]) = __floats2half2_rn(v0, v1);
           }
         }
       }
@@ -470,7 +497,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
         const int gc = SWAP_AB ? tr0 + sv : tc0 + sv;
         const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
         if (gr >= rows) continue;
-        const __half* src = &stage[sr * PITCH + sv];
+        const __half* src = &stage[sr * PITCH + (SWAP_AB ? sv : ((v % VPL) ^ epi_swizzle(sr)) * 8)];
         __half* dst = C + static_cast<size_t>(gr) * cols + gc;
         if (vec_ok && gc + 8 <= cols) {
           *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
@@ -664,13 +691,14 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
+  __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
-  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
+  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216, 2048 * 1, 2, 4 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
 
   // warp-uniform as far as the compiler knows (a shuffle from lane 0): the consumers' ring addresses and wgmma
@@ -734,6 +762,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     if (PANEL) {
       mbar_init(smem_u32(&panel_full), 1);
       mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
+    }
+    if (SPLIT_CLUSTER) {  // armed before the cluster arrive below: no peer sends before it
+      mbar_init(smem_u32(&recv_bar), 1);
+      mbar_arrive_expect_tx(smem_u32(&recv_bar), (SPLIT_K - 1) * RED_SLOT_BYTES);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
@@ -849,10 +881,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j)
             if (j / RED_J != static_cast<int>(rank))
-              dsmem_st_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, j / RED_J, acc[mt][4 * j],
-                          acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
-        cluster_arrive();  // release our pushes (the cluster barrier: one hardware arrival per thread, not an
-        cluster_wait();    // mbarrier's remote atomics, which serialise), acquire everyone's
+              dsmem_send_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, smem_u32(&recv_bar), j / RED_J,
+                            acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
+        mbar_wait(smem_u32(&recv_bar), 0);  // the other splits' slices of ours have landed
+        cluster_arrive_relaxed();           // (the barrier before exit: every CTA's slots have landed once all arrive)
         // our slice, summed in split order 0..SPLIT_K-1 (our own partial from registers)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -875,7 +907,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       }
       if (SPLIT_K > 1) {
         // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
+        const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
         float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
@@ -947,6 +979,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif
     }
+    if (SPLIT_CLUSTER) cluster_wait();  // no send into or from this CTA is in flight when it exits
 #if EVO_EPI
     // the last stores have read their staging buffers before the CTA's smem goes away (their writes to C are
     // performed by the time the kernel completes, as for every store of the grid)

@@ -1,9 +1,9 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, EPI: 2, EPI_HINT: 1, GROUP: 1, PANEL: 1,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_OWNER: 0, SPLIT_RS: 0,
-  STAGES: 5, SWAP_AB: 0}
+params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, EARLY_STORE: 1, EPI: 2, EPI_HINT: 1,
+  GROUP: 1, PANEL: 1, PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_MAJOR: 0,
+  SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 5, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
@@ -34,7 +34,8 @@ tensor_maps:
 //   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
 //                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
-// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
+// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
+//   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
@@ -45,7 +46,10 @@ tensor_maps:
 //   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
 //   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
 //   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
-//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU.)
+//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU. With SPLIT_MAJOR the reducers
+//   are the last 1/SPLIT_K of the units: one unit per CTA, they are dispatched last; pairs launch whole stripes of them
+//   beside the stripes that hold their other splits at the same positions (at most one round of 8 pairs later where
+//   stripe widths differ by one); non-reducers never wait, so a waiting reducer holds its SM only until they come.)
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
 //   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
@@ -107,6 +111,9 @@ constexpr int PANEL = 1;             // 1: the row operand's BM x K panel stays 
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
 constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
+constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
+constexpr int EARLY_STORE = 1;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -134,13 +141,17 @@ constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
-static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
+static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI ? 384 : 352) : 256),
+              "at most 128 fp32 accumulators per thread (two consumers on whole tiles: 176 of 232 registers, 192 with "
+              "the TMA-store epilogue)");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
 static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
               "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
+static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
+              "early slice stores: the TMA-store epilogue of a consumer with two or more 64-row slices");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
@@ -165,6 +176,8 @@ static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
 static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
 static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
+static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
+              "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
 // split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
 constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
@@ -421,9 +434,14 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
   // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
   // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
+  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so the CTAs launched side by side (the two SMs of a
+  // TPC, the SMs of a GPC) stream the same k blocks of neighbouring raster tiles, which share A or B rows, instead of
+  // disjoint k ranges of one tile (as cuBLASLt's split-K kernels, whose split is gridDim.z). A split still waits only
+  // for lower-numbered units (SPLIT_OWNER's reducer, split SPLIT_K-1, comes last).
   const int r = u % CLUSTER, q = u / CLUSTER;
-  w.split = q % SPLIT_K;
-  const int pair = q / SPLIT_K;
+  const int pairs = SPLIT_MAJOR ? cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) : 1;
+  w.split = SPLIT_MAJOR ? q / pairs : q % SPLIT_K;
+  const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
   w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
@@ -442,9 +460,12 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   w.m0 = (first_m + in_group % gm) * BM;
   w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
-  const int per = cdiv(kblocks, SPLIT_K);
+  // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
+  // so their partials are published by the time its longer main loop ends (the workspace round trip, ~3 us on an
+  // H100, overlaps its last k blocks instead of following them)
+  const int per = (SPLIT_OWNER && SPLIT_SKEW) ? max(cdiv(kblocks, SPLIT_K) - SPLIT_SKEW, 0) : cdiv(kblocks, SPLIT_K);
   w.kb0 = min(w.split * per, kblocks);
-  w.kb1 = min(w.kb0 + per, kblocks);
+  w.kb1 = (SPLIT_OWNER && SPLIT_SKEW && w.split == SPLIT_K - 1) ? kblocks : min(w.kb0 + per, kblocks);
   return w;
 }
 
@@ -626,53 +647,65 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
 // Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
 // bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
 // instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
-constexpr int EPI_GRP = EPI == 0 ? 1 : (MT < EPI ? MT : EPI);
+// EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
+constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
-                                               int row0, int col0, int& k) {
+// One round: slices [mt0, mt0 + G) of the consumer's tile (G buffers, one bulk group).
+template <int G>
+__device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], int mt0, uint32_t stage, int c,
+                                                const TmaDesc* map_c, int row0, int col0, int& k) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   // stmatrix.x4: lanes 8i..8i+7 address the 8 rows of matrix i; matrix i = (rows +8 * (i & 1), column chunk +(i >> 1))
   const int mi = lane / 8;
   const int r = warp * 16 + (mi & 1) * 8 + lane % 8;  // row of the slice this lane addresses
+  // the round that last used these G buffers has finished reading them (EPI / G rounds rotate)
+  if (tid == 0) bulk_wait_read<EPI / G - 1>();
+  warpgroup_sync(c);
 #pragma unroll
-  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) {
-    // the round that last used these EPI_GRP buffers has finished reading them (EPI / EPI_GRP rounds rotate)
-    if (tid == 0) bulk_wait_read<EPI / EPI_GRP - 1>();
-    warpgroup_sync(c);
+  for (int g = 0; g < G; ++g) {
+    const int mt = mt0 + g;
+    const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
 #pragma unroll
-    for (int g = 0; g < EPI_GRP; ++g) {
-      const int mt = mt0 + g;
+    for (int j = 0; j < BN / 8; j += 2) {
+      const int jj = j + (mi >> 1);
+      // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
+      // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
+      const uint32_t addr = buf + (jj / EPI_CHUNKS) * EPI_BOX_BYTES + r * (EPI_BOX_W * 2) + (((jj % EPI_CHUNKS) ^ epi_swizzle(r)) << 4);
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                   "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
+                   "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
+                   : "memory");
+    }
+  }
+  fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
+  warpgroup_sync(c);
+  if (tid == 0) {
+    const uint64_t policy = policy_evict_first();
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
       const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
 #pragma unroll
-      for (int j = 0; j < BN / 8; j += 2) {
-        const int jj = j + (mi >> 1);
-        // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
-        // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
-        const uint32_t addr = buf + (jj / EPI_CHUNKS) * EPI_BOX_BYTES + r * (EPI_BOX_W * 2) + (((jj % EPI_CHUNKS) ^ epi_swizzle(r)) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                     "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                     "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                     : "memory");
-      }
+      for (int b = 0; b < BN / EPI_BOX_W; ++b)
+        tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
     }
-    fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
-    warpgroup_sync(c);
-    if (tid == 0) {
-      const uint64_t policy = policy_evict_first();
-#pragma unroll
-      for (int g = 0; g < EPI_GRP; ++g) {
-        const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
-#pragma unroll
-        for (int b = 0; b < BN / EPI_BOX_W; ++b)
-          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
-      }
-      bulk_commit();
-    }
-    k += EPI_GRP;
+    bulk_commit();
   }
+  k += G;
+}
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
+                                               int row0, int col0, int& k) {
+#pragma unroll
+  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) store_round_tma<EPI_GRP>(acc, mt0, stage, c, map_c, row0, col0, k);
+}
+// wgmma.wait_group with a count the unrolled slice loop knows (at most MT - 1 <= 3 groups left in flight)
+__device__ __forceinline__ void wgmma_wait_upto(int n) {
+  if (n >= 3) wgmma_wait<3>();
+  else if (n == 2) wgmma_wait<2>();
+  else if (n == 1) wgmma_wait<1>();
+  else wgmma_wait<0>();
 }
 
 }  // namespace evo_sm90
@@ -754,8 +787,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
     const uint32_t a_dst = tiles + ps * STAGE_BYTES;
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
-      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK,
-                     pw.m0 + prank * (BM / CLUSTER), (1 << CLUSTER) - 1);
+      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
+                     (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
@@ -835,7 +868,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         while (s >= STAGES) { s -= STAGES; phase ^= 1; }
         continue;
       }
-      if (nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero
+      if (!EARLY_STORE && nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero (EARLY_STORE: no split-K)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -846,43 +879,93 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
       }
       int prev = 0;
-      for (int i = 0; i < nk; ++i) {
-        mbar_wait(smem_u32(&full_bar[s]), phase);
-        const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
-        const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
-        wgmma_fence();
-        // The stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-        // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
-        const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
+      // EARLY_STORE: the slices' last wgmmas go in one commit group per slice, so the epilogue stores slice 0 as soon
+      // as its group completes, while the tensor cores still run the later slices'. 2, where all of the unit's k
+      // blocks fit in the ring (nk <= STAGES): slice by slice over the whole K (the first pass waits for each stage
+      // as it lands, the later ones reread them); otherwise (1, or 2 with a longer K) k block by k block as usual,
+      // the last k block slice by slice. The stages still read then are released after the last slice's wait.
+      const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;  // (and the producer can load the next unit meanwhile)
+      if (whole) {
 #pragma unroll
-        for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
-          const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
+        for (int mt = 0; mt < MT; ++mt) {
+          int ss = s;
+          uint32_t pp = phase;
+          for (int i = 0; i < nk; ++i) {
+            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
+            const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + ss * STAGE_BYTES) + row_off * 128;
+            const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(tiles + ss * STAGE_BYTES + A_STAGE_BYTES);
+            wgmma_fence();
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-            wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
+            for (int k = 0; k < BK / 16; ++k)
+              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16),
+                               db0 + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+            if (++ss == STAGES) { ss = 0; pp ^= 1; }
+          }
+          wgmma_commit();
         }
-        wgmma_commit();
-        if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
-          wgmma_wait<1>();
-          if (tid == 0) release_stage(smem_u32(&empty_bar[prev]));
+        for (int i = 0; i < nk; ++i) {
+          prev = s;
+          if (++s == STAGES) { s = 0; phase ^= 1; }
         }
-        prev = s;
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+      } else {
+        // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
+        for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
+          mbar_wait(smem_u32(&full_bar[s]), phase);
+          const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
+          const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
+          wgmma_fence();
+          // The stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+          // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
+#pragma unroll
+          for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
+            const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
+          }
+          wgmma_commit();
+          if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
+            wgmma_wait<1>();
+            if (tid == 0) release_stage(smem_u32(&empty_bar[prev]));
+          }
+          prev = s;
+          if (++s == STAGES) { s = 0; phase ^= 1; }
+        }
+        if (EARLY_STORE) {  // the last k block (K > 0: nk >= 1): one commit group per slice
+          const int i = nk - 1;
+          mbar_wait(smem_u32(full_bar + s), phase);  // last k block
+          const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
+          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(tiles + s * STAGE_BYTES + A_STAGE_BYTES);
+          wgmma_fence();
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int k = 0; k < BK / 16; ++k)
+              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16),
+                               db0 + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+            wgmma_commit();
+          }
+          prev = s;
+          if (++s == STAGES) { s = 0; phase ^= 1; }
+        }
       }
       if (PINGPONG) {  // every wgmma of this unit is issued: the other consumer may start its k loop
         __syncwarp();
         if (lane == 0) mbar_arrive(smem_u32(&order_bar[1 - c]));
         ++t;
       }
-      wgmma_wait<0>();
-      if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
-      // PANEL: the row block's last unit of this CTA: its panel may be overwritten
-      if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
-        mbar_arrive(smem_u32(&panel_empty));
+      if (!EARLY_STORE) {
+        wgmma_wait<0>();
+        if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
+        // PANEL: the row block's last unit of this CTA: its panel may be overwritten
+        if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
+          mbar_arrive(smem_u32(&panel_empty));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
+          for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
+      }
 
       if (SPLIT_CLUSTER) {
         // ---------------------------------------------------- split-K in the cluster: slices through DSMEM
@@ -932,23 +1015,22 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
+        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
-        if (!owner) {
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              if (!SPLIT_RS || j / RED_J != w.split)
-                __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                       make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        }
+          for (int j = 0; j < BN / 8; ++j)
+            if (!owner && (!SPLIT_RS || j / RED_J != w.split))
+              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
           int* arrivals = counters + COUNTER_INTS * w.tile;
           // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
           // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
           const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {  // the others arrive (release); the reducer waits for all of them (acquire)
+          if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
@@ -975,56 +1057,56 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           continue;
         }
         if (!s_last) continue;
-        if constexpr (SPLIT_OWNER != 0) {  // the reducer: its own partial (registers) + splits 0..SPLIT_K-2 in order
+        // Sum the partials in fixed split order (deterministic): the last to arrive reads splits 0..SPLIT_K-1 into its
+        // accumulators; SPLIT_OWNER's reducer adds splits 0..SPLIT_K-2 onto its own partial, which it kept.
+        constexpr int READ = SPLIT_OWNER ? SPLIT_K - 1 : SPLIT_K;
 #pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K - 1; sp0 += RU) {
-            float4 v[RU][CHUNKS];
+        for (int sp0 = 0; sp0 < READ; sp0 += RU) {  // RU splits' loads in flight at once
+          float4 v[RU][CHUNKS];
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
-#pragma unroll
-                for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
-#pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                  for (int j = 0; j < BN / 8; ++j) {
-                    const float4 x = v[r][mt * (BN / 8) + j];
-                    float* a = &acc[mt][4 * j];
-                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
-                  }
-          }
-        } else {  // last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic)
-#pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
-            float4 v[RU][CHUNKS];
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
+          for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)  // (RU divides SPLIT_K: no guard, none of its registers)
 #pragma unroll
               for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
+          for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)
 #pragma unroll
               for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                   const float4 x = v[r][mt * (BN / 8) + j];
                   float* a = &acc[mt][4 * j];
-                  if (sp0 + r == 0) {
+                  if (!SPLIT_OWNER && sp0 + r == 0) {
                     a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
                   } else {
                     a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
                   }
                 }
-          }
         }
       }
 
       // -------------------------------------------------------- epilogue: registers -> smem -> C
 #if EVO_EPI
-      store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+      if (EARLY_STORE) {  // slice by slice, each once its group has completed (EARLY_STORE implies SPLIT_K == 1)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          wgmma_wait_upto(MT - 1 - mt);  // slice mt's group and every group before it have completed
+          // the stages still read: the last k block's, and before it (the whole K: every k block is read by every
+          // slice) the unit's other ones, or the k block before the last, whose group completed before slice 0's
+          if (tid == 0 && mt == 0 && !whole && nk > 1) release_stage(smem_u32(&empty_bar[(s + STAGES - 2) % STAGES]));
+          if (mt == MT - 1) {  // every wgmma of the unit has ended
+            if (tid == 0)
+              for (int h = whole ? nk : 1; h > 0; --h) release_stage(smem_u32(&empty_bar[(s + STAGES - h) % STAGES]));
+            if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
+              mbar_arrive(smem_u32(&panel_empty));  // the row block's last unit: its panel is free
+          }
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
+          store_round_tma<1>(acc, mt, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+        }
+      } else
+        store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
 #else
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif

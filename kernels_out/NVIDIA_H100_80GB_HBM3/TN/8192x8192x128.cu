@@ -2,16 +2,16 @@
 family: wgmma_sm90
 archs: [sm_90a]
 params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, EPI: 1, EPI_HINT: 1, GROUP: 1, PANEL: 1,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_OWNER: 0, SPLIT_RS: 0,
-  STAGES: 4, SWAP_AB: 0}
+  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1, SPLIT_RS: 0, STAGES: 4,
+  SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
 requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
-  - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
+  - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
   - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
@@ -38,14 +38,6 @@ tensor_maps:
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
-// SPLIT_OWNER (SPLIT_K > 1, workspace reduce): split SPLIT_K-1 of each tile is its reducer: it keeps its partial in
-//   registers, waits (acquire loads) for the other splits' release arrivals, adds their partials in order 0..SPLIT_K-2
-//   onto its own (deterministic) and writes C: no partial of its own written and read back, and its wait overlaps the
-//   others' writes. Deadlock-free because a split waits only for units numbered below its own: in a persistent grid
-//   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
-//   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
-//   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
-//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU.)
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
 //   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
@@ -76,12 +68,10 @@ tensor_maps:
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
 // CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
-//   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
-//   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
-//   reads of the row operand per CTA are halved. A stage is refilled only when the consumers of both
+//   same A tile: each CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA
+//   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
-//   The pairs take their units in a GPC-spread order (cluster_spread below).
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -106,7 +96,6 @@ constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_
 constexpr int PANEL = 1;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -117,19 +106,15 @@ constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
 constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel (a BM x 64 swizzled box)
 // Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
-// smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
-// XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
-// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts for 64-, 32- and 16-col
-// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). SWAP_AB stages
-// transposed chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest buffer, one per consumer.
+// smem buffer (rows padded by 8 halves: conflict-free fragment writes), then writes it out with
+// coalesced 16-byte stores. 9216 B = 64 x (64 + 8) halves, the largest chunk.
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
 constexpr int EPI_BYTES = 9216;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
 // the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
 constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * pow2_div(x / 2, cap / 2) : 1; }
-// two consumers (232 registers each after setmaxnreg): RU * CHUNKS float4 beside 4 * CHUNKS accumulators and ~40 others
-constexpr int RU_BUDGET = CONSUMERS == 1 ? 32 / CHUNKS : 48 / CHUNKS - 1;
+constexpr int RU_BUDGET = (CONSUMERS == 1 ? 32 : 16) / CHUNKS;
 constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
@@ -143,8 +128,8 @@ static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI 
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
-              "row-tile multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
+              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
 // EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
 // pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
@@ -163,8 +148,6 @@ static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT
 static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
                                 (BN / 8) % SPLIT_K == 0),
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
-static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
-static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
 // split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
 constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
@@ -328,10 +311,6 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
 __device__ __forceinline__ void st_release_gpu(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// SPLIT_OWNER: a non-reducing split's arrival releases its partial (no return value, no acquire)
-__device__ __forceinline__ void arrive_release_gpu(int* p) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(p) : "memory");
-}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
@@ -416,15 +395,11 @@ struct Work {
 };
 
 // Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
+// CTAs in flight share B column panels in L2; splits of one tile are adjacent units.
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
-  // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
-  // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
-  const int r = u % CLUSTER, q = u / CLUSTER;
-  w.split = q % SPLIT_K;
-  const int pair = q / SPLIT_K;
-  w.tile = pair * CLUSTER + r;
+  w.tile = u / SPLIT_K;
+  w.split = u % SPLIT_K;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
     w.m0 = (u / tn) * BM;
@@ -435,6 +410,7 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   }
   // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
+  const int pair = w.tile / CLUSTER, r = w.tile % CLUSTER;
   const int group_size = GROUP * tiles_n;
   const int first_m = (pair / group_size) * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
@@ -448,22 +424,8 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   return w;
 }
 
-// CTA pairs (CLUSTER > 1): a launch of clusters places consecutive clusters in one GPC until it is full (a plain
-// launch deals consecutive CTAs out over the GPCs, two SMs at a time): raster-neighbour units then all ran in one GPC,
-// and a persistent grid of pairs was 17-25 % slower than the same CTAs launched singly (H100, docs/perf-hopper.md
-// Run 19). So pair k of the grid takes the raster's pair of units v(k) = the transpose of k over GPC_SPREAD rows: the
-// pairs of one GPC get raster positions GPC_SPREAD apart, as a plain launch's CTAs would. A bijection of
-// [0, pairs) for any pair count. (SPLIT_CLUSTER's K-split clusters keep the launch order: spread, they measured
-// 0-18 % slower.)
-constexpr int GPC_SPREAD = 8;
-__device__ __forceinline__ int cluster_spread(int b) {
-  const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
-  const int j = k % GPC_SPREAD;
-  return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
-}
 // The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
 __device__ __forceinline__ int unit_first(int units) {
-  if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
   return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int unit_end(int units) {
@@ -477,7 +439,7 @@ __device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>
 __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __half* stage, int c, __half* C,
                                            int Mk, int Nk, int row0, int col0) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW;  // halves per staged row (SWAP_AB: padded; else swizzled chunks)
+  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW + 8;  // halves per staged row
   constexpr int VPL = SWAP_AB ? 64 / 8 : EPI_CW / 8;    // 16-byte vectors per staged row
   constexpr int ITERS = 64 * EPI_CW / 8 / 128;          // vectors per thread per chunk
   const bool vec_ok = SWAP_AB ? (Mk % 8 == 0) : (Nk % 8 == 0);
@@ -498,7 +460,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
             stage[cc * PITCH + r] = __low2half(pr);
             stage[(cc + 1) * PITCH + r] = __high2half(pr);
           } else {
-            *reinterpret_cast<__half2*>(&stage[r * PITCH + ((jj ^ epi_swizzle(r)) * 8) + cc % 8]) = __floats2half2_rn(v0, v1);
+            *reinterpret_cast<__half2*>(&stage[r * PITCH + cc]) = __floats2half2_rn(v0, v1);
           }
         }
       }
@@ -512,7 +474,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
         const int gc = SWAP_AB ? tr0 + sv : tc0 + sv;
         const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
         if (gr >= rows) continue;
-        const __half* src = &stage[sr * PITCH + (SWAP_AB ? sv : ((v % VPL) ^ epi_swizzle(sr)) * 8)];
+        const __half* src = &stage[sr * PITCH + sv];
         __half* dst = C + static_cast<size_t>(gr) * cols + gc;
         if (vec_ok && gc + 8 <= cols) {
           *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
@@ -754,8 +716,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
     const uint32_t a_dst = tiles + ps * STAGE_BYTES;
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
-      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK,
-                     pw.m0 + prank * (BM / CLUSTER), (1 << CLUSTER) - 1);
+      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
+                     (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
@@ -922,7 +884,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       }
       if (SPLIT_K > 1) {
         // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
+        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
         int* counters = reinterpret_cast<int*>(workspace);
         float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
@@ -932,34 +894,21 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
-        const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
-        if (!owner) {
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              if (!SPLIT_RS || j / RED_J != w.split)
-                __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                       make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        }
+          for (int j = 0; j < BN / 8; ++j)
+            if (!SPLIT_RS || j / RED_J != w.split)
+              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
           int* arrivals = counters + COUNTER_INTS * w.tile;
           // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
           // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
           const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {  // the others arrive (release); the reducer waits for all of them (acquire)
-            if (owner) {
-              while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
-              *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
-            } else {
-              arrive_release_gpu(arrivals);
-            }
-            s_last = owner;
-          } else {
-            s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
-            if (s_last) *arrivals = 0;
-          }
+          s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
+          if (s_last) *arrivals = 0;
           if (SPLIT_RS) {
             if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
             else
@@ -975,50 +924,28 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           continue;
         }
         if (!s_last) continue;
-        if constexpr (SPLIT_OWNER != 0) {  // the reducer: its own partial (registers) + splits 0..SPLIT_K-2 in order
+        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
 #pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K - 1; sp0 += RU) {
-            float4 v[RU][CHUNKS];
+        for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
+          float4 v[RU][CHUNKS];
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
+          for (int r = 0; r < RU; ++r)
 #pragma unroll
-                for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
+            for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
-            for (int r = 0; r < RU; ++r)
-              if (sp0 + r < SPLIT_K - 1)
+          for (int r = 0; r < RU; ++r)
 #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
+            for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-                  for (int j = 0; j < BN / 8; ++j) {
-                    const float4 x = v[r][mt * (BN / 8) + j];
-                    float* a = &acc[mt][4 * j];
-                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
-                  }
-          }
-        } else {  // last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic)
-#pragma unroll 1
-          for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
-            float4 v[RU][CHUNKS];
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
-#pragma unroll
-              for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
-#pragma unroll
-            for (int r = 0; r < RU; ++r)
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                  const float4 x = v[r][mt * (BN / 8) + j];
-                  float* a = &acc[mt][4 * j];
-                  if (sp0 + r == 0) {
-                    a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
-                  } else {
-                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
-                  }
+              for (int j = 0; j < BN / 8; ++j) {
+                const float4 x = v[r][mt * (BN / 8) + j];
+                float* a = &acc[mt][4 * j];
+                if (sp0 + r == 0) {
+                  a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
+                } else {
+                  a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
                 }
-          }
+              }
         }
       }
 
