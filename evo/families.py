@@ -147,12 +147,7 @@ class Family:
                 budget[0] -= 1
                 if budget[0] < 0:
                     return None
-                params[name] = v
-                if isinstance(v, (int, bool)):
-                    env[name] = int(v)
-                else:
-                    env.pop(name, None)
-                if not all(expr.evaluate(c, env) for c in checks[depth]):
+                if not _assign(params, env, name, v, checks[depth]):
                     continue
                 found = dict(params) if depth + 1 == len(names) else walk(depth + 1, params, env)
                 if found is not None:
@@ -203,12 +198,7 @@ class Family:
         def walk(depth: int, params: dict[str, Any], env: dict[str, int]) -> Iterator[dict[str, Any]]:
             name = names[depth]
             for v in values[depth]:
-                params[name] = v
-                if isinstance(v, (int, bool)):
-                    env[name] = int(v)
-                else:
-                    env.pop(name, None)
-                if not all(expr.evaluate(c, env) for c in checks[depth]):
+                if not _assign(params, env, name, v, checks[depth]):
                     continue
                 if depth + 1 == len(names):
                     yield dict(params)
@@ -254,6 +244,17 @@ class Family:
 
     def instances_for_ci(self) -> list[dict[str, Any]]:
         return [self.default_params()] + [self.complete(p) for p in self.ci_instances]
+
+
+def _assign(params: dict[str, Any], env: dict[str, int], name: str, value: Any, checks: tuple[str, ...]) -> bool:
+    """Set one parameter of a depth-first walk (its integer value into the constraints' environment) and say whether
+    the constraints that become checkable with it hold."""
+    params[name] = value
+    if isinstance(value, (int, bool)):
+        env[name] = int(value)
+    else:
+        env.pop(name, None)
+    return all(expr.evaluate(c, env) for c in checks)
 
 
 @functools.lru_cache(maxsize=64)
