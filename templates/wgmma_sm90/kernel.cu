@@ -77,6 +77,9 @@ tensor_maps:
 //   for unit i-1's stores, not unit i's (PANEL leaves the smem for it). Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
+// EARLY_STORE (EPI > 0, two or more 64-row slices per consumer): the wgmmas that finish each slice are a commit group
+//   of their own, slice 0's first, and the epilogue stores slice mt once `wgmma.wait_group MT-1-mt` returns, one slice
+//   per round, while the tensor cores still run the later slices' wgmmas (below, at the k loop).
 // CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
 //   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
 //   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
@@ -878,11 +881,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       }
       int prev = 0;
       // EARLY_STORE: the slices' last wgmmas go in one commit group per slice, so the epilogue stores slice 0 as soon
-      // as its group completes, while the tensor cores still run the later slices'. 2, where all of the unit's k
-      // blocks fit in the ring (nk <= STAGES): slice by slice over the whole K (the first pass waits for each stage
-      // as it lands, the later ones reread them); otherwise (1, or 2 with a longer K) k block by k block as usual,
-      // the last k block slice by slice. The stages still read then are released after the last slice's wait.
-      const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;  // (and the producer can load the next unit meanwhile)
+      // as its group completes, while the tensor cores still run the later slices'. 2, where the ring holds two
+      // units' k blocks (2 * nk <= STAGES: the producer loads the next unit meanwhile): slice by slice over the whole
+      // K (the first pass waits for each stage as it lands, the later ones reread them), its stages released after
+      // the last slice's wait; otherwise (1, or 2 with a longer K) k block by k block as usual, the last k block
+      // slice by slice, the stage before it released after slice 0's wait and its own after the last slice's.
+      const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
       if (whole) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
