@@ -136,7 +136,7 @@ class Family:
         names = list(self.space)
         if not names:
             return {} if self.valid({}) else None
-        checks = self._checks_by_depth(names)
+        checks = _checks_by_depth(tuple(names), tuple(self.constraints))
         budget = [0]
 
         def walk(depth: int, params: dict[str, Any], env: dict[str, int]) -> dict[str, Any] | None:
@@ -163,10 +163,6 @@ class Family:
                 return found
         return None
 
-    def _checks_by_depth(self, names: list[str]) -> tuple[tuple[str, ...], ...]:
-        """The constraints grouped by the position (in `names`) of the last parameter each one names."""
-        return _checks_by_depth(tuple(names), tuple(self.constraints))
-
     def render(self, params: dict[str, Any], problem: Problem | None = None) -> KernelSource:
         """The candidate for these parameters; a shape-specialized family needs the problem it is for
         (other families ignore it: one rendering serves every shape its ``requires`` accepts)."""
@@ -192,7 +188,7 @@ class Family:
         Walked depth first with each constraint checked as soon as every parameter it names is set, so a subtree
         that already breaks one is never expanded (a space of ~2M points is enumerated in about a second)."""
         names = list(self.space)
-        checks = self._checks_by_depth(names)
+        checks = _checks_by_depth(tuple(names), tuple(self.constraints))
         values = [self.space[n] for n in names]
 
         def walk(depth: int, params: dict[str, Any], env: dict[str, int]) -> Iterator[dict[str, Any]]:
@@ -259,6 +255,8 @@ def _assign(params: dict[str, Any], env: dict[str, int], name: str, value: Any, 
 
 @functools.lru_cache(maxsize=64)
 def _checks_by_depth(names: tuple[str, ...], constraints: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """The constraints grouped by the position (in `names`) of the last parameter each one names (cached: a search
+    draws random instances of the same space many times)."""
     checks: list[list[str]] = [[] for _ in names]
     for c in constraints:
         checks[_last_named(c, list(names))].append(c)

@@ -887,6 +887,19 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       // the last slice's wait; otherwise (1, or 2 with a longer K) k block by k block as usual, the last k block
       // slice by slice, the stage before it released after slice 0's wait and its own after the last slice's.
       const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
+      // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
+      // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      auto a_at = [&](int st, int i) {
+        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
+      };
+      auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
+      // EARLY_STORE: one slice's wgmmas over one k block (da: the slice's 64 rows of it)
+      auto slice_kblock = [&](float (&d)[BN / 2], uint64_t da, uint64_t db, int i) {
+#pragma unroll
+        for (int k = 0; k < BK / 16; ++k)
+          wgmma_m64k16<BN>(d, da + static_cast<uint64_t>(k * 32 / 16), db + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+      };
       if (whole) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -894,13 +907,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           uint32_t pp = phase;
           for (int i = 0; i < nk; ++i) {
             if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
-            const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + ss * STAGE_BYTES) + row_off * 128;
-            const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(tiles + ss * STAGE_BYTES + A_STAGE_BYTES);
+            const uint32_t a_base = a_at(ss, i), b_base = b_at(ss);
             wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < BK / 16; ++k)
-              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16),
-                               db0 + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+            slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
             if (++ss == STAGES) { ss = 0; pp ^= 1; }
           }
           wgmma_commit();
@@ -913,11 +922,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
         for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
           mbar_wait(smem_u32(&full_bar[s]), phase);
-          const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
-          const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
+          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
           wgmma_fence();
-          // The stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-          // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
           for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
@@ -937,15 +943,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (EARLY_STORE) {  // the last k block (K > 0: nk >= 1): one commit group per slice
           const int i = nk - 1;
           mbar_wait(smem_u32(full_bar + s), phase);  // last k block
-          const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
-          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(tiles + s * STAGE_BYTES + A_STAGE_BYTES);
+          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
           wgmma_fence();
+          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int k = 0; k < BK / 16; ++k)
-              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16),
-                               db0 + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+            slice_kblock(acc[mt], da0 + static_cast<uint64_t>(mt * 64 * 128 / 16), db0, i);
             wgmma_commit();
           }
           prev = s;
