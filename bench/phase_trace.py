@@ -6,12 +6,13 @@
 The family's kernel is copied and instrumented at fixed places (TRACES below: each family's phases and the anchors
 they are patched in at): one thread per CTA writes %globaltimer into the workspace. wgmma_skinny_sm90: entry,
 first and last full stage, wgmma done, partial staged, reduce go (after the cluster barrier or the receive wait), C
-stored, exit. wgmma_sm90 (the first consumer's thread 0 unless said): entry, first load issued (producer), first
-and last full stage, wgmma done, C stored (TMA store issued / plain stores done), consumer done (its stores have
-read their staging buffers), exit (after the cluster barrier). Persistent CTAs: the first stage is the first
-unit's, the later phases the last unit's. Each instance is checked once against an fp32 reference, then launched
+stored, exit. wgmma_sm90: entry, first load issued (producer), first full stage (the first consumer's), then the
+latest of the consumers' (each one's thread 0; a ping-pong CTA's last unit may be either consumer's): last full
+stage, wgmma done, C stored (TMA store issued / plain stores done), consumer done (its stores have read their
+staging buffers), exit (after the cluster barrier). Persistent CTAs: the first stage is the first unit's, the
+later phases the last unit's. Each instance is checked once against an fp32 reference, then launched
 --reps times with the L2 flushed (evo.timing.Timer); the table gives, per phase, the first / median / last CTA's
-time after the first CTA's entry (median over launches) and the per-CTA phase lengths. The stamps live in 1 MiB
+time after the first CTA's entry (median over launches) and the per-CTA phase lengths. The stamps live in 2 MiB
 ahead of the kernel's own workspace (split-K partials and tickets follow it). If a template moves,
 `anchors_present` fails in tests/test_phase_trace.py: re-anchor its TRACES entry.
 """
@@ -30,14 +31,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-TRACE_BYTES = 1 << 20  # the stamps' region, ahead of the kernel's own workspace (8 stamps x 8 bytes per CTA)
+TRACE_BYTES = 2 << 20  # the stamps' region, ahead of the kernel's own workspace (2 rows of 8 stamps x 8 bytes per CTA)
 TRACE_DEF = f"constexpr int TRACE_FLOATS = {TRACE_BYTES // 4};  // the trace's region; the kernel's workspace follows it\n"
 
 
 def _stamp_macro(name: str, cond: str) -> str:
-    """`name(i)`: the thread for which `cond` holds writes %globaltimer into slot i of its CTA's 8 (workspace)."""
+    """`name(i)`: the thread for which `cond` holds writes %globaltimer into slot i of its CTA's first row of 8."""
     return (f"#define {name}(i) do {{ if ({cond}) {{ unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" "
-            f": \"=l\"(t_)); evo_trace[blockIdx.x * 8 + (i)] = t_; }} }} while (0)\n")
+            f": \"=l\"(t_)); evo_trace[blockIdx.x * 16 + (i)] = t_; }} }} while (0)\n")
+
+
+def _stamp_consumer_macro(name: str, cond: str) -> str:
+    """`name(i)`: each thread for which `cond` holds (one per consumer warpgroup) writes %globaltimer into slot i of
+    its consumer's row (consumer c: row c; the first row is the one `_stamp_macro` writes). Plain stores, no atomics
+    (an atomic after the kernel's stores is what the compile gate rejects as an unordered publication); the reader
+    takes the later row, since a ping-pong CTA's last unit may be either consumer's."""
+    return (f"#define {name}(i) do {{ if ({cond}) {{ unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" "
+            f": \"=l\"(t_)); evo_trace[blockIdx.x * 16 + 8 * (threadIdx.x / 128 - 1) + (i)] = t_; }} }} while (0)\n")
 
 
 # at entry: the stamps go to the workspace's first TRACE_BYTES, the kernel's own use starts after them
@@ -72,25 +82,26 @@ SM90 = Trace(
     phases=["entry", "first load", "first stage", "last stage", "mma done", "stored", "consumer done", "exit"],
     patches=[
         ("using namespace evo_sm90;\n", "using namespace evo_sm90;\n" + TRACE_DEF + _stamp_macro("EVO_T", "threadIdx.x == 0")
-         + _stamp_macro("EVO_C", "threadIdx.x == 128")),
+         + _stamp_macro("EVO_C", "threadIdx.x == 128")
+         + _stamp_consumer_macro("EVO_M", "threadIdx.x >= 128 && threadIdx.x % 128 == 0")),
         ("  extern __shared__ uint8_t smem_raw[];\n", _SHIFT + "  EVO_T(0);\n  extern __shared__ uint8_t smem_raw[];\n"),
         ("    if (CLUSTER == 1) produce_next();\n", "    if (CLUSTER == 1) produce_next();\n    EVO_T(1);\n"),
         ("        mbar_wait(smem_u32(&full_bar[s]), phase);\n",
          "        mbar_wait(smem_u32(&full_bar[s]), phase);\n        if (i == 0 && j == 0) EVO_C(2);\n"
-         "        if (i == nk - 1) EVO_C(3);\n"),
-        ("        wgmma_wait<0>();\n        if (nk > 0", "        wgmma_wait<0>();\n        EVO_C(4);\n        if (nk > 0"),
+         "        if (i == nk - 1) EVO_M(3);\n"),
+        ("        wgmma_wait<0>();\n        if (nk > 0", "        wgmma_wait<0>();\n        EVO_M(4);\n        if (nk > 0"),
         # EARLY_STORE: the whole-K pass's waits, the last k block's wait, the last slice's wgmma wait
         ("            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits\n",
          "            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);\n"
-         "            if (mt == 0 && i == 0 && j == 0) EVO_C(2);\n            if (mt == 0 && i == nk - 1) EVO_C(3);\n"),
+         "            if (mt == 0 && i == 0 && j == 0) EVO_C(2);\n            if (mt == 0 && i == nk - 1) EVO_M(3);\n"),
         ("          mbar_wait(smem_u32(full_bar + s), phase);  // last k block\n",
-         "          mbar_wait(smem_u32(full_bar + s), phase);\n          if (nk == 1 && j == 0) EVO_C(2);\n          EVO_C(3);\n"),
+         "          mbar_wait(smem_u32(full_bar + s), phase);\n          if (nk == 1 && j == 0) EVO_C(2);\n          EVO_M(3);\n"),
         ("          wgmma_wait_upto(MT - 1 - mt);  // slice mt's group and every group before it have completed\n",
-         "          wgmma_wait_upto(MT - 1 - mt);\n          if (mt == MT - 1) EVO_C(4);\n"),
+         "          wgmma_wait_upto(MT - 1 - mt);\n          if (mt == MT - 1) EVO_M(4);\n"),
         ("      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n",
-         "      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n      EVO_C(5);\n"),
-        ("    (void)epi_stage_u32;\n#endif\n", "    (void)epi_stage_u32;\n#endif\n    EVO_C(6);\n"),
-        ("    cluster_arrive();\n    cluster_wait();\n  }\n}", "    cluster_arrive();\n    cluster_wait();\n  }\n  EVO_C(7);\n}"),
+         "      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n      EVO_M(5);\n"),
+        ("    (void)epi_stage_u32;\n#endif\n", "    (void)epi_stage_u32;\n#endif\n    EVO_M(6);\n"),
+        ("    cluster_arrive();\n    cluster_wait();\n  }\n}", "    cluster_arrive();\n    cluster_wait();\n  }\n  EVO_M(7);\n}"),
     ],
 )
 
@@ -103,8 +114,8 @@ def anchors_present(text: str, family: str = "wgmma_skinny_sm90") -> list[str]:
 
 
 def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source: Path = ROOT / "templates") -> Path:
-    """A templates folder holding the instrumented family alone (its workspace: 1 MiB for the stamps), copied from
-    `source` (another templates folder: a trial variant)."""
+    """A templates folder holding the instrumented family alone (its workspace: TRACE_BYTES more, for the stamps),
+    copied from `source` (another templates folder: a trial variant)."""
     shutil.copytree(Path(source) / family, dest / family)
     k = dest / family / "kernel.cu"
     text = k.read_text()
@@ -170,10 +181,11 @@ def main(argv: list[str] | None = None) -> int:
         traces: list = []
         # the stamps are cleared before every launch (outside the window): a phase a CTA skips (the epilogue of a
         # split that is not the last to arrive) reads as missing, not as an earlier launch's time
-        run = Contender(run=lambda: kern(A, B, C), before=lambda: kern.workspace[: ctas * 16].fill(0),
-                        after=lambda: traces.append(kern.workspace[: ctas * 16].view(cupy.uint64).copy()))
+        run = Contender(run=lambda: kern(A, B, C), before=lambda: kern.workspace[: ctas * 32].fill(0),
+                        after=lambda: traces.append(kern.workspace[: ctas * 32].view(cupy.uint64).copy()))
         t = Timer(info.l2_bytes, not a.no_flush, seed=0, sms=info.sm_count).measure({"k": run}, reps=a.reps, warmup=3)["k"]
-        tr = np.stack([x.get().astype(np.int64).reshape(ctas, 8) for x in traces[3:]])  # launches x CTAs x phases (ns)
+        # launches x CTAs x phases (ns): per phase the later of the two rows (a row a consumer did not stamp reads 0)
+        tr = np.stack([x.get().astype(np.int64).reshape(ctas, 2, 8).max(axis=1) for x in traces[3:]])
         missing = tr == 0  # not stamped in that launch
         first_entry = np.where(missing[:, :, :1], np.iinfo(np.int64).max, tr[:, :, :1]).min(axis=1, keepdims=True)
         rel = (tr - first_entry).astype(np.float64) / 1000.0  # (differences first: ns stamps exceed float64's integers)

@@ -29,15 +29,40 @@ def test_instrumented_family_renders_with_a_trace_workspace(tmp_path, family):
     params, problem = INSTANCES[family]
     ks = fam.render(fam.complete(params))
     stamps = len(TRACES[family].phases)
-    assert sum(ks.text.count(f"{m}(") for m in ("EVO_T", "EVO_C")) >= 1 + stamps  # the macros and one stamp per phase
+    macros = ("EVO_T", "EVO_C", "EVO_M")
+    assert sum(ks.text.count(f"{m}(") for m in macros) >= 1 + stamps  # the macros and one stamp per phase
     for i in range(stamps):
-        assert f"(({i}))" not in ks.text and (f"EVO_T({i})" in ks.text or f"EVO_C({i})" in ks.text)
+        assert f"(({i}))" not in ks.text and any(f"{m}({i})" in ks.text for m in macros)
     launch = ks.launch(problem, 132)
-    assert launch.workspace >= launch.grid[0] * 8 * 8
+    assert launch.workspace >= launch.grid[0] * 16 * 8  # two rows of 8 stamps per CTA
+
+
+def test_ping_pong_stamps_take_the_later_consumer(tmp_path):
+    """wgmma_sm90's phases after the first stage are stamped by each consumer into its own row, and the reader takes
+    the later (a ping-pong CTA's last unit may be consumer 1's: stamped by consumer 0 alone, a 4096^2 x 1024 trace
+    ended one unit early); the first stage is consumer 0's."""
+    (fam,) = load_families(instrumented_templates(tmp_path, "wgmma_sm90"), names=["wgmma_sm90"])
+    text = fam.render(fam.complete({"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "GROUP": 8})).text
+    assert "evo_trace[blockIdx.x * 16 + 8 * (threadIdx.x / 128 - 1) + (i)] = t_" in text  # consumer c: row c
+    assert "threadIdx.x >= 128 && threadIdx.x % 128 == 0" in text
+    assert all(f"EVO_M({i})" in text and f"EVO_C({i})" not in text for i in range(3, 8))
+    assert "EVO_C(2)" in text and "EVO_M(2)" not in text
+
+
+@pytest.mark.nvcc
+def test_instrumented_ping_pong_compiles(tmp_path):
+    from evo.compile import Compiler
+    from evo.config import load_config
+
+    (fam,) = load_families(instrumented_templates(tmp_path, "wgmma_sm90"), names=["wgmma_sm90"])
+    ks = fam.render(fam.complete({"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "GROUP": 8}))
+    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path / "cache")}}).compile)
+    r = comp.compile(ks, "sm_90a")
+    assert r.ok and not r.spill_bytes, r.error
 
 
 def test_the_trace_comes_ahead_of_a_split_k_workspace(tmp_path):
-    """Split-K instances keep their workspace: the instrumented one is 1 MiB longer and the kernel steps past it."""
+    """Split-K instances keep their workspace: the instrumented one is TRACE_BYTES longer and the kernel steps past it."""
     params, problem = {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16}, Problem(256, 1024, 16384)
     (plain,) = load_families(ROOT / "templates", names=["wgmma_sm90"])
     (traced,) = load_families(instrumented_templates(tmp_path, "wgmma_sm90"), names=["wgmma_sm90"])
