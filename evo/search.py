@@ -269,7 +269,7 @@ class Search:
         table_hash, table_src = self._published(info) if cfg.search.runoff > 1 else ("", "")
         seeds = ([Proposal(table_src, "seed", (), "the table's kernel for this shape")] if table_src else [])
         seeds += self._rerendered_seed(table_src, fams)
-        if not table_hash and cfg.search.runoff > 1:
+        if cfg.search.runoff > 1:  # and what the other GPUs' tables publish for it, even where this GPU has a row
             seeds += self._other_gpus_seeds(info, fams)
         # winners of other shapes in this run's families only (--families: a sweep restricted to one family timed a
         # neighbour's CUTLASS kernel, and on a fresh machine waited for its compile)
@@ -288,7 +288,7 @@ class Search:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
                 prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape and its rendering from today's "
-                          "template, or other GPUs' tables' kernels for it; winners of other shapes; cuBLASLt's tile for it; "
+                          "template, other GPUs' tables' kernels for it; winners of other shapes; cuBLASLt's tile for it; "
                           "the transposed shape's fastest, transposed) before proposing anything new")
                 t_gen, best_before = time.monotonic(), prog.best_us
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
@@ -461,9 +461,11 @@ class Search:
                                                          "the table's kernel rendered from today's template")]
 
     def _other_gpus_seeds(self, info: GpuInfo, fams: list[Family]) -> list[Proposal]:
-        """Where this GPU's table has no kernel for the shape: the kernels other GPUs' tables in paths.out publish
-        for it (families that claim this GPU's arch), each as published and as rendered from today's template. A
-        first search on a new GPU starts from what the others found (timed here like any seed)."""
+        """The kernels other GPUs' tables in paths.out publish for the shape (families that claim this GPU's arch),
+        each as published and as rendered from today's template, timed here like any seed. A first search on a new
+        GPU starts from what the others found; a GPU whose row predates another GPU's find races it too (the H200's
+        K = 128 rows gained 3-5 % from the H100's row-panel kernels, docs/perf-output-bound.md). Kernels already
+        evaluated here are not timed again."""
         out: list[Proposal] = []
         root = Path(self.cfg.paths.out)
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != info.key) if root.is_dir() else []:

@@ -330,6 +330,31 @@ def test_a_gpu_without_a_table_row_starts_from_other_gpus_tables(tmp_path):
     assert "seed kernels" not in text.getvalue()
 
 
+def test_a_gpu_with_a_table_row_also_races_other_gpus_kernels(tmp_path):
+    """This GPU's table has a row for the shape, and another GPU's table publishes another kernel for it (found
+    there later, or with a newer template): the search times both, so a find on one GPU reaches the other's row."""
+    s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)
+    out = Path(cfg1.paths.out)
+    shutil.copytree(out / "Fake_GPU", out / "Other_GPU")
+    table = out / "Other_GPU" / "table.json"
+    doc = json.loads(table.read_text())
+    for r in doc["rows"]:
+        r["gpu"], r["kernel_path"] = "Other_GPU", r["kernel_path"].replace("Fake_GPU/", "Other_GPU/")
+    kfile = out / doc["rows"][0]["kernel_path"]
+    theirs = kfile.read_text().replace("float acc = 0.f;", "float acc = 0.f; acc += 0.f;")  # another GPU's find
+    kfile.write_text(theirs)
+    doc["rows"][0]["hash"] = KernelSource.parse(theirs).hash
+    table.write_text(json.dumps(doc))
+    cfg2 = make_cfg(tmp_path / "second", max_candidates=1, runoff=3)
+    cfg2.paths.out = cfg1.paths.out
+    text = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg2, out=text, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "timing 2 seed kernels" in text.getvalue()  # this GPU's row and the other GPU's kernel
+    store = Store(cfg2.paths.db)
+    assert store.evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")
+    assert store.evaluated(KernelSource.parse(theirs).hash, "256x256x256", "TN", "Fake_GPU")
+
+
 def test_a_shape_the_table_lacks_weighs_its_nearest_rows_in_generation_0(tmp_path):
     """A search of a shape no table row has gets the kernels the table publishes for the nearest other shapes as
     proposals of generation 0, ranked there with the rest (not timed ahead of everything as seeds)."""
