@@ -461,16 +461,17 @@ class Search:
                                                          "the table's kernel rendered from today's template")]
 
     def _other_gpus_seeds(self, info: GpuInfo, fams: list[Family]) -> list[Proposal]:
-        """The kernels other GPUs' tables in paths.out publish for the shape (families that claim this GPU's arch),
-        each as published and as rendered from today's template, timed here like any seed. A first search on a new
+        """The kernels other GPUs' tables in paths.out publish for the shape (in this run's families, claiming this GPU's
+        arch), each as published and as rendered from today's template, timed here like any seed. A first search on a new
         GPU starts from what the others found; a GPU whose row predates another GPU's find races it too (the H200's
         K = 128 rows gained 3-5 % from the H100's row-panel kernels, docs/perf-output-bound.md). Kernels already
         evaluated here are not timed again."""
         out: list[Proposal] = []
         root = Path(self.cfg.paths.out)
+        names = {f.name for f in fams}  # this run's families only (--families: no other family's compile to wait for)
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != info.key) if root.is_dir() else []:
             h, text = self._published_in(folder)
-            if not text or info.arch not in KernelSource.parse(text).meta.archs:
+            if not text or info.arch not in KernelSource.parse(text).meta.archs or family_of(text) not in names:
                 continue
             out.append(Proposal(text, "seed", (), f"the {folder.name} table's kernel for this shape"))
             out += self._rerendered_seed(text, fams)

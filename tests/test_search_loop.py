@@ -353,6 +353,15 @@ def test_a_gpu_with_a_table_row_also_races_other_gpus_kernels(tmp_path):
     store = Store(cfg2.paths.db)
     assert store.evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")
     assert store.evaluated(KernelSource.parse(theirs).hash, "256x256x256", "TN", "Fake_GPU")
+    # a family outside the run's (--families: e.g. a CUTLASS kernel a wgmma-only sweep would wait to compile) is not
+    foreign = theirs.replace("family: toy", "family: elsewhere", 1)
+    kfile.write_text(foreign)
+    doc["rows"][0]["hash"] = KernelSource.parse(foreign).hash
+    table.write_text(json.dumps(doc))
+    cfg3 = make_cfg(tmp_path / "third", max_candidates=1, runoff=3)
+    cfg3.paths.out = cfg1.paths.out
+    Search(parse_shape("256x256x256"), cfg3, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert not Store(cfg3.paths.db).evaluated(KernelSource.parse(foreign).hash, "256x256x256", "TN", "Fake_GPU")
 
 
 def test_a_shape_the_table_lacks_weighs_its_nearest_rows_in_generation_0(tmp_path):
