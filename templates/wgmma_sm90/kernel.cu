@@ -894,6 +894,11 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
       };
       auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
+      // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
+      auto release_panel = [&]() {
+        if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
+          mbar_arrive(smem_u32(&panel_empty));
+      };
       // EARLY_STORE: one slice's wgmmas over one k block (da: the slice's 64 rows of it)
       auto slice_kblock = [&](float (&d)[BN / 2], uint64_t da, uint64_t db, int i) {
 #pragma unroll
@@ -963,9 +968,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       if (!EARLY_STORE) {
         wgmma_wait<0>();
         if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
-        // PANEL: the row block's last unit of this CTA: its panel may be overwritten
-        if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
-          mbar_arrive(smem_u32(&panel_empty));
+        release_panel();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -1103,8 +1106,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           if (mt == MT - 1) {  // every wgmma of the unit has ended
             if (tid == 0)
               for (int h = whole ? nk : 1; h > 0; --h) release_stage(smem_u32(&empty_bar[(s + STAGES - h) % STAGES]));
-            if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
-              mbar_arrive(smem_u32(&panel_empty));  // the row block's last unit: its panel is free
+            release_panel();
           }
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
