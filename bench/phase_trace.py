@@ -35,19 +35,13 @@ TRACE_BYTES = 2 << 20  # the stamps' region, ahead of the kernel's own workspace
 TRACE_DEF = f"constexpr int TRACE_FLOATS = {TRACE_BYTES // 4};  // the trace's region; the kernel's workspace follows it\n"
 
 
-def _stamp_macro(name: str, cond: str) -> str:
-    """`name(i)`: the thread for which `cond` holds writes %globaltimer into slot i of its CTA's first row of 8."""
+def _stamp_macro(name: str, cond: str, row: str = "0") -> str:
+    """`name(i)`: the thread for which `cond` holds writes %globaltimer into slot i of row `row` (0 or 1) of its CTA's
+    two rows of 8. The reader takes the later row per slot, so consumer c stamping row c (`row` =
+    "threadIdx.x / 128 - 1") gives whichever consumer ran the CTA's last unit. Plain stores, no atomics: an atomic
+    after the kernel's stores is what the compile gate rejects as an unordered publication."""
     return (f"#define {name}(i) do {{ if ({cond}) {{ unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" "
-            f": \"=l\"(t_)); evo_trace[blockIdx.x * 16 + (i)] = t_; }} }} while (0)\n")
-
-
-def _stamp_consumer_macro(name: str, cond: str) -> str:
-    """`name(i)`: each thread for which `cond` holds (one per consumer warpgroup) writes %globaltimer into slot i of
-    its consumer's row (consumer c: row c; the first row is the one `_stamp_macro` writes). Plain stores, no atomics
-    (an atomic after the kernel's stores is what the compile gate rejects as an unordered publication); the reader
-    takes the later row, since a ping-pong CTA's last unit may be either consumer's."""
-    return (f"#define {name}(i) do {{ if ({cond}) {{ unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" "
-            f": \"=l\"(t_)); evo_trace[blockIdx.x * 16 + 8 * (threadIdx.x / 128 - 1) + (i)] = t_; }} }} while (0)\n")
+            f": \"=l\"(t_)); evo_trace[blockIdx.x * 16 + 8 * ({row}) + (i)] = t_; }} }} while (0)\n")
 
 
 # at entry: the stamps go to the workspace's first TRACE_BYTES, the kernel's own use starts after them
@@ -83,7 +77,7 @@ SM90 = Trace(
     patches=[
         ("using namespace evo_sm90;\n", "using namespace evo_sm90;\n" + TRACE_DEF + _stamp_macro("EVO_T", "threadIdx.x == 0")
          + _stamp_macro("EVO_C", "threadIdx.x == 128")
-         + _stamp_consumer_macro("EVO_M", "threadIdx.x >= 128 && threadIdx.x % 128 == 0")),
+         + _stamp_macro("EVO_M", "threadIdx.x >= 128 && threadIdx.x % 128 == 0", "threadIdx.x / 128 - 1")),
         ("  extern __shared__ uint8_t smem_raw[];\n", _SHIFT + "  EVO_T(0);\n  extern __shared__ uint8_t smem_raw[];\n"),
         ("    if (CLUSTER == 1) produce_next();\n", "    if (CLUSTER == 1) produce_next();\n    EVO_T(1);\n"),
         ("        mbar_wait(smem_u32(&full_bar[s]), phase);\n",

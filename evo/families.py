@@ -137,15 +137,16 @@ class Family:
         if not names:
             return {} if self.valid({}) else None
         checks = _checks_by_depth(tuple(names), tuple(self.constraints))
-        budget = [0]
+        budget = 0
 
         def walk(depth: int, params: dict[str, Any], env: dict[str, int]) -> dict[str, Any] | None:
+            nonlocal budget
             name = names[depth]
             order = list(self.space[name])
             rng.shuffle(order)
             for v in order:
-                budget[0] -= 1
-                if budget[0] < 0:
+                budget -= 1
+                if budget < 0:
                     return None
                 if not _assign(params, env, name, v, checks[depth]):
                     continue
@@ -157,7 +158,7 @@ class Family:
             return None
 
         for _ in range(tries):  # restarts: a walk stuck below an early choice with few valid completions gives up soon
-            budget[0] = 4 * len(names)
+            budget = 4 * len(names)
             found = walk(0, {}, {})
             if found is not None:
                 return found

@@ -471,7 +471,8 @@ class Search:
         names = {f.name for f in fams}  # this run's families only (--families: no other family's compile to wait for)
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != info.key) if root.is_dir() else []:
             h, text = self._published_in(folder)
-            if not text or info.arch not in KernelSource.parse(text).meta.archs or family_of(text) not in names:
+            meta = KernelSource.parse(text).meta if text else None
+            if meta is None or info.arch not in meta.archs or meta.family not in names:
                 continue
             out.append(Proposal(text, "seed", (), f"the {folder.name} table's kernel for this shape"))
             out += self._rerendered_seed(text, fams)
