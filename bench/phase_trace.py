@@ -80,9 +80,9 @@ SM90 = Trace(
          + _stamp_macro("EVO_M", "threadIdx.x >= 128 && threadIdx.x % 128 == 0", "threadIdx.x / 128 - 1")),
         ("  extern __shared__ uint8_t smem_raw[];\n", _SHIFT + "  EVO_T(0);\n  extern __shared__ uint8_t smem_raw[];\n"),
         ("    if (CLUSTER == 1) produce_next();\n", "    if (CLUSTER == 1) produce_next();\n    EVO_T(1);\n"),
-        ("        mbar_wait(smem_u32(&full_bar[s]), phase);\n",
-         "        mbar_wait(smem_u32(&full_bar[s]), phase);\n        if (i == 0 && j == 0) EVO_C(2);\n"
-         "        if (i == nk - 1) EVO_M(3);\n"),
+        ("          mbar_wait(smem_u32(&full_bar[s]), phase);\n",
+         "          mbar_wait(smem_u32(&full_bar[s]), phase);\n          if (i == 0 && j == 0) EVO_C(2);\n"
+         "          if (i == nk - 1) EVO_M(3);\n"),
         ("        wgmma_wait<0>();\n        if (nk > 0", "        wgmma_wait<0>();\n        EVO_M(4);\n        if (nk > 0"),
         # EARLY_STORE: the whole-K pass's waits, the last k block's wait, the last slice's wgmma wait
         ("            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits\n",
@@ -102,9 +102,24 @@ SM90 = Trace(
 TRACES = {"wgmma_skinny_sm90": SKINNY, "wgmma_sm90": SM90}
 
 
+def _occurrences(text: str, anchor: str) -> int:
+    """How often `anchor` is in `text`. An anchor that starts with indentation counts only where it starts a line: a
+    more deeply indented copy of the same statement (a new loop's wait, say) is another place, not the anchor."""
+    if anchor[:1] in (" ", "\t"):
+        return ("\n" + text).count("\n" + anchor)
+    return text.count(anchor)
+
+
+def _patched(text: str, anchor: str, new: str) -> str:
+    """`text` with the anchor (where `_occurrences` finds it) replaced by `new`."""
+    if anchor[:1] in (" ", "\t"):
+        return ("\n" + text).replace("\n" + anchor, "\n" + new, 1)[1:]
+    return text.replace(anchor, new, 1)
+
+
 def anchors_present(text: str, family: str = "wgmma_skinny_sm90") -> list[str]:
     """The anchors missing from (or not unique in) the template text; empty when it can be instrumented."""
-    return [a for a, _ in TRACES[family].patches if text.count(a) != 1]
+    return [a for a, _ in TRACES[family].patches if _occurrences(text, a) != 1]
 
 
 def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source: Path = ROOT / "templates") -> Path:
@@ -113,11 +128,13 @@ def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source
     shutil.copytree(Path(source) / family, dest / family)
     k = dest / family / "kernel.cu"
     text = k.read_text()
-    missing = anchors_present(text, family)
-    if missing:
-        raise SystemExit(f"error: the {family} template moved; re-anchor bench/phase_trace.py at: {missing[0]!r}")
+    bad = anchors_present(text, family)
+    if bad:
+        n = _occurrences(text, bad[0])
+        where = "is gone" if n == 0 else f"starts {n} lines"
+        raise SystemExit(f"error: the {family} template moved: the anchor {bad[0]!r} {where}; re-anchor bench/phase_trace.py")
     for anchor, new in TRACES[family].patches:
-        text = text.replace(anchor, new)
+        text = _patched(text, anchor, new)
     # the kernel's workspace grows by the trace's region, which comes first (the kernel steps past it at entry)
     text, n = re.subn(r'^workspace: "(.*)"$', lambda m: f'workspace: "({m.group(1)}) + {TRACE_BYTES}"', text, count=1, flags=re.M)
     if n != 1:

@@ -23,6 +23,30 @@ def test_every_anchor_is_in_the_template_once(family):
     assert anchors_present(text.replace(gone, ""), family) == [gone]
 
 
+def test_a_deeper_indented_copy_of_an_anchor_is_another_place(tmp_path):
+    """An indented anchor is matched where it starts a line: a new, more deeply indented line with the same statement
+    (a second loop waiting on the ring) neither makes the anchor ambiguous nor receives its stamps."""
+    text = (ROOT / "templates" / "wgmma_sm90" / "kernel.cu").read_text()
+    anchor, _ = next(p for p in TRACES["wgmma_sm90"].patches if p[0].lstrip(" ").startswith("mbar_wait(smem_u32(&full_bar[s])"))
+    marker = "  extern __shared__ uint8_t smem_raw[];\n"
+    deeper = "    " + anchor  # the same wait, four columns further in
+    with_copy = text.replace(marker, marker + "  if (0) {\n" + deeper + "  }\n", 1)
+    assert with_copy.count(anchor) == 2 and anchors_present(with_copy, "wgmma_sm90") == []
+    (src := tmp_path / "src" / "wgmma_sm90").mkdir(parents=True)
+    for f in (ROOT / "templates" / "wgmma_sm90").iterdir():
+        (src / f.name).write_text(f.read_text())
+    (src / "kernel.cu").write_text(with_copy)
+    out = (instrumented_templates(tmp_path / "out", "wgmma_sm90", tmp_path / "src") / "wgmma_sm90" / "kernel.cu").read_text()
+    assert deeper + "  }\n" in out  # the copy is left as it was; the anchor's own line got the stamps
+    assert out.count("if (i == 0 && j == 0) EVO_C(2);") == 1
+    # and an anchor that is gone or repeated at line starts is named
+    twice = text.replace(marker, marker + anchor, 1)
+    assert anchors_present(twice, "wgmma_sm90") == [anchor]
+    (src / "kernel.cu").write_text(twice)
+    with pytest.raises(SystemExit, match="starts 2 lines"):
+        instrumented_templates(tmp_path / "out2", "wgmma_sm90", tmp_path / "src")
+
+
 @pytest.mark.parametrize("family", sorted(TRACES))
 def test_instrumented_family_renders_with_a_trace_workspace(tmp_path, family):
     (fam,) = load_families(instrumented_templates(tmp_path, family), names=[family])
