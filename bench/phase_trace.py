@@ -102,19 +102,22 @@ SM90 = Trace(
 TRACES = {"wgmma_skinny_sm90": SKINNY, "wgmma_sm90": SM90}
 
 
+def _lead(anchor: str) -> str:
+    """What must come before an anchor: an anchor that starts with indentation is matched only where it starts a line
+    (a more deeply indented copy of the same statement, a new loop's wait say, is another place, not the anchor)."""
+    return "\n" if anchor[:1] in (" ", "\t") else ""
+
+
 def _occurrences(text: str, anchor: str) -> int:
-    """How often `anchor` is in `text`. An anchor that starts with indentation counts only where it starts a line: a
-    more deeply indented copy of the same statement (a new loop's wait, say) is another place, not the anchor."""
-    if anchor[:1] in (" ", "\t"):
-        return ("\n" + text).count("\n" + anchor)
-    return text.count(anchor)
+    """How often `anchor` is in `text` (see `_lead`)."""
+    lead = _lead(anchor)
+    return (lead + text).count(lead + anchor)
 
 
 def _patched(text: str, anchor: str, new: str) -> str:
-    """`text` with the anchor (where `_occurrences` finds it) replaced by `new`."""
-    if anchor[:1] in (" ", "\t"):
-        return ("\n" + text).replace("\n" + anchor, "\n" + new, 1)[1:]
-    return text.replace(anchor, new, 1)
+    """`text` with the anchor, where `_occurrences` finds it, replaced by `new`."""
+    lead = _lead(anchor)
+    return (lead + text).replace(lead + anchor, lead + new, 1)[len(lead):]
 
 
 def anchors_present(text: str, family: str = "wgmma_skinny_sm90") -> list[str]:
