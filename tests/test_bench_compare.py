@@ -68,3 +68,25 @@ def test_table_kernels_are_the_published_sources(tmp_path):
     (tmp_path / r.kernel_path).unlink()
     with pytest.raises(EvoError, match="missing"):
         table_kernels(str(copy))
+
+
+def test_precompile_hands_every_table_kernel_to_the_parallel_compiler():
+    """The table's kernels compile side by side before the first timing, each for the GPU's arch; none: no call."""
+    from bench.compare import precompile, table_kernels
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def compile_many(self, items):
+            self.calls.append(list(items))
+            return []
+
+    kernels = list(table_kernels(str(ROOT / "kernels_out" / "NVIDIA_H200")).values())[:3]
+    rec = Recorder()
+    precompile(rec, kernels, "sm_90a")
+    assert len(rec.calls) == 1
+    assert [ks.text for ks, _ in rec.calls[0]] == [k["source"] for k in kernels]
+    assert {arch for _, arch in rec.calls[0]} == {"sm_90a"}
+    precompile(rec, [], "sm_90a")
+    assert len(rec.calls) == 1
