@@ -310,6 +310,29 @@ def test_small_cluster_reduce_paths_correct_on_gpu(gpu):
     assert ran == 8 and not failures, "\n".join(failures)  # every case accepts each of its shapes
 
 
+def test_kernel_loads_through_the_shared_module_cache(gpu):
+    """fresh_module off (how the defence tests show what it catches) loads the cubin through cupy's per-process
+    module cache instead of a module of its own: the kernel still launches and computes C."""
+    import cupy
+
+    from evo.check import compare, random_inputs, reference
+    from evo.gpu.launch import LoadedKernel
+
+    w, comp, cfg = gpu
+    ks = KernelSource.parse((DATA / "naive.cu").read_text())
+    r = comp.compile(ks, w.info.arch)
+    assert r.ok, r.error
+    p = parse_shape("77x1000x333")
+    a, b = random_inputs(p, cupy.random.RandomState(7))
+    c = cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16)
+    k = LoadedKernel(ks, r.cubin_path, p, w.info.sm_count, w.info.smem_per_block_optin, fresh=False)
+    try:
+        k(a, b, c)
+        assert compare(c, reference(a, b), cfg.check, "shared module").correct
+    finally:
+        k.close()
+
+
 def _count(db):
     con = sqlite3.connect(db)
     try:

@@ -57,7 +57,7 @@ class LoadedKernel:
                 self.fn.max_dynamic_shared_size_bytes = self.spec.smem
             except cupy.cuda.driver.CUDADriverError as e:
                 raise EvoError(f"cannot grant {self.spec.smem} bytes of dynamic shared memory: {e}") from None
-        allow_large_cluster(int(self.fn.fn.ptr if fresh else self.fn.ptr))
+        allow_large_cluster(int(self.fn.fn.ptr if fresh else self.fn.kernel.ptr))  # (a RawModule function is a RawKernel)
         # the workspace is zeroed once; kernels must leave their counters at zero
         self.workspace = cupy.zeros(max(self.spec.workspace, 16) // 4 + 1, dtype=cupy.float32)
         self._maps: dict[tuple, list] = {}
