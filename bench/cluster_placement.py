@@ -1,10 +1,12 @@
 """Where a grid's CTAs land, launched singly and as thread-block clusters: SM per blockIdx, and start skew.
 
-    python -m bench.cluster_placement [--grid 132] [--smem-kb 200] [--threads 384] [--spin-us 20]
+    python -m bench.cluster_placement [--grid 132] [--smem-kb 200] [--threads 384] [--spin-us 20] [--policy 0,1,2]
 
 One kernel, compiled twice (plain and with __cluster_dims__(2, 1, 1)), takes --smem-kb of dynamic shared memory
 (so one CTA fits an SM, as a GEMM's ring does), records %smid and %globaltimer at entry and spins --spin-us. Prints,
 per launch kind, the SMs of the first 24 blockIdx, how many SMs were used, and how late the last CTA started.
+--policy: the cluster launch again under each cluster scheduling policy preference (the function attribute
+CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: 0 default, 1 spread, 2 load balancing).
 
 On an H100 (docs/perf-hopper.md Run 19): a plain launch deals consecutive blockIdx out two at a time over the GPCs
 (SMs 0, 1, 16, 17, 32, 33, ...); a cluster launch fills one GPC with consecutive clusters (SMs 0, 1, 2, ..., 15).
@@ -34,16 +36,24 @@ PROBE(evo_place_pair, __cluster_dims__(2, 1, 1))
 """
 
 
-def place(grid: int, smem: int, threads: int, spin_ns: int) -> dict[str, tuple[list[int], float]]:
-    """{launch kind: (SM of each blockIdx, last CTA's start after the first's, us)}, the third of three launches."""
+POLICY_ATTR = 15  # CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (cuda.h)
+POLICIES = {0: "default", 1: "spread", 2: "load balancing"}  # CUclusterSchedulingPolicy
+
+
+def place(grid: int, smem: int, threads: int, spin_ns: int, policies: tuple[int, ...] = ()) -> dict[str, tuple[list[int], float]]:
+    """{launch kind: (SM of each blockIdx, last CTA's start after the first's, us)}, the third of three launches;
+    with policies, the pair kernel once more under each cluster scheduling policy ("pair/spread", ...)."""
     import cupy
     import numpy as np
 
     mod = cupy.RawModule(code=_SRC, options=("-arch=sm_90a",))
     out = {}
-    for kind in ("plain", "pair"):
+    for kind, policy in [("plain", None), ("pair", None)] + [("pair", p) for p in policies]:
         fn = mod.get_function(f"evo_place_{kind}")
         fn.max_dynamic_shared_size_bytes = smem
+        if policy is not None:
+            cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, POLICY_ATTR, policy)
+            kind = f"pair/{POLICIES[policy]}"
         buf = cupy.zeros(2 * grid, dtype=cupy.uint64)
         for _ in range(3):
             fn((grid,), (threads,), (buf, np.int64(spin_ns)), shared_mem=smem)
@@ -60,11 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smem-kb", type=int, default=200, help="dynamic shared memory per CTA, KiB")
     ap.add_argument("--threads", type=int, default=384)
     ap.add_argument("--spin-us", type=float, default=20.0)
+    ap.add_argument("--policy", default="", help="comma list of cluster scheduling policies to launch the pairs under")
     a = ap.parse_args(argv)
+    from evo.errors import EvoError
+
+    try:
+        policies = tuple(int(x) for x in a.policy.split(",") if x)
+    except ValueError:
+        raise EvoError(f"--policy takes a comma list of {sorted(POLICIES)}, not {a.policy!r}") from None
+    if not set(policies) <= set(POLICIES):
+        raise EvoError(f"--policy takes a comma list of {sorted(POLICIES)}, not {a.policy!r}")
     from evo.gpu.device import require_gpu
 
     require_gpu()
-    for kind, (sms, skew) in place(a.grid - a.grid % 2, a.smem_kb * 1024, a.threads, int(a.spin_us * 1000)).items():
+    for kind, (sms, skew) in place(a.grid - a.grid % 2, a.smem_kb * 1024, a.threads, int(a.spin_us * 1000),
+                                      policies).items():
         print(f"{kind}: {len(set(sms))} SMs for {len(sms)} CTAs, last CTA started {skew:.2f} us after the first")
         print(f"  SM of blockIdx 0..23: {sms[:24]}")
     return 0
