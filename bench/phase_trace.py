@@ -147,6 +147,12 @@ def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source
 
 
 def main(argv: list[str] | None = None) -> int:
+    from evo.errors import cli_entry
+
+    return cli_entry(_main)(argv)
+
+
+def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", choices=sorted(TRACES), default="wgmma_skinny_sm90")
     ap.add_argument("--shape", required=True)
@@ -156,6 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
+    from evo.errors import EvoError
+    from evo.gpu.device import require_gpu
+    from evo.problem import parse_shape
+
+    parse_shape(a.shape)  # a malformed shape or instance is one line, before any GPU work
+    try:
+        instances = [json.loads(js) for js in a.instances]
+    except ValueError as e:
+        raise EvoError(f"an instance is not a JSON object: {e}") from None
+    if not all(isinstance(x, dict) for x in instances):
+        raise EvoError("every instance must be a JSON object of parameters, e.g. '{\"BM\": 128}'")
+    require_gpu()
     import cupy
     import numpy as np
 
@@ -164,7 +182,6 @@ def main(argv: list[str] | None = None) -> int:
     from evo.families import load_families
     from evo.gpu.device import gpu_info
     from evo.gpu.launch import LoadedKernel
-    from evo.problem import parse_shape
     from evo.timing import Contender, Timer
 
     trace = TRACES[a.family]
@@ -177,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     A = (rs.standard_normal((problem.m, problem.k)) * 0.5).astype(cupy.float16)
     B = (rs.standard_normal((problem.n, problem.k)) * 0.5).astype(cupy.float16)
     ref = A.astype(cupy.float32) @ B.astype(cupy.float32).T
-    for js in a.instances:
-        given = json.loads(js)
+    for given in instances:
         fam.admit(given)  # a trial value outside the declared space, as bench.template_ab allows
         params = fam.complete(given)
         ks = fam.render(params)

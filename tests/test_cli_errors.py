@@ -118,3 +118,16 @@ def test_hook_probe_refuses_a_bad_shape_before_looking_for_a_gpu():
 @pytest.mark.skipif(HAVE_GPU, reason="the no-GPU refusal")
 def test_hook_probe_without_a_gpu():
     one_line(run("bench.hook_probe", "--shape", "64x64x64"), "no CUDA GPU")
+
+
+def test_phase_trace_refuses_bad_input_before_looking_for_a_gpu():
+    one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64", "{}"), "malformed shape")
+    one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64x64", "{BM"), "not a JSON object")
+    one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64x64", "[1]"), "must be a JSON object")
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="the no-GPU refusal")
+def test_phase_trace_and_cluster_placement_without_a_gpu():
+    one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64x64", "{}"), "no CUDA GPU")
+    one_line(run("bench.cluster_placement", "--policy", "1"), "no CUDA GPU")
+    one_line(run("bench.cluster_placement", "--policy", "7"), "--policy takes a comma list")
