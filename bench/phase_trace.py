@@ -194,7 +194,7 @@ def _main(argv: list[str] | None = None) -> int:
     A = (rs.standard_normal((problem.m, problem.k)) * 0.5).astype(cupy.float16)
     B = (rs.standard_normal((problem.n, problem.k)) * 0.5).astype(cupy.float16)
     ref = A.astype(cupy.float32) @ B.astype(cupy.float32).T
-    for given in instances:
+    for js, given in zip(a.instances, instances):
         fam.admit(given)  # a trial value outside the declared space, as bench.template_ab allows
         params = fam.complete(given)
         ks = fam.render(params)
