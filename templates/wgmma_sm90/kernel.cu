@@ -6,7 +6,7 @@ block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
@@ -187,6 +187,15 @@ constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
+// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it. The
+// integer division's sequence (round trips through the uniform datapath) put ~0.2 us between the producer's barrier
+// set-up and its first TMA load on an H100 (docs/perf-hopper.md Run 35).
+__device__ __forceinline__ int div_small(int a, int b) {
+  const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
+  const int r = a - q * b;
+  return q + (r >= b) - (r < 0);
+}
 
 // ---------------------------------------------------------------- shared memory / mbarrier
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -455,11 +464,13 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
   const int group_size = GROUP * tiles_n;
-  const int first_m = (pair / group_size) * GROUP;
+  const int group = div_small(pair, group_size);
+  const int first_m = group * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
-  const int in_group = pair % group_size;
-  w.m0 = (first_m + in_group % gm) * BM;
-  w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
+  const int in_group = pair - group * group_size;
+  const int col = div_small(in_group, gm);
+  w.m0 = (first_m + in_group - col * gm) * BM;
+  w.n0 = (col * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
   // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
   // so their partials are published by the time its longer main loop ends (the workspace round trip, ~3 us on an
