@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
               f"--modes {args.modes} --reps {args.reps}`\n")
     print(header, flush=True)
     results: dict[str, list[dict]] = {m: [] for m in modes}
-    picks = {p.key: published.get(p.key) if args.table else store.champion(p.key, p.layout, info.key)  # the vetted
-             for p in problems}                                                                        # winners
+    # the vetted winner of each shape (or the table's kernel), all compiled side by side before the first timing
+    picks = {p.key: published.get(p.key) if args.table else store.champion(p.key, p.layout, info.key) for p in problems}
     precompile(compiler, [b for b in picks.values() if b is not None], info.arch)
     for p in problems:
         best = picks[p.key]
