@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         policies = tuple(int(x) for x in a.policy.split(",") if x)
+        if not set(policies) <= set(POLICIES):
+            raise ValueError(a.policy)
     except ValueError:
         raise EvoError(f"--policy takes a comma list of {sorted(POLICIES)}, not {a.policy!r}") from None
-    if not set(policies) <= set(POLICIES):
-        raise EvoError(f"--policy takes a comma list of {sorted(POLICIES)}, not {a.policy!r}")
     from evo.gpu.device import require_gpu
 
     require_gpu()

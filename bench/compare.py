@@ -135,17 +135,16 @@ def render_markdown(header: str, results: dict[str, list[dict]]) -> str:
     return "\n".join(md) + "\n"
 
 
-def precompile(compiler, kernels: list[dict], arch: str) -> None:
-    """Compile every contender's source on all cores before the first timing (the per-shape compile below then
-    finds it cached): a table of SM90 kernels compiles in minutes one after another, in seconds side by side."""
-    from evo.kernel import KernelSource
-
-    if not kernels:
-        return
+def precompile(compiler, sources: list, arch: str) -> dict:
+    """Compile every contender's source on all cores before the first timing; {source hash: CompileResult}. A table
+    of SM90 kernels compiles in minutes one after another, in seconds side by side."""
+    if not sources:
+        return {}
     t0 = time.monotonic()
-    print(f"compiling {len(kernels)} kernels before timing ...", flush=True)
-    res = compiler.compile_many([(KernelSource.parse(b["source"]), arch) for b in kernels])
-    print(f"compiled {sum(r.ok for r in res)} of {len(kernels)} in {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"compiling {len(sources)} kernels before timing ...", flush=True)
+    res = compiler.compile_many([(ks, arch) for ks in sources])
+    print(f"compiled {sum(r.ok for r in res)} of {len(sources)} in {time.monotonic() - t0:.0f} s", flush=True)
+    return {r.hash: r for r in res}
 
 
 @cli_entry
@@ -198,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict]] = {m: [] for m in modes}
     # the vetted winner of each shape (or the table's kernel), all compiled side by side before the first timing
     picks = {p.key: published.get(p.key) if args.table else store.champion(p.key, p.layout, info.key) for p in problems}
-    precompile(compiler, [b for b in picks.values() if b is not None], info.arch)
+    sources = {key: KernelSource.parse(b["source"]) for key, b in picks.items() if b is not None}
+    compiled = precompile(compiler, list(sources.values()), info.arch)
     for p in problems:
         best = picks[p.key]
         rs = cupy.random.RandomState(rng.randrange(1 << 30))
@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         contenders["cublaslt_autotune"] = plan.call(plan.tuned)
         family = "-"
         if best is not None:
-            ks = KernelSource.parse(best["source"])
-            r = compiler.compile(ks, info.arch)
+            ks = sources[p.key]
+            r = compiled[ks.hash]
             if r.ok:
                 k = load_kernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
                 c_evo = cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16)

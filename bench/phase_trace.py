@@ -19,7 +19,6 @@ ahead of the kernel's own workspace (split-K partials and tickets follow it). If
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import sys
@@ -162,17 +161,12 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
-    from evo.errors import EvoError
+    from bench.template_ab import parse_instances
     from evo.gpu.device import require_gpu
     from evo.problem import parse_shape
 
     parse_shape(a.shape)  # a malformed shape or instance is one line, before any GPU work
-    try:
-        instances = [json.loads(js) for js in a.instances]
-    except ValueError as e:
-        raise EvoError(f"an instance is not a JSON object: {e}") from None
-    if not all(isinstance(x, dict) for x in instances):
-        raise EvoError("every instance must be a JSON object of parameters, e.g. '{\"BM\": 128}'")
+    instances = parse_instances(a.instances)
     require_gpu()
     import cupy
     import numpy as np

@@ -21,6 +21,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def parse_instances(texts: list[str]) -> list[dict]:
+    """The command line's instances, each a JSON object of parameters; anything else is one EvoError line."""
+    from evo.errors import EvoError
+
+    try:
+        instances = [json.loads(x) for x in texts]
+    except ValueError as e:
+        raise EvoError(f"an instance is not a JSON object: {e}") from None
+    if not all(isinstance(x, dict) for x in instances):
+        raise EvoError("every instance must be a JSON object of parameters, e.g. '{\"BM\": 128}'")
+    return instances
+
+
 def plan(family: str, old_root: str | None, instances: list[dict], shapes: list[str] = ()) -> list[tuple[str, object]]:
     """(label, KernelSource) for every instance and side; a family that compiles the shape in gets one rendering
     per timed shape (each accepts only its own shape, so it is checked and timed on that shape alone)."""
@@ -61,10 +74,7 @@ def _main(argv: list[str] | None = None) -> int:
 
     if not a.old and not a.new_only:
         raise EvoError("give --old DIR (the templates before the change) or --new-only")
-    try:
-        instances = [json.loads(x) for x in a.instances]
-    except ValueError as e:
-        raise EvoError(f"an instance is not a JSON object: {e}") from None
+    instances = parse_instances(a.instances)
     shapes = [s for s in a.shapes.split(",") if s]
     checks = [s for s in a.check.split(",") if s]
     for s in shapes + checks:

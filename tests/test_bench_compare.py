@@ -74,19 +74,24 @@ def test_precompile_hands_every_table_kernel_to_the_parallel_compiler():
     """The table's kernels compile side by side before the first timing, each for the GPU's arch; none: no call."""
     from bench.compare import precompile, table_kernels
 
+    from evo.compile import CompileResult
+    from evo.kernel import KernelSource
+
     class Recorder:
         def __init__(self):
             self.calls = []
 
         def compile_many(self, items):
             self.calls.append(list(items))
-            return []
+            return [CompileResult(ks.hash, arch, True) for ks, arch in self.calls[-1]]
 
     kernels = list(table_kernels(str(ROOT / "kernels_out" / "NVIDIA_H200")).values())[:3]
+    sources = [KernelSource.parse(k["source"]) for k in kernels]
     rec = Recorder()
-    precompile(rec, kernels, "sm_90a")
+    got = precompile(rec, sources, "sm_90a")
     assert len(rec.calls) == 1
     assert [ks.text for ks, _ in rec.calls[0]] == [k["source"] for k in kernels]
     assert {arch for _, arch in rec.calls[0]} == {"sm_90a"}
-    precompile(rec, [], "sm_90a")
+    assert set(got) == {ks.hash for ks in sources} and all(r.ok for r in got.values())
+    assert precompile(rec, [], "sm_90a") == {}
     assert len(rec.calls) == 1
