@@ -8,7 +8,7 @@ block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
@@ -79,6 +79,9 @@ tensor_maps:
 //   for unit i-1's stores, not unit i's (PANEL leaves the smem for it). Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
+// EARLY_STORE (EPI > 0, two or more 64-row slices per consumer): the wgmmas that finish each slice are a commit group
+//   of their own, slice 0's first, and the epilogue stores slice mt once `wgmma.wait_group MT-1-mt` returns, one slice
+//   per round, while the tensor cores still run the later slices' wgmmas (below, at the k loop).
 // CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
 //   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
 //   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
@@ -186,6 +189,15 @@ constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
+// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it. The
+// integer division's sequence (round trips through the uniform datapath) put ~0.2 us between the producer's barrier
+// set-up and its first TMA load on an H100 (docs/perf-hopper.md Run 35).
+__device__ __forceinline__ int div_small(int a, int b) {
+  const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
+  const int r = a - q * b;
+  return q + (r >= b) - (r < 0);
+}
 
 // ---------------------------------------------------------------- shared memory / mbarrier
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -454,11 +466,13 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
   const int group_size = GROUP * tiles_n;
-  const int first_m = (pair / group_size) * GROUP;
+  const int group = div_small(pair, group_size);
+  const int first_m = group * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
-  const int in_group = pair % group_size;
-  w.m0 = (first_m + in_group % gm) * BM;
-  w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
+  const int in_group = pair - group * group_size;
+  const int col = div_small(in_group, gm);
+  w.m0 = (first_m + in_group - col * gm) * BM;
+  w.n0 = (col * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
   // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
   // so their partials are published by the time its longer main loop ends (the workspace round trip, ~3 us on an
@@ -880,11 +894,30 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       }
       int prev = 0;
       // EARLY_STORE: the slices' last wgmmas go in one commit group per slice, so the epilogue stores slice 0 as soon
-      // as its group completes, while the tensor cores still run the later slices'. 2, where all of the unit's k
-      // blocks fit in the ring (nk <= STAGES): slice by slice over the whole K (the first pass waits for each stage
-      // as it lands, the later ones reread them); otherwise (1, or 2 with a longer K) k block by k block as usual,
-      // the last k block slice by slice. The stages still read then are released after the last slice's wait.
-      const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;  // (and the producer can load the next unit meanwhile)
+      // as its group completes, while the tensor cores still run the later slices'. 2, where the ring holds two
+      // units' k blocks (2 * nk <= STAGES: the producer loads the next unit meanwhile): slice by slice over the whole
+      // K (the first pass waits for each stage as it lands, the later ones reread them), its stages released after
+      // the last slice's wait; otherwise (1, or 2 with a longer K) k block by k block as usual, the last k block
+      // slice by slice, the stage before it released after slice 0's wait and its own after the last slice's.
+      const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
+      // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
+      // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      auto a_at = [&](int st, int i) {
+        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
+      };
+      auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
+      // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
+      auto release_panel = [&]() {
+        if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
+          mbar_arrive(smem_u32(&panel_empty));
+      };
+      // EARLY_STORE: one slice's wgmmas over one k block (da: the slice's 64 rows of it)
+      auto slice_kblock = [&](float (&d)[BN / 2], uint64_t da, uint64_t db, int i) {
+#pragma unroll
+        for (int k = 0; k < BK / 16; ++k)
+          wgmma_m64k16<BN>(d, da + static_cast<uint64_t>(k * 32 / 16), db + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+      };
       if (whole) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -892,13 +925,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           uint32_t pp = phase;
           for (int i = 0; i < nk; ++i) {
             if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
-            const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + ss * STAGE_BYTES) + row_off * 128;
-            const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(tiles + ss * STAGE_BYTES + A_STAGE_BYTES);
+            const uint32_t a_base = a_at(ss, i), b_base = b_at(ss);
             wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < BK / 16; ++k)
-              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16),
-                               db0 + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+            slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
             if (++ss == STAGES) { ss = 0; pp ^= 1; }
           }
           wgmma_commit();
@@ -911,11 +940,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
         for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
           mbar_wait(smem_u32(&full_bar[s]), phase);
-          const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
-          const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
+          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
           wgmma_fence();
-          // The stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-          // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
           for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
@@ -935,15 +961,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (EARLY_STORE) {  // the last k block (K > 0: nk >= 1): one commit group per slice
           const int i = nk - 1;
           mbar_wait(smem_u32(full_bar + s), phase);  // last k block
-          const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
-          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(tiles + s * STAGE_BYTES + A_STAGE_BYTES);
+          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
           wgmma_fence();
+          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int k = 0; k < BK / 16; ++k)
-              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16),
-                               db0 + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+            slice_kblock(acc[mt], da0 + static_cast<uint64_t>(mt * 64 * 128 / 16), db0, i);
             wgmma_commit();
           }
           prev = s;
@@ -958,9 +981,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       if (!EARLY_STORE) {
         wgmma_wait<0>();
         if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
-        // PANEL: the row block's last unit of this CTA: its panel may be overwritten
-        if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
-          mbar_arrive(smem_u32(&panel_empty));
+        release_panel();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -1098,8 +1119,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           if (mt == MT - 1) {  // every wgmma of the unit has ended
             if (tid == 0)
               for (int h = whole ? nk : 1; h > 0; --h) release_stage(smem_u32(&empty_bar[(s + STAGES - h) % STAGES]));
-            if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
-              mbar_arrive(smem_u32(&panel_empty));  // the row block's last unit: its panel is free
+            release_panel();
           }
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
