@@ -105,6 +105,22 @@ def test_worker_sigkill_mid_request_recorded_and_restarted(cfg):
         w.stop()
 
 
+def test_ctrl_c_is_the_parents_to_handle(cfg):
+    """SIGINT reaches the worker too (the terminal's process group): it finishes its request instead of dying with
+    a traceback; the parent decides what an interrupt means."""
+    w = GpuWorker(cfg, serve_target=fake_serve, start_timeout_s=60)
+    w.start()
+    try:
+        pid = w.proc.pid
+        import threading
+
+        threading.Timer(0.5, lambda: os.kill(pid, signal.SIGINT)).start()
+        assert w.call("sleep", timeout_s=30, s=2) == pid
+        assert w.restarts == 0 and w.proc.is_alive()
+    finally:
+        w.stop()
+
+
 def test_worker_hang_times_out_and_restarts(cfg):
     w = GpuWorker(cfg, serve_target=fake_serve, start_timeout_s=60)
     w.start()

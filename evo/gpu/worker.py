@@ -7,6 +7,7 @@ killed and a fresh one started, so one bad kernel never takes the search down.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 from typing import Any
 
@@ -17,6 +18,14 @@ from ..problem import GpuInfo
 
 class WorkerFault(Exception):
     """The request killed, hung or poisoned the worker; it has been restarted."""
+
+
+def _worker_main(serve, conn, cfg_dict: dict, device_id: int) -> None:
+    """The worker process: Ctrl-C (SIGINT to the foreground process group) is the parent's to handle. The parent
+    stores what it has and exits, which ends this daemon process; a worker interrupted mid-request would instead
+    die with a traceback on the terminal and its measurement lost."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    serve(conn, cfg_dict, device_id)
 
 
 class GpuWorker:
@@ -46,7 +55,8 @@ class GpuWorker:
         else:
             serve = self.serve_target
 
-        self.proc = self.ctx.Process(target=serve, args=(child, self.cfg.to_dict(), self.device_id), daemon=True)
+        self.proc = self.ctx.Process(target=_worker_main, args=(serve, child, self.cfg.to_dict(), self.device_id),
+                                     daemon=True)
         self.proc.start()
         child.close()
         self.conn = parent
