@@ -468,7 +468,7 @@ def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float
         what = f"{r.winner} wins (evo {r.best_lib_us / r.best_us:.2f}x)" if r.best_us else f"{r.winner} wins (no correct evo kernel)"
     else:
         what = "no result"
-    seeds = f", seeds {r.seeds_correct}/{r.seeds_offered} ok" if r.seeds_offered else ""
+    seeds = f", seeds: {r.seeds_correct} of {r.seeds_offered} offered timed and correct" if r.seeds_offered else ""
     reuse = f", cubins reused {r.compiles_reused}" if r.compiles_reused else ""
     conv = ", converged" if (r.stop or "").startswith("converged") else ""
     drift = f", {r.drift_scaled} timed while the GPU ran slow" if r.drift_scaled else ""
@@ -515,7 +515,8 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
     offered = sum(r.seeds_offered for r in done)
     if offered or any(r.compiles_reused for r in done):
         parts.append(f"Compile once, time everywhere: {offered} kernels of neighbouring shapes offered as seeds "
-                     f"({sum(r.seeds_correct for r in done)} correct, the winner on {sum(r.seed_won for r in done)} shapes); "
+                     f"({sum(r.seeds_correct for r in done)} of them timed and correct, the others passed over by generation 0's "
+                     f"choice or failed; the winner on {sum(r.seed_won for r in done)} shapes); "
                      f"compiles reused: {sum(r.compiles_reused for r in done)}, compile seconds saved ≈ "
                      f"{sum(r.compile_seconds_saved for r in done):.0f} s (new compiles: {sum(r.compiles_new for r in done)}, "
                      f"{sum(r.compile_seconds for r in done):.0f} s of nvcc).")

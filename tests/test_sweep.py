@@ -158,6 +158,7 @@ def test_sweep_runs_every_shape_and_summarizes(tmp_path):
     assert rows[first].seeds_offered == 0
     later = [rows[s] for s in SHAPES if s != first]
     assert all(r.seeds_offered >= 1 and r.compiles_reused >= 1 for r in later)
+    assert sum("offered timed and correct" in l for l in lines) == len(later)  # the first shape had none offered
     assert all(r.compile_seconds_saved == pytest.approx(2.0 * r.compiles_reused) for r in later)
     summary = outcome.summary
     assert "\n" not in summary and summary in text
