@@ -45,6 +45,18 @@ def test_raster_takes_every_tile_once(group, mk, nk, bm, bn, cluster):
         assert [m0 // bm for m0, _ in got[: group * cluster : cluster]] == list(range(group))
 
 
+def div_small_f32(a, b, ulps: int = 0):
+    """The kernel's `div_small` as the GPU computes it (`__fdividef`: a times the fp32 reciprocal of b, truncated;
+    the reciprocal `ulps` off), then the remainder's correction; numpy arrays or ints."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    r = (np.float32(1) / b.astype(np.float32)).astype(np.float32)
+    for _ in range(abs(ulps)):
+        r = np.nextafter(r, np.float32(np.inf) if ulps > 0 else np.float32(0))
+    est = np.trunc(a.astype(np.float32) * r).astype(np.int64)
+    rem = a - est * b
+    return est + (rem >= b) - (rem < 0)
+
+
 def test_div_small_is_exact_below_its_bound():
     """The kernel's float division with reciprocals off by up to two ulps, over random and near-multiple operands."""
     rng = np.random.default_rng(20261127)
@@ -53,15 +65,8 @@ def test_div_small_is_exact_below_its_bound():
     q = np.concatenate([rng.integers(0, 1 << 22, n) // b[:n], rng.integers(0, 1 << 16, n), np.zeros(n, np.int64)])
     a = np.concatenate([np.clip(q[:2 * n] * b[:2 * n] + rng.integers(-1, 2, 2 * n), 0, (1 << 22) - 1),
                         rng.integers(0, 1 << 22, n)])
-    rcp = (np.float32(1) / b.astype(np.float32)).astype(np.float32)
     for ulps in (-2, -1, 0, 1, 2):
-        r = rcp
-        for _ in range(abs(ulps)):
-            r = np.nextafter(r, np.float32(np.inf) if ulps > 0 else np.float32(0))
-        est = np.trunc(a.astype(np.float32) * r).astype(np.int64)  # __fdividef: a * rcp(b), then truncation
-        rem = a - est * b
-        got = est + (rem >= b) - (rem < 0)
-        assert np.array_equal(got, a // b), ulps
+        assert np.array_equal(div_small_f32(a, b, ulps), a // b), ulps
 
 
 def test_the_template_keeps_the_unit_bound_div_small_needs():
