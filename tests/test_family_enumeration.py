@@ -86,9 +86,9 @@ def test_random_instances_of_a_sparse_space():
     r0 = random.Random(0)
     whole = [{k: r0.choice(v) for k, v in fam.space.items()} for _ in range(4000)]
     assert sum(fam.valid(p) for p in whole) < 20  # the space really is sparse
-    draws = [fam.random_params(rng) for _ in range(400)]
+    draws = [fam.random_params(rng) for _ in range(1000)]  # EARLY_STORE 2 is ~1 % of valid instances
     assert all(p is not None and fam.valid(p) for p in draws)
-    assert len({tuple(sorted(p.items())) for p in draws}) > 350
+    assert len({tuple(sorted(p.items())) for p in draws}) > 900
     for name in ("EARLY_STORE", "PANEL", "CLUSTER", "SPLIT_RS", "PINGPONG"):
         assert {p[name] for p in draws} == set(fam.space[name]), name
     assert len({p["BN"] for p in draws}) >= 8 and len({p["SPLIT_K"] for p in draws}) >= 7

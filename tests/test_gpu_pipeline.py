@@ -268,6 +268,21 @@ def test_wide_tiles_correct_on_gpu(gpu):
     assert ran == 11 and not failures, "\n".join(failures)
 
 
+ONE_WAVE_INSTANCES = [  # wgmma_sm90's widths for one wave of 128-row tiles (N = 32 or 16 x the width on 512 / 1024 rows)
+    {"BM": 128, "BN": 144, "STAGES": 5, "PERSISTENT": 0, "EPI": 1},   # m64n144, 64 x 16 store boxes
+    {"BM": 128, "BN": 112, "STAGES": 6, "PERSISTENT": 0, "EPI": 1},   # m64n112
+    {"BM": 128, "BN": 80, "PINGPONG": 1, "STAGES": 5},                # m64n80, ping-pong, ordinary stores
+    {"BM": 128, "BN": 224, "STAGES": 4},                              # m64n224, persistent, ordinary stores
+]
+
+
+def test_one_wave_widths_correct_on_gpu(gpu):
+    """The 80-, 112-, 144- and 224-wide tiles on off-tile shapes (a column tile past N, a row tile past M, K not a
+    multiple of the k block); the TMA-store instances do not take 520x1030x264: 10 evaluations."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", ONE_WAVE_INSTANCES, ("1000x1000x1000", "200x136x72", "520x1030x264"))
+    assert ran == 10 and not failures, "\n".join(failures)
+
+
 EARLY_STORE_INSTANCES = [  # wgmma_sm90: each 64-row slice stored once its own wgmma group completes
     {"BM": 256, "BN": 128, "STAGES": 6, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 2},  # row panel, whole K
     {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 1},  # the last k block

@@ -185,3 +185,18 @@ def test_fit_carries_a_start_to_the_shape(fams):
     assert moved and moved <= {"BM", "BN", "SPLIT_K", "STAGES"}
     # where the start already suits the shape, nothing is proposed
     assert pr.fit("wgmma_sm90", wg.default_params(), parse_shape("4096x4096x4096")) is None
+
+
+@pytest.mark.parametrize("shape, width", [("512x4608x3584", 144), ("512x3584x4096", 112), ("512x2560x4096", 80),
+                                          ("1024x3584x4096", 224)])
+def test_a_start_fits_one_wave_of_128_row_tiles(fams, shape, width):
+    # 512 or 1024 rows over N = 32 or 16 x width: the family's 128-row starts refit to one wave of 128 tiles in that
+    # width (4 x 32 or 8 x 16 CTAs), where 128, 160 or 256 leave 116-144 tiles (H100 A/B: 0.97-1.00x the best
+    # library against 0.67-0.94x for the next width, docs/perf-hopper.md Run 37)
+    pr = Prior(fams, GpuSpec(peak_tflops=750, bw_gbs=4300), sample=50)
+    wg = next(f for f in fams if f.name == "wgmma_sm90")
+    p = parse_shape(shape)
+    fits = [pr.fit("wgmma_sm90", s, p) for s in wg.starts]
+    best = min((f for f in fits if f is not None), key=lambda f: f.est.us)
+    assert (best.params["BM"], best.params["BN"], best.params["SPLIT_K"]) == (128, width, 1)
+    assert wg.valid(best.params) and best.est.units == 128 and best.est.waves <= 1.0

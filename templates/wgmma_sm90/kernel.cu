@@ -373,61 +373,104 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 
 // D[64 x N] (+)= A[64 x 16] * B[N x 16]^T; d holds this thread's N/2 fp32 accumulators.
-// scale_d == 0 overwrites D (first k slice of a tile). Generated for each N used.
+// scale_d == 0 overwrites D (first k slice of a tile). One specialisation per N used; its accumulators are
+// operands %0 .. %(N/2 - 1) in groups of eight (EVO_ACC_R names them in the instruction, EVO_ACC_D binds them).
+#define EVO_ACC_R0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define EVO_ACC_R1 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define EVO_ACC_R2 "%16, %17, %18, %19, %20, %21, %22, %23"
+#define EVO_ACC_R3 "%24, %25, %26, %27, %28, %29, %30, %31"
+#define EVO_ACC_R4 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define EVO_ACC_R5 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define EVO_ACC_R6 "%48, %49, %50, %51, %52, %53, %54, %55"
+#define EVO_ACC_R7 "%56, %57, %58, %59, %60, %61, %62, %63"
+#define EVO_ACC_R8 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define EVO_ACC_R9 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define EVO_ACC_R10 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define EVO_ACC_R11 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define EVO_ACC_R12 "%96, %97, %98, %99, %100, %101, %102, %103"
+#define EVO_ACC_R13 "%104, %105, %106, %107, %108, %109, %110, %111"
+#define EVO_ACC_R14 "%112, %113, %114, %115, %116, %117, %118, %119"
+#define EVO_ACC_R15 "%120, %121, %122, %123, %124, %125, %126, %127"
+#define EVO_ACC_D(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+                     "+f"(d[i + 6]), "+f"(d[i + 7])
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16(float* d, uint64_t da, uint64_t db, int scale_d);
 template <> __device__ __forceinline__ void wgmma_m64k16<16>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+               "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {" EVO_ACC_R0 "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<32>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<64>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24)
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<80>(float* d, uint64_t da, uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 "}, %40, %41, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<96>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+               "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 "}, %48, %49, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40)
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<112>(float* d, uint64_t da, uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 "}, %56, %57, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<128>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56)
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<144>(float* d, uint64_t da, uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 "}, %72, %73, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<160>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}, %80, %81, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
+               "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 "}, %80, %81, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<176>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, %88, %89, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
+               "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 "}, %88, %89, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<192>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, %96, %97, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 ", " EVO_ACC_R11 "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80), EVO_ACC_D(88)
+               : "l"(da), "l"(db), "r"(scale_d));
+}
+template <> __device__ __forceinline__ void wgmma_m64k16<224>(float* d, uint64_t da, uint64_t db, int scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 ", " EVO_ACC_R11 ", " EVO_ACC_R12 ", " EVO_ACC_R13 "}, %112, %113, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80), EVO_ACC_D(88), EVO_ACC_D(96), EVO_ACC_D(104)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 template <> __device__ __forceinline__ void wgmma_m64k16<256>(float* d, uint64_t da, uint64_t db, int scale_d) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 ", " EVO_ACC_R11 ", " EVO_ACC_R12 ", " EVO_ACC_R13 ", " EVO_ACC_R14 ", " EVO_ACC_R15 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80), EVO_ACC_D(88), EVO_ACC_D(96), EVO_ACC_D(104), EVO_ACC_D(112), EVO_ACC_D(120)
                : "l"(da), "l"(db), "r"(scale_d));
 }
 
