@@ -76,6 +76,7 @@ class CheckConfig:
     sanitize_timeout_s: float
     ulps: float
     acc_slack: float
+    trunc_slack: float
     sample_rows: int
     sample_cols: int
     checksum_sigmas: float
