@@ -4,8 +4,10 @@
 
 For K <= 256 and a large M x N, writing C dominates a GEMM. This probe times, in one process and interleaved
 (L2 flushed by a read pass, CUDA events, median): a store-only kernel writing M x N fp16 with 16-byte stores
-(grid-stride, every SM), the same kernel that also reads A and B once, cudaMemsetAsync of C, and cuBLAS on the
-shape. The store-only time is the floor a GEMM on that shape can approach; the ratio cuBLAS / floor is the room.
+(grid-stride, every SM), C written tile by tile as a GEMM writes it (128 x 256 and 256 x 128 tiles, one CTA per SM
+taking its units contiguously or round-robin, four CTAs per SM round-robin; streaming stores), the grid-stride kernel
+that also reads A and B once, cudaMemsetAsync of C, and cuBLAS on the shape. The store-only time is the floor a GEMM
+on that shape can approach; the ratio cuBLAS / floor is the room.
 """
 from __future__ import annotations
 
@@ -29,6 +31,20 @@ extern "C" __global__ void evo_read_write(const uint4* __restrict__ a, long long
   uint4 v = make_uint4(x | 0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);
   for (; i < n16; i += step) c[i] = v;
 }
+// C written as a GEMM writes it: BM x BN tiles (16-byte streaming stores, evict-first in spirit like the
+// TMA-store epilogue's hint), each CTA taking its units contiguously (the K-short panel's order) or round-robin.
+extern "C" __global__ void evo_tile_store(uint4* __restrict__ c, int m, int n, int bm, int bn, int contiguous) {
+  const int tiles_n = n / bn, tiles = (m / bm) * tiles_n, row_q = bn / 8;
+  const int per = (tiles + gridDim.x - 1) / gridDim.x;
+  const uint4 v = make_uint4(0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);
+  for (int i = 0;; ++i) {
+    const int u = contiguous ? blockIdx.x * per + i : blockIdx.x + i * gridDim.x;
+    if ((contiguous && i >= per) || u >= tiles) break;
+    const long long base = (long long)(u / tiles_n) * bm * n + (long long)(u % tiles_n) * bn;
+    for (int j = threadIdx.x; j < bm * row_q; j += blockDim.x)
+      __stcs(c + (base + (long long)(j / row_q) * n) / 8 + j % row_q, v);
+  }
+}
 """
 
 
@@ -45,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes = [parse_shape(s) for s in (args.shape or ["16384x16384x128", "2048x12288x128", "8192x8192x128"])]
     require_gpu()
     import cupy
+    import numpy
 
     from evo.baselines import cublas_gemm
     from evo.timing import Timer
@@ -53,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"GPU {info.name}, driver {info.driver}, {info.sm_count} SMs, L2 {info.l2_bytes >> 20} MiB")
     mod = cupy.RawModule(code=_SRC)
     wonly, rw = mod.get_function("evo_write_only"), mod.get_function("evo_read_write")
+    tiles = mod.get_function("evo_tile_store")
     gemm = cublas_gemm()
     calls, sizes = {}, {}
     for p in shapes:
@@ -64,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         for blocks_per_sm in (4, 16):
             grid = (info.sm_count * blocks_per_sm,)
             calls[f"{p.key} store-only {blocks_per_sm}/SM"] = lambda c=c, n16=n16, g=grid: wonly(g, (256,), (c, n16))
+        for bm, bn in ((128, 256), (256, 128)):
+            if p.m % bm or p.n % bn:
+                continue
+            for per_sm, contiguous in ((1, 1), (1, 0), (4, 0)):
+                order = "contiguous" if contiguous else "round-robin"
+                calls[f"{p.key} tile stores {bm}x{bn} {per_sm}/SM {order}"] = (
+                    lambda c=c, p=p, bm=bm, bn=bn, g=(info.sm_count * per_sm,), o=contiguous: tiles(
+                        g, (256,), (c, numpy.int32(p.m), numpy.int32(p.n), numpy.int32(bm), numpy.int32(bn),
+                                    numpy.int32(o))))
         calls[f"{p.key} read A+B, store C"] = lambda ab=ab, c=c, na=na16, n16=n16: rw(
             (info.sm_count * 16,), (256,), (ab, na, c, n16))
         calls[f"{p.key} cudaMemset C"] = lambda c=c: cupy.cuda.runtime.memsetAsync(
