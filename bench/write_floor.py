@@ -45,6 +45,43 @@ extern "C" __global__ void evo_tile_store(uint4* __restrict__ c, int m, int n, i
       __stcs(c + (base + (long long)(j / row_q) * n) / 8 + j % row_q, v);
   }
 }
+// The same 128 x 256 tiles stored as the TMA-store epilogue stores them: two warps (a tile's two 64-row slices, as its
+// two consumers), each with a 32 KB buffer written once, one lane per warp issuing a slice's 256 / box_w boxes of
+// 64 x box_w (cp.async.bulk.tensor; the map's box: 64 wide with the 128-byte swizzle as the epilogue's, or 128 / 256
+// wide unswizzled) per unit, committing them as one bulk group and waiting until the previous group has read its
+// buffer (EPI 1's pacing); `hint`: the stores carry an L2 evict_first policy (EPI_HINT).
+struct __align__(64) TmaDesc { unsigned char bytes[128]; };
+extern "C" __global__ void __launch_bounds__(64) evo_tma_tile_store(const __grid_constant__ TmaDesc map_c, int m, int n,
+                                                                    int contiguous, int hint, int box_w) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  for (int i = threadIdx.x; i < 2 * 32768 / 16; i += blockDim.x)
+    reinterpret_cast<uint4*>(smem)[i] = make_uint4(0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  __syncthreads();
+  if (threadIdx.x % 32) return;
+  const int warp = threadIdx.x / 32;
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  const unsigned buf = (unsigned)__cvta_generic_to_shared(smem) + warp * 32768;
+  const int tiles_n = n / 256, tiles = (m / 128) * tiles_n;
+  const int per = (tiles + gridDim.x - 1) / gridDim.x;
+  for (int i = 0;; ++i) {
+    const int u = contiguous ? blockIdx.x * per + i : blockIdx.x + i * gridDim.x;
+    if ((contiguous && i >= per) || u >= tiles) break;
+    const int row0 = (u / tiles_n) * 128 + warp * 64, col0 = (u % tiles_n) * 256;
+    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    for (int b = 0; b < 256 / box_w; ++b) {
+      if (hint)
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;"
+                     ::"l"(&map_c), "r"(buf + b * 128 * box_w), "r"(col0 + b * box_w), "r"(row0), "l"(policy) : "memory");
+      else
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+                     ::"l"(&map_c), "r"(buf + b * 128 * box_w), "r"(col0 + b * box_w), "r"(row0) : "memory");
+    }
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
 """
 
 
@@ -71,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     mod = cupy.RawModule(code=_SRC)
     wonly, rw = mod.get_function("evo_write_only"), mod.get_function("evo_read_write")
     tiles = mod.get_function("evo_tile_store")
+    tma_tiles = mod.get_function("evo_tma_tile_store")
+    tma_tiles.max_dynamic_shared_size_bytes = 65536
     gemm = cublas_gemm()
     calls, sizes = {}, {}
     for p in shapes:
@@ -91,6 +130,17 @@ def main(argv: list[str] | None = None) -> int:
                     lambda c=c, p=p, bm=bm, bn=bn, g=(info.sm_count * per_sm,), o=contiguous: tiles(
                         g, (256,), (c, numpy.int32(p.m), numpy.int32(p.n), numpy.int32(bm), numpy.int32(bn),
                                     numpy.int32(o))))
+        if p.m % 128 == 0 and p.n % 256 == 0:
+            from evo.gpu.tensormap import encode_tensor_map
+
+            for box_w, swizzle in ((64, 128), (128, 0), (256, 0)):
+                cmap = encode_tensor_map(c.data.ptr, p.m, p.n, 64, box_w, swizzle)
+                for contiguous, hint in ((1, 1), (1, 0), (0, 1)):
+                    label = f"{'contiguous' if contiguous else 'round-robin'}{', evict_first' if hint else ''}"
+                    calls[f"{p.key} TMA tile stores 128x256 in 64x{box_w} boxes 1/SM {label}"] = (
+                        lambda cmap=cmap, p=p, o=contiguous, h=hint, w=box_w: tma_tiles(
+                            (info.sm_count,), (64,), (cmap, numpy.int32(p.m), numpy.int32(p.n), numpy.int32(o),
+                                                      numpy.int32(h), numpy.int32(w)), shared_mem=65536))
         calls[f"{p.key} read A+B, store C"] = lambda ab=ab, c=c, na=na16, n16=n16: rw(
             (info.sm_count * 16,), (256,), (ab, na, c, n16))
         calls[f"{p.key} cudaMemset C"] = lambda c=c: cupy.cuda.runtime.memsetAsync(
