@@ -171,7 +171,7 @@ def worker(name: str, cubin: str, cu: str, reps: int) -> None:
             ws = cp.zeros(max(spec.workspace, 16) // 4 + 1, dtype=cp.float32)
             arrs = {"A": (A, m, k), "B": (B, n, k), "C": (C, m, n)}
             maps = [encode_tensor_map(arrs[t.operand][0].data.ptr, arrs[t.operand][1], arrs[t.operand][2],
-                                      t.box_rows, t.box_cols, t.swizzle) for t in spec.tensor_maps]
+                                      t.box_rows, t.box_cols, t.swizzle, t.col_block) for t in spec.tensor_maps]
             args = (A, B, C, np.int32(m), np.int32(n), np.int32(k), ws, *maps)
 
             def launch():

@@ -31,7 +31,10 @@ cdiv, min, max, round_up.  A tensor map describes operand A (M x K), B (N x K) o
 (M x N) as a 2-D fp16 row-major tensor; ``box`` is [rows, cols] of one TMA box and
 out-of-bounds loads read zeros (out-of-bounds parts of a TMA store are not written). An entry
 may carry ``when: "EXPR"``: the map is passed only where the expression is true (a parameter
-that selects a TMA-store epilogue adds a C map to those instances alone).
+that selects a TMA-store epilogue adds a C map to those instances alone). ``col_block: W`` makes
+it a 3-D map (W, cols / W, rows) with box (W, box_cols / W, box_rows): one box then moves
+box_cols contiguous columns of each row while its shared-memory image is made of W-column lines
+(what a swizzle spans); the tensor's cols must be a multiple of W.
 
 ``launch: host`` (with optional ``host_args: [exprs]``) marks a candidate that builds its own launch: it defines
 ``extern "C"`` host functions ``evo_host_query`` and ``evo_host_params`` (HOST_ENTRIES) and an ``evo_gemm`` taking
@@ -70,6 +73,7 @@ class TensorMapSpec:
     box_rows: int
     box_cols: int
     swizzle: int
+    col_block: int = 0  # > 0: a 3-D map of col_block-column blocks (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,7 @@ class KernelSource:
                 box_rows=expr.evaluate(t["box"][0], env),
                 box_cols=expr.evaluate(t["box"][1], env),
                 swizzle=int(t.get("swizzle", 0)),
+                col_block=int(t.get("col_block", 0)),
             )
             for t in self.meta.tensor_maps
             if expr.evaluate(t.get("when", True), env)
@@ -204,6 +209,9 @@ def parse_meta(text: str) -> KernelMeta:
             raise EvoError(f"front matter: bad tensor map {t!r} (need operand A|B|C and box [rows, cols])")
         if int(t.get("swizzle", 0)) not in SWIZZLES:
             raise EvoError(f"front matter: tensor map swizzle must be one of {SWIZZLES}")
+        cb = t.get("col_block", 0)
+        if isinstance(cb, bool) or not isinstance(cb, int) or cb < 0 or cb % 8:
+            raise EvoError(f"front matter: tensor map col_block must be 0 or a multiple of 8 columns, got {cb!r}")
         if not isinstance(t.get("when", True), (bool, int, str)):
             raise EvoError(f"front matter: tensor map when must be an expression, got {t['when']!r}")
     params = d.get("params") or {}

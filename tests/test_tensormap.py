@@ -109,3 +109,36 @@ def test_encode_calls_driver_with_row_major_fp16_layout(monkeypatch):
     assert estr == [1, 1]
     assert (il, sw, l2, oob) == ("il-none", "sw128", "l2-256", "oob-none")
     assert tensormap.TMA_DTYPE.itemsize == 128
+
+
+def test_column_blocks_validate():
+    validate(PTR, 4096, 1024, 64, 128, 128, col_block=64)  # 64 x 128 boxes as two 128-byte swizzled lines per row
+    validate(PTR, 4096, 1024, 64, 256, 128, col_block=64)
+    for args, words in (
+        ((PTR, 64, 1000, 64, 128, 128, 64), "col_block"),   # a block past the last column would alias the next row
+        ((PTR, 64, 1024, 64, 96, 128, 64), "col_block"),    # the box is not whole blocks
+        ((PTR, 64, 1024, 64, 256, 128, 12), "col_block"),   # blocks of whole 16-byte chunks
+        ((PTR, 64, 1024, 64, 256, 128, 128), "swizzle span"),  # one 256-byte line under a 128-byte swizzle
+    ):
+        with pytest.raises(EvoError) as e:
+            encode_tensor_map(*args)
+        assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_column_blocks_encode_a_3d_map(monkeypatch):
+    calls = []
+    drv, U64, U32 = _fake_driver(calls)
+    pkg = types.ModuleType("cuda")
+    sub = types.ModuleType("cuda.bindings")
+    sub.driver = drv
+    pkg.bindings = sub
+    monkeypatch.setitem(sys.modules, "cuda", pkg)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", sub)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
+
+    encode_tensor_map(PTR, 1000, 4096, 64, 128, 128, col_block=64)
+    (dtype, rank, addr, dims, strides, box, estr, il, sw, l2, oob), = calls
+    assert (rank, addr) == (3, PTR)
+    assert dims == [64, 4096 // 64, 1000]        # within a block, blocks of a row, rows
+    assert strides == [64 * 2, 4096 * 2]         # a block's 128 bytes, a row's bytes: blocks of a row are contiguous
+    assert box == [64, 2, 64] and estr == [1, 1, 1] and sw == "sw128"

@@ -90,6 +90,11 @@ def test_when_selects_tensor_maps(naive_source):
     assert [t.operand for t in ks.launch(Problem(128, 64, 64), 132).tensor_maps] == ["A", "C"]
     with pytest.raises(EvoError, match="when"):
         KernelSource.parse(src.replace('when: "M > 100"', "when: [1]"))
+    blocks = KernelSource.parse(src.replace('when: "M > 100"', "col_block: 32"))
+    assert [t.col_block for t in blocks.launch(Problem(64, 64, 64), 132).tensor_maps] == [0, 32]
+    for bad in ("col_block: 12", "col_block: -8", "col_block: x"):   # whole 16-byte chunks, a constant
+        with pytest.raises(EvoError, match="col_block"):
+            KernelSource.parse(src.replace('when: "M > 100"', bad))
 
 
 def _ptx(ks: KernelSource, tmp_path: Path) -> str:
@@ -257,3 +262,38 @@ def test_geometry_of_params_from_before_the_epilogue_parameters(fam):
     prob = Problem(4096, 4096, 1024)
     g = sp.geometry(old, prob, 132)
     assert g is not None and g == sp.geometry(fam.default_params(), prob, 132)
+
+
+PANEL_K128 = {"BM": 128, "BN": 256, "CONSUMERS": 2, "EPI": 1, "EPI_HINT": 1, "GROUP": 1, "PANEL": 1, "STAGES": 4}
+
+
+def test_wide_c_boxes(fam):
+    """EPI_WIDE: C goes out in 64 x 128 boxes through a 3-D map of 64-column blocks (256 contiguous bytes per row per
+    box), same staging bytes; the kernel then needs N % 64 == 0 (a block past N would alias the next row)."""
+    prob = Problem(16384, 16384, 128)
+    base = fam.render(PANEL_K128).launch(prob, num_sms=132)
+    wide = fam.render({**PANEL_K128, "EPI_WIDE": 1}).launch(prob, num_sms=132)
+    assert [(t.operand, t.box_rows, t.box_cols, t.swizzle, t.col_block) for t in wide.tensor_maps] == [
+        ("A", 128, 64, 128, 0), ("B", 256, 64, 128, 0), ("C", 64, 128, 128, 64)]
+    assert [t.col_block for t in base.tensor_maps] == [0, 0, 0]
+    assert (wide.grid, wide.block, wide.smem, wide.workspace) == (base.grid, base.block, base.smem, base.workspace)
+    ks = fam.render({**PANEL_K128, "EPI_WIDE": 1})
+    assert ks.accepts(Problem(2056, 12288, 128)) and ks.accepts(Problem(200, 192, 72))
+    assert not ks.accepts(Problem(2048, 12296, 128))  # N % 64 == 8
+    assert fam.render(PANEL_K128).accepts(Problem(2048, 12296, 128))
+    for p in ({**PP, "EPI_WIDE": 1},                                          # no TMA store
+              {"BM": 128, "BN": 64, "STAGES": 4, "EPI": 2, "EPI_WIDE": 1},    # a 64-column tile has no box pair
+              {"BM": 128, "BN": 192, "STAGES": 3, "EPI": 1, "EPI_WIDE": 1}):
+        assert not fam.valid(fam.complete(p)), p
+    for p in ({**PANEL_K128, "EPI_WIDE": 1}, {**PP, "EPI": 2, "EPI_WIDE": 1},
+              {"BM": 256, "BN": 128, "EPI": 2, "PANEL": 1, "GROUP": 1, "STAGES": 5, "EARLY_STORE": 1, "EPI_WIDE": 1}):
+        assert fam.valid(fam.complete(p)), p
+
+
+@pytest.mark.nvcc
+def test_ptx_wide_c_boxes(fam, tmp_path):
+    text = _ptx(fam.render({**PANEL_K128, "EPI_WIDE": 1}), tmp_path)
+    assert "cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint" in text
+    assert "cp.async.bulk.tensor.2d.global.shared" not in text   # every C box is a wide one
+    assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in text
+    assert text.count("cp.async.bulk.tensor.3d.global.shared") == 2   # two 128-column boxes per 64-row slice

@@ -74,7 +74,7 @@ class LoadedKernel:
             maps = []
             for t in self.spec.tensor_maps:
                 arr, rows, cols = arrays[t.operand]
-                maps.append(encode_tensor_map(arr.data.ptr, rows, cols, t.box_rows, t.box_cols, t.swizzle))
+                maps.append(encode_tensor_map(arr.data.ptr, rows, cols, t.box_rows, t.box_cols, t.swizzle, t.col_block))
             if len(self._maps) >= MAP_CACHE:  # callers pass a few buffer sets (check, timing, dispatch); stale maps must not pile up
                 self._maps.pop(next(iter(self._maps)))
             self._maps[key] = maps

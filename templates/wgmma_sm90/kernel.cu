@@ -6,11 +6,12 @@ block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
-  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and EPI_WIDE == 0 and BN % 64 == 0"}
+  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
 ---*/
@@ -114,6 +115,7 @@ constexpr int SPLIT_RS = {{SPLIT_RS}};      // 1: a tile's K splits wait for eac
 constexpr int SPLIT_OWNER = {{SPLIT_OWNER}};  // 1: split SPLIT_K-1 reduces, its partial kept in registers
 constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each other split gives to the reducing split
+constexpr int EPI_WIDE = {{EPI_WIDE}};        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int EARLY_STORE = {{EARLY_STORE}};  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -151,6 +153,7 @@ static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two
 static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
               "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
+static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
               "early slice stores: the TMA-store epilogue of a consumer with two or more 64-row slices");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
@@ -168,6 +171,13 @@ constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
 // i.e. with (r / (128 / S)) % (S / 16): r % 8 (128 B), (r / 2) % 4 (64 B), (r / 4) % 2 (32 B). The 8 rows of an
 // stmatrix fragment land in 8 distinct 16-byte bank groups in each case.
 __device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)) % EPI_CHUNKS; }
+// EPI_WIDE: one TMA box covers EPI_LINES = 2 of those 64-column boxes side by side, through a 3-D map (64 columns,
+// N / 64 blocks, M rows) whose box is (64, 2, 64): in shared memory row r's two 128-byte lines are lines 2r and 2r + 1
+// of the box (swizzled by the line index), in C they are 256 contiguous bytes, written together. With 64 x 64 boxes
+// a CTA's row segments go out 128 bytes at a time, a box apart: C stored tile by tile in the K-short panel's order
+// took 180.9 us on 16384^2 x 128 against 170.9 in 64 x 128 boxes (H100, bench.write_floor, docs/perf-output-bound.md).
+constexpr int EPI_LINES = EPI_WIDE ? 2 : 1;
+constexpr int EPI_STORE_W = EPI_BOX_W * EPI_LINES;  // columns per TMA store
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
 static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT == 0 && CLUSTER == 1 && PANEL == 0 &&
                                      (BN / 8) % SPLIT_K == 0),
@@ -286,6 +296,18 @@ __device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, i
   } else {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
                  "r"(c0), "r"(c1)
+                 : "memory");
+  }
+}
+// EPI_WIDE: the box at (64-column block c1, row c2) of C's 3-D map (its first coordinate, within the block, is 0).
+__device__ __forceinline__ void tma_store_3d(const TmaDesc* map, uint32_t src, int c1, int c2, uint64_t policy) {
+  if (EPI_HINT) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;" ::"l"(map),
+                 "r"(src), "r"(0), "r"(c1), "r"(c2), "l"(policy)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map), "r"(src),
+                 "r"(0), "r"(c1), "r"(c2)
                  : "memory");
   }
 }
@@ -728,7 +750,11 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
       const int jj = j + (mi >> 1);
       // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
       // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
-      const uint32_t addr = buf + (jj / EPI_CHUNKS) * EPI_BOX_BYTES + r * (EPI_BOX_W * 2) + (((jj % EPI_CHUNKS) ^ epi_swizzle(r)) << 4);
+      // (EPI_WIDE: box jj / (2 EPI_CHUNKS), line 2r + its 64-column half; the 8 rows of a matrix then take 4 bank
+      // groups twice, and the x4's other column chunk the 4 others)
+      const int line = r * EPI_LINES + (jj / EPI_CHUNKS) % EPI_LINES;
+      const uint32_t addr = buf + (jj / (EPI_CHUNKS * EPI_LINES)) * (EPI_BOX_BYTES * EPI_LINES) + line * (EPI_BOX_W * 2) +
+                            (((jj % EPI_CHUNKS) ^ epi_swizzle(line)) << 4);
       asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
                    "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
                    "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
@@ -743,8 +769,12 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
     for (int g = 0; g < G; ++g) {
       const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
 #pragma unroll
-      for (int b = 0; b < BN / EPI_BOX_W; ++b)
-        tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
+      for (int b = 0; b < BN / EPI_STORE_W; ++b) {
+        if (EPI_WIDE)
+          tma_store_3d(map_c, buf + b * EPI_BOX_BYTES * 2, (col0 + b * EPI_STORE_W) / 64, row0 + (mt0 + g) * 64, policy);
+        else
+          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
+      }
     }
     bulk_commit();
   }
