@@ -87,9 +87,8 @@ def _fake_driver(calls):
     return d, U64, U32
 
 
-def test_encode_calls_driver_with_row_major_fp16_layout(monkeypatch):
-    calls = []
-    drv, U64, U32 = _fake_driver(calls)
+def _install(monkeypatch, drv) -> None:
+    """Make `from cuda.bindings import driver` import the fake."""
     pkg = types.ModuleType("cuda")
     sub = types.ModuleType("cuda.bindings")
     sub.driver = drv
@@ -97,6 +96,12 @@ def test_encode_calls_driver_with_row_major_fp16_layout(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda", pkg)
     monkeypatch.setitem(sys.modules, "cuda.bindings", sub)
     monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
+
+
+def test_encode_calls_driver_with_row_major_fp16_layout(monkeypatch):
+    calls = []
+    drv, U64, U32 = _fake_driver(calls)
+    _install(monkeypatch, drv)
 
     out = encode_tensor_map(PTR, 1000, 4096, 128, 64, 128)
     assert out.shape == (1,) and out.dtype == np.dtype("V128") and out.dtype.itemsize == 128
@@ -128,13 +133,7 @@ def test_column_blocks_validate():
 def test_column_blocks_encode_a_3d_map(monkeypatch):
     calls = []
     drv, U64, U32 = _fake_driver(calls)
-    pkg = types.ModuleType("cuda")
-    sub = types.ModuleType("cuda.bindings")
-    sub.driver = drv
-    pkg.bindings = sub
-    monkeypatch.setitem(sys.modules, "cuda", pkg)
-    monkeypatch.setitem(sys.modules, "cuda.bindings", sub)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", drv)
+    _install(monkeypatch, drv)
 
     encode_tensor_map(PTR, 1000, 4096, 64, 128, 128, col_block=64)
     (dtype, rank, addr, dims, strides, box, estr, il, sw, l2, oob), = calls
