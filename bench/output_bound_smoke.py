@@ -73,6 +73,11 @@ INSTANCES: dict[str, dict] = {
     "pp128x128 s4 epi2 hint early": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_HINT": 1, "EARLY_STORE": 2},
     "panel256x128 s5 epi2 hint early": {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1,
                                         "EARLY_STORE": 2},   # K = 128 only
+    # C in 64 x 128 boxes (EPI_WIDE; N % 64 == 0 only, so the off-tile check shapes are skipped for them)
+    "panel128x256 s4 epi1 hint wide": {"BM": 128, "BN": 256, "STAGES": 4, "EPI": 1, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1,
+                                       "EPI_WIDE": 1},   # K = 128 only
+    "panel256x128 s5 epi2 hint early wide": {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "EPI_HINT": 1, "PANEL": 1,
+                                             "GROUP": 1, "EARLY_STORE": 1, "EPI_WIDE": 1},   # K = 128 only
 }
 # what a run measures by default: the old epilogue (the family default, the old start), the family's TMA-store starts,
 # the runners-up of the first H200 run, the raster variants and one CTA-pair instance (--instances all: every entry above)
