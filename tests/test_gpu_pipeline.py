@@ -304,6 +304,24 @@ def test_early_store_correct_on_gpu(gpu):
     assert ran == 27 and not failures, "\n".join(failures)
 
 
+WIDE_C_INSTANCES = [  # wgmma_sm90 EPI_WIDE: C in 64 x 128 boxes through a 3-D map of 64-column blocks
+    {"BM": 128, "BN": 256, "STAGES": 4, "EPI": 1, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EPI_WIDE": 1},   # K = 128 panel
+    {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 1, "EPI_WIDE": 1},
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_WIDE": 1},
+    {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "EPI_WIDE": 1},
+]
+
+
+def test_wide_c_boxes_correct_on_gpu(gpu):
+    """Wide C boxes on shapes whose N is a multiple of 64 (the kernel's requirement) but not of the tile: 200x192x72 and
+    1030x4160x136 end in a tile whose second 64-column block (4160 = 65 x 64) or second box lies past N (clipped by
+    the map), 2056x12288x128 has a partial row block, 1000x1024x1000 runs K past the ring. 12 evaluations (the panels
+    take K <= 128)."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", WIDE_C_INSTANCES,
+                                    ("2056x12288x128", "200x192x72", "1030x4160x136", "1000x1024x1000"))
+    assert ran == 12 and not failures, "\n".join(failures)
+
+
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8}, ("128x64x4096", "77x200x1024")),
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8, "PUSH": 0}, ("77x200x1024",)),
