@@ -7,9 +7,8 @@ For K <= 256 and a large M x N, writing C dominates a GEMM. This probe times, in
 (grid-stride, every SM), C written tile by tile as a GEMM writes it (128 x 256 and 256 x 128 tiles, one CTA per SM
 taking its units contiguously or round-robin, four CTAs per SM round-robin; streaming stores), the same 128 x 256
 tiles through TMA as the TMA-store epilogue stores them (64 x 64 swizzled boxes, or 64 x 128 and 64 x 256 boxes),
-the grid-stride kernel
-that also reads A and B once, cudaMemsetAsync of C, and cuBLAS on the shape. The store-only time is the floor a GEMM
-on that shape can approach; the ratio cuBLAS / floor is the room.
+the grid-stride kernel that also reads A and B once, cudaMemsetAsync of C, and cuBLAS on the shape. The store-only
+time is the floor a GEMM on that shape can approach; the ratio cuBLAS / floor is the room.
 """
 from __future__ import annotations
 
