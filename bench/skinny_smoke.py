@@ -128,7 +128,7 @@ def worker(name: str, cubin: str, cu: str, reps: int) -> None:
     import cupy as cp
     import numpy as np
 
-    from evo.gpu.tensormap import encode_tensor_map
+    from evo.gpu.tensormap import encode_maps
 
     ks = KernelSource.parse(Path(cu).read_text())
     timed = INSTANCES[name][1]
@@ -169,9 +169,7 @@ def worker(name: str, cubin: str, cu: str, reps: int) -> None:
             buf = cp.empty(m * n + 2 * GUARD, dtype=cp.float16)
             C = buf[GUARD:GUARD + m * n].reshape(m, n)
             ws = cp.zeros(max(spec.workspace, 16) // 4 + 1, dtype=cp.float32)
-            arrs = {"A": (A, m, k), "B": (B, n, k), "C": (C, m, n)}
-            maps = [encode_tensor_map(arrs[t.operand][0].data.ptr, arrs[t.operand][1], arrs[t.operand][2],
-                                      t.box_rows, t.box_cols, t.swizzle, t.col_block) for t in spec.tensor_maps]
+            maps = encode_maps(spec.tensor_maps, A, B, C, m, n, k)
             args = (A, B, C, np.int32(m), np.int32(n), np.int32(k), ws, *maps)
 
             def launch():

@@ -141,3 +141,23 @@ def test_column_blocks_encode_a_3d_map(monkeypatch):
     assert dims == [64, 4096 // 64, 1000]        # within a block, blocks of a row, rows
     assert strides == [64 * 2, 4096 * 2]         # a block's 128 bytes, a row's bytes: blocks of a row are contiguous
     assert box == [64, 2, 64] and estr == [1, 1, 1] and sw == "sw128"
+
+
+def test_encode_maps_follows_the_launch_specs(monkeypatch):
+    """Every launcher builds a kernel's maps through encode_maps: each spec over its operand (A: M x K, B: N x K,
+    C: M x N), in the front matter's order, with its box, swizzle and column blocks."""
+    from evo.gpu.tensormap import encode_maps
+    from evo.kernel import TensorMapSpec
+
+    calls = []
+    drv, _, _ = _fake_driver(calls)
+    _install(monkeypatch, drv)
+    arr = lambda ptr: types.SimpleNamespace(data=types.SimpleNamespace(ptr=ptr))  # noqa: E731
+    specs = [TensorMapSpec("B", 256, 64, 128), TensorMapSpec("A", 128, 64, 128), TensorMapSpec("C", 64, 128, 128, 64)]
+    maps = encode_maps(specs, arr(PTR), arr(PTR + 4096), arr(PTR + 8192), 2048, 12288, 128)
+    assert len(maps) == 3
+    assert [(c[1], c[2], c[3], c[5]) for c in calls] == [
+        (2, PTR + 4096, [128, 12288], [64, 256]),        # B: N x K (innermost first)
+        (2, PTR, [128, 2048], [64, 128]),                # A: M x K
+        (3, PTR + 8192, [64, 12288 // 64, 2048], [64, 2, 64]),   # C: M x N in 64-column blocks
+    ]

@@ -67,14 +67,10 @@ class LoadedKernel:
             return []
         key = (a.data.ptr, b.data.ptr, c.data.ptr)
         if key not in self._maps:
-            from .tensormap import encode_tensor_map
+            from .tensormap import encode_maps
 
             p = self.problem
-            arrays = {"A": (a, p.m, p.k), "B": (b, p.n, p.k), "C": (c, p.m, p.n)}
-            maps = []
-            for t in self.spec.tensor_maps:
-                arr, rows, cols = arrays[t.operand]
-                maps.append(encode_tensor_map(arr.data.ptr, rows, cols, t.box_rows, t.box_cols, t.swizzle, t.col_block))
+            maps = encode_maps(self.spec.tensor_maps, a, b, c, p.m, p.n, p.k)
             if len(self._maps) >= MAP_CACHE:  # callers pass a few buffer sets (check, timing, dispatch); stale maps must not pile up
                 self._maps.pop(next(iter(self._maps)))
             self._maps[key] = maps

@@ -102,3 +102,14 @@ def encode_tensor_map(ptr: int, rows: int, cols: int, box_rows: int, box_cols: i
     out = np.empty(1, dtype=TMA_DTYPE)  # numpy aligns allocations to >= 64 bytes
     out.view(np.uint8)[:] = np.frombuffer(raw, dtype=np.uint8)
     return out
+
+
+def encode_maps(specs, a, b, c, m: int, n: int, k: int) -> list[np.ndarray]:
+    """A kernel's tensor maps (its launch's ``tensor_maps``: operand, box, swizzle, col_block; in order) over the
+    device arrays A (M x K), B (N x K) and C (M x N), each with a ``.data.ptr``."""
+    operands = {"A": (a, m, k), "B": (b, n, k), "C": (c, m, n)}
+    maps = []
+    for t in specs:
+        arr, rows, cols = operands[t.operand]
+        maps.append(encode_tensor_map(arr.data.ptr, rows, cols, t.box_rows, t.box_cols, t.swizzle, t.col_block))
+    return maps
