@@ -322,6 +322,23 @@ def test_wide_c_boxes_correct_on_gpu(gpu):
     assert ran == 12 and not failures, "\n".join(failures)
 
 
+DYN_INSTANCES = [  # wgmma_sm90 DYN: units past each CTA's static share claimed from a workspace counter
+    {"BM": 128, "BN": 256, "STAGES": 4, "EPI": 1, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EPI_WIDE": 1, "DYN": 1},
+    {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 1, "DYN": 2},
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "DYN": 8},   # every unit claimed, consumers alternate
+    {"BM": 128, "BN": 256, "STAGES": 3, "DYN": 4},                             # ordinary stores
+]
+
+
+def test_dynamic_units_correct_on_gpu(gpu):
+    """Claimed units on off-tile shapes, each launched several times by the checker: a counter not set back to zero
+    by the launch's last claim leaves the next launch's units unwritten. 2056x12288x128 has a partial row block (a
+    claimed unit's panel is loaded anew), 1000x1024x1000 runs K past the ring, 200x192x72 has fewer units than SMs
+    (every CTA's share is empty but one unit). 10 evaluations (the panels take K <= 128)."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", DYN_INSTANCES, ("2056x12288x128", "200x192x72", "1000x1024x1000"))
+    assert ran == 10 and not failures, "\n".join(failures)
+
+
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8}, ("128x64x4096", "77x200x1024")),
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8, "PUSH": 0}, ("77x200x1024",)),

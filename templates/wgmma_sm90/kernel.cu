@@ -5,7 +5,7 @@ params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else 0)"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
@@ -18,77 +18,46 @@ tensor_maps:
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
 // Pipeline (warp specialized, one CTA per SM when PERSISTENT):
-//   warpgroup 0      = producer: one thread issues TMA loads (128-byte swizzle, BK = 64 fp16 = 128 B)
-//                      of the A and B tiles into a STAGES-deep shared-memory ring.
-//   warpgroups 1..C  = consumers: each owns BM/C rows of the BM x BN tile and issues
-//                      wgmma.m64nBNk16 (both operands from shared memory) per 16-wide k slice.
-//   PINGPONG (C = 2): each consumer owns whole tiles instead, alternating: consumer 0 takes the
-//                      CTA's units 0, 2, 4, ..., consumer 1 units 1, 3, 5, ...  The ring is filled in
-//                      unit order, so one consumer's epilogue runs while the other one's wgmmas do.
-//                      The two mainloops strictly alternate (order mbarriers: a consumer starts its
-//                      k loop only after the other has issued its last wgmma of the previous unit), so a
-//                      consumer never waits on a stage more than one ring lap ahead: parity waits only
-//                      tell adjacent phases apart.
-//   full[s]  mbarrier: producer arms it with the stage's byte count, TMA completes it.
-//   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
-//                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
-//   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
-// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
+//   warpgroup 0: producer; one thread issues TMA loads (128-byte swizzle, BK = 64) of A and B into a STAGES-deep ring.
+//   warpgroups 1..C: consumers; each owns BM/C rows of the BM x BN tile, wgmma.m64nBNk16 from smem per k16 slice.
+//   PINGPONG (C = 2): the consumers take alternate whole units (0, 2, ... / 1, 3, ...), so one's epilogue runs while
+//     the other's wgmmas do; order mbarriers make the two k loops strictly alternate (no wait more than a lap ahead).
+//   full[s]: the producer arms it with the stage's bytes, TMA completes it. empty[s]: one thread per consumer
+//     warpgroup arrives once its wgmmas no longer read stage s. Both waited by parity ((i / STAGES) & 1).
+// Work units: tiles (raster groups of GROUP tile-rows for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
 //   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
-// SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
-//   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
-//   writes C and resets the counter to 0.
-// SPLIT_OWNER (SPLIT_K > 1, workspace reduce): split SPLIT_K-1 of each tile is its reducer: it keeps its partial in
-//   registers, waits (acquire loads) for the other splits' release arrivals, adds their partials in order 0..SPLIT_K-2
-//   onto its own (deterministic) and writes C: no partial of its own written and read back, and its wait overlaps the
-//   others' writes. Deadlock-free because a split waits only for units numbered below its own: in a persistent grid
-//   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
-//   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
-//   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
-//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU. With SPLIT_MAJOR the reducers
-//   are the last 1/SPLIT_K of the units: one unit per CTA, they are dispatched last; pairs launch whole stripes of them
-//   beside the stripes that hold their other splits at the same positions (at most one round of 8 pairs later where
-//   stripe widths differ by one); non-reducers never wait, so a waiting reducer holds its SM only until they come.)
-// SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
-//   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
-//   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
-//   buffer (st.async from registers, fragment order, so owner and sender threads hold the same elements; the bytes
-//   complete the owner's `recv_bar`, armed at init), waits for its own slots to land (no cluster barrier: the slowest
-//   CTA no longer holds everyone, and nothing waits for remote store acknowledgements), sums split 0..SPLIT_K-1 in
-//   order (deterministic; its own partial from registers) and writes its slice of C. The cluster barrier before exit
-//   arrives (relaxed) right after the receive wait: once every CTA has arrived no send is in flight. No workspace,
-//   no ticket, no serial reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own smem.
-// SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
-//   small M sits in wgmma's N dimension; the epilogue stores transposed.
-// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
-//   block (column tiles fastest), and keeps the row operand's whole-K panel (BM x K) in shared memory
-//   across the units of one row block: only the column tiles stream through the ring (per 256x128 tile
-//   at K = 128: 32 KB loaded instead of 96 KB), so the ring holds several units' loads ahead.
-//   panel_full: the producer arms it with the panel's bytes, TMA completes it; panel_empty: every
-//   consumer warp arrives after its last wgmma of the row block; both waited by parity (one phase per panel).
-// Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with ordinary
-//   16-byte stores, then goes on to its next unit.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of
-//   64 x BN fp16 (boxes of 64 x 64, 64 x 32 or 64 x 16 columns, swizzled like the C tensor map: conflict-free fragment
-//   writes). Per round of min(MT, EPI) 64-row slices it writes the fragments (stmatrix), fences them to the
-//   async proxy, syncs its warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group)
-//   and commits them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
-//   stores of unit i drain while the consumer runs the wgmmas of unit i+1. With EPI = 2 * min(MT, 2) buffers
-//   (MT = 1: 2, MT = 2: 4) the rounds of two consecutive units use different buffers: unit i+1's epilogue waits
-//   for unit i-1's stores, not unit i's (PANEL leaves the smem for it). Stores past M or N are
-//   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
-//   and the producer runs ahead across units, so the next unit's loads are in flight during it.
-// EARLY_STORE (EPI > 0, two or more 64-row slices per consumer): the wgmmas that finish each slice are a commit group
-//   of their own, slice 0's first, and the epilogue stores slice mt once `wgmma.wait_group MT-1-mt` returns, one slice
-//   per round, while the tensor cores still run the later slices' wgmmas (below, at the k loop).
-// CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
-//   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
-//   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
-//   reads of the row operand per CTA are halved. A stage is refilled only when the consumers of both
-//   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
-//   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
-//   The pairs take their units in a GPC-spread order (cluster_spread below).
+// SPLIT_K > 1: each unit writes an fp32 partial to `workspace` and bumps its tile's counter; the last to arrive sums
+//   the partials in split order (deterministic), writes C and resets the counter.
+// SPLIT_OWNER: split SPLIT_K-1 reduces instead: its partial stays in registers, it waits (acquire) for the others'
+//   release arrivals and adds theirs in order. Deadlock-free: a split waits only for lower-numbered units, which a
+//   persistent grid takes in increasing order and a one-unit-per-CTA grid dispatches first (pairs: GPC stripes, so at
+//   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
+// SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
+//   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
+//   own slots, sums splits in order and stores its slice. No workspace, no ticket.
+// SWAP_AB: C^T = B * A^T (kernel rows run over N), so a small M sits in wgmma's N; the epilogue stores transposed.
+// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row block, and
+//   keeps the row operand's whole-K panel in smem across a row block's units; only column tiles stream through the
+//   ring. panel_full: armed by the producer, completed by TMA; panel_empty: every consumer warp arrives after its last
+//   wgmma of the row block.
+// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units (contiguous
+//   with PANEL, else strided), then claims the rest one at a time from a workspace counter, so SMs whose stores drain
+//   slower do fewer (an output-bound kernel's SMs finished 1.4x apart on an H100). The producer publishes each unit
+//   in a smem queue (uq_full / uq_empty) that every consumer warp reads in order. Every CTA makes exactly one claim
+//   past the end; the launch's last claim (pool + grid - 1) sets the counter back to zero.
+// Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
+// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
+//   64 x 64 / 32 / 16, swizzled like C's map: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
+//   fence to the async proxy, warpgroup sync, one thread issues and commits the TMA stores; it waits for their reads
+//   only before reusing a buffer, so unit i's stores drain during unit i+1's wgmmas (EPI = 2 * min(MT, 2): i-1's).
+//   The TMA unit clips past M and N. Stages are released before the epilogue; the producer runs ahead across units.
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
+// EARLY_STORE (two or more 64-row slices per consumer): each slice's last wgmmas are a commit group of their own, and
+//   slice mt is stored once `wgmma.wait_group MT-1-mt` returns, while the tensor cores run the later slices.
+// CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's,
+//   pairs along M): each producer loads half its rows and multicasts them to both rings, halving L2 reads of the row
+//   operand; a stage refills only when both CTAs' consumers released it. Column tiles are padded to an even count (a
+//   tile past N computes zeros, its stores dropped). Pairs take units in a GPC-spread order (cluster_spread).
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -116,6 +85,7 @@ constexpr int SPLIT_OWNER = {{SPLIT_OWNER}};  // 1: split SPLIT_K-1 reduces, its
 constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each other split gives to the reducing split
 constexpr int EPI_WIDE = {{EPI_WIDE}};        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
+constexpr int DYN = {{DYN}};                  // eighths of the units dealt out at run time (claimed from a workspace counter)
 constexpr int EARLY_STORE = {{EARLY_STORE}};  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -187,6 +157,8 @@ static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
 static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
 static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
+static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
+              "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
 static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
 // split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
@@ -568,6 +540,26 @@ __device__ __forceinline__ int unit_end(int units) {
   return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x + 1) * units / gridDim.x) : units;
 }
 __device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>(gridDim.x); }
+// DYN: units of each CTA's static share; the pool [grid * share, units) is claimed at run time
+__device__ __forceinline__ int dyn_share(int units) {
+  return static_cast<int>(static_cast<long long>(units) * (8 - DYN) / 8 / gridDim.x);
+}
+// DYN: unit i of this CTA's static share
+__device__ __forceinline__ int dyn_static_unit(int i, int share) {
+  return PANEL ? static_cast<int>(blockIdx.x) * share + i : static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
+}
+constexpr int UQ = 4;  // DYN: slots of the unit queue from the producer to the consumers
+// DYN: claim the next unit of the pool. Nothing is published by it; .release only keeps the compile-time publication
+// rule (evo/ptx_checks.py: every integer atomic after a global store in program order is taken as an arrival) exact.
+__device__ __forceinline__ unsigned claim_unit(unsigned* counter) {
+  unsigned r;
+  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(r) : "l"(counter) : "memory");
+  return r;
+}
+// DYN: the counter back to zero for the next launch (which the stream orders after this one)
+__device__ __forceinline__ void reset_claims(unsigned* counter) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(counter) : "memory");
+}
 
 // Epilogue of one consumer: its 64-row slices of the tile, registers -> smem (fp16) -> C.
 // Kernel element (r, c) is C[r][c] (C has Nk columns), or C[c][r] with SWAP_AB (C has Mk columns).
@@ -824,6 +816,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
+  __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
+  __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot is written / read by every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -847,13 +841,41 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   bool phave = false;
   Work pw{};
   int panel_m0 = -1;          // PANEL: the row block whose panel the producer loaded last
+  bool pdone = false;         // DYN: the producer's one claim past the end is made (no unit left)
+  int pi = 0, pq = 0;         // DYN: static units issued; the queue slot the next unit goes to
+  uint32_t pqphase = 0;
+  // DYN: the CTA's next unit (its static share, then claims), published to the consumers; -1 when none is left
+  auto next_dyn_unit = [&]() -> int {
+    const int share = dyn_share(units), grid = static_cast<int>(gridDim.x);
+    int v;
+    if (pi < share) {
+      v = dyn_static_unit(pi++, share);
+    } else {
+      unsigned* counter = reinterpret_cast<unsigned*>(workspace);
+      const int pool = units - grid * share;
+      const int r = static_cast<int>(claim_unit(counter));
+      v = r < pool ? grid * share + r : -1;
+      if (r == pool + grid - 1) reset_claims(counter);  // the last claim of the launch: every CTA has made its last
+    }
+    mbar_wait(smem_u32(&uq_empty[pq]), pqphase ^ 1);  // first pass: fresh barrier, returns at once
+    uq[pq] = v;
+    mbar_arrive(smem_u32(&uq_full[pq]));  // release: the consumers' acquire-wait sees the slot
+    if (++pq == UQ) { pq = 0; pqphase ^= 1; }
+    return v;
+  };
   uint32_t panel_phase = 0;   // PANEL: panels loaded so far, mod 2
   const uint32_t prank = CLUSTER > 1 ? cluster_rank() : 0;  // CLUSTER > 1: which half of the A tile we load
   // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
   auto produce_next = [&]() -> bool {
     while (!phave || pkb >= pw.kb1) {
-      if (phave) pu += unit_step();
-      if (pu >= u_end) return false;
+      if (DYN) {
+        if (pdone) return false;
+        pu = next_dyn_unit();
+        if (pu < 0) { pdone = true; return false; }
+      } else {
+        if (phave) pu += unit_step();
+        if (pu >= u_end) return false;
+      }
       pw = get_work(pu, Mk, Nk, K);
       pkb = pw.kb0;
       phave = true;
@@ -892,6 +914,11 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     }
     mbar_init(smem_u32(&order_bar[0]), 4);
     mbar_init(smem_u32(&order_bar[1]), 4);
+    if (DYN)
+      for (int q = 0; q < UQ; ++q) {
+        mbar_init(smem_u32(&uq_full[q]), 1);
+        mbar_init(smem_u32(&uq_empty[q]), CONSUMERS * 4);
+      }
     if (PANEL) {
       mbar_init(smem_u32(&panel_full), 1);
       mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
@@ -940,7 +967,27 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
 #endif
     int cpanel_m0 = -1;         // PANEL: the row block of the panel this consumer reads
     uint32_t cpanel_phase = 0;
-    for (int u = unit_first(units); u < u_end; u += unit_step(), ++j) {
+    int cq = 0;                 // DYN: the queue slot of this consumer's next read
+    uint32_t cqphase = 0;
+    auto fetch_unit = [&]() -> int {  // DYN: the CTA's next unit from the producer's queue (every thread)
+      mbar_wait(smem_u32(&uq_full[cq]), cqphase);
+      const int v = uq[cq];
+      __syncwarp();
+      if (lane == 0) mbar_arrive(smem_u32(&uq_empty[cq]));
+      if (++cq == UQ) { cq = 0; cqphase ^= 1; }
+      return v;
+    };
+    int u_next = 0;             // the unit after the current one, once asked for (have_next)
+    bool have_next = false;
+    auto next_of = [&](int cur) -> int {
+      if (!have_next) {
+        u_next = DYN ? fetch_unit() : cur + unit_step();
+        have_next = true;
+      }
+      return u_next;
+    };
+    auto is_unit = [&](int v) { return DYN ? v >= 0 : v < u_end; };
+    for (int u = DYN ? fetch_unit() : unit_first(units); is_unit(u); u = next_of(u), have_next = false, ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
       if (PANEL && w.m0 != cpanel_m0) {  // this row block's panel has landed
@@ -980,8 +1027,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
       // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
       auto release_panel = [&]() {
-        if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
-          mbar_arrive(smem_u32(&panel_empty));
+        if (!PANEL) return;
+        const int nx = next_of(u);  // (every thread: DYN reads the queue)
+        if (lane == 0 && (!is_unit(nx) || get_work(nx, Mk, Nk, K).m0 != w.m0)) mbar_arrive(smem_u32(&panel_empty));
       };
       // EARLY_STORE: one slice's wgmmas over one k block (da: the slice's 64 rows of it)
       auto slice_kblock = [&](float (&d)[BN / 2], uint64_t da, uint64_t db, int i) {
