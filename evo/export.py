@@ -383,6 +383,30 @@ def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[Tab
     return rows
 
 
+def merge_table(table_dir: str | Path, source_dir: str | Path) -> list[str]:
+    """Take another table's rows for its shapes into `table_dir` (same GPU and layout; e.g. a sweep of a few shapes
+    into an empty folder), with their kernel files, replacing the rows there for those shapes; then refresh. Returns
+    the shapes taken. EvoError with one line where the tables are of different GPUs or layouts or a file is missing."""
+    table_dir, source_dir = Path(table_dir), Path(source_dir)
+    doc, rows = read_table(table_dir)
+    src_doc, src_rows = read_table(source_dir)
+    for key in ("gpu", "layout"):
+        if doc.get(key) != src_doc.get(key):
+            raise EvoError(f"{source_dir} is a table of {key} {src_doc.get(key)}, {table_dir} of {doc.get(key)}")
+    out_dir, src_out = table_dir.parent, source_dir.parent
+    for r in src_rows:
+        if r.kernel_path:
+            published_kernel(src_out, r)  # the file is there and is the row's kernel
+            for f in (Path(r.kernel_path), Path(r.kernel_path).with_suffix(".json")):
+                (out_dir / f).parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(out_dir / f, (src_out / f).read_text())
+    taken = {r.shape for r in src_rows}
+    merged = sorted([r for r in rows if r.shape not in taken] + list(src_rows), key=lambda r: (r.m, r.n, r.k))
+    write_table(table_dir, doc, merged)
+    refresh_table(table_dir)
+    return sorted(taken, key=lambda s: tuple(int(x) for x in s.split("x")))
+
+
 def write_table(table_dir: str | Path, doc: dict, rows: list[TableRow]) -> None:
     """table.csv and table.json of one GPU's folder: the document's header fields with these rows."""
     table_dir = Path(table_dir)
@@ -401,9 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     from .cli import _Parser
 
     ap = _Parser(prog="python -m evo.export", description="Recompute a kernel table's derived columns "
-                 "(noise band, verdict, winner, datasheet roof) and kernels_out/README.md from the table alone.")
+                 "(noise band, verdict, winner, datasheet roof) and kernels_out/README.md from the table alone; "
+                 "with --merge, after taking another table's rows for its shapes.")
     ap.add_argument("--refresh", required=True, metavar="DIR", help="a table folder, e.g. kernels_out/NVIDIA_H200")
+    ap.add_argument("--merge", metavar="FROM", help="first take this table folder's rows (and kernel files) for its "
+                    "shapes, replacing the rows there (e.g. a sweep of a few shapes run with --out elsewhere)")
     ns = ap.parse_args(argv)
+    if ns.merge:
+        taken = merge_table(ns.refresh, ns.merge)
+        print(f"{ns.refresh}: took {len(taken)} rows from {ns.merge}: {', '.join(taken)}")
     rows = refresh_table(ns.refresh)
     wins = sum(r.winner == "evo" for r in rows)
     print(f"{ns.refresh}: {len(rows)} rows, evo wins {wins} beyond the noise band; README.md rewritten")

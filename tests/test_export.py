@@ -148,3 +148,30 @@ def test_an_export_keeps_a_row_whose_kernel_beat_the_library_by_more(tmp_path):
     set_lead(store2, "512x512x2048", 0.90, 0.01)
     _, rows = export_table(store2, GPU, cfg.paths.out, only={"512x512x2048"}, keep_better=False)
     assert next(r for r in rows if r.shape == "512x512x2048").speedup_best_library == 0.90
+
+
+def test_merge_takes_another_tables_rows_and_kernel_files(tmp_path, capsys):
+    # a few shapes swept into their own folder, merged into a table that has other rows and one of the same shape
+    from evo.export import main, read_table
+
+    cfg, store = swept(tmp_path / "a", ["256x256x256", "512x512x2048"])
+    table, _ = export_table(store, GPU, cfg.paths.out)
+    cfg2, store2 = swept(tmp_path / "b", ["512x512x2048", "1024x1024x1024"])
+    set_lead(store2, "512x512x2048", 0.90, 0.01)  # a slower row replaces the old one: the merge takes it as measured
+    src, _ = export_table(store2, GPU, cfg2.paths.out)
+    _, old = read_table(table)
+    assert main(["--refresh", str(table), "--merge", str(src)]) == 0
+    assert "took 2 rows" in capsys.readouterr().out
+    _, rows = read_table(table)
+    by = {r.shape: r for r in rows}
+    assert [r.shape for r in rows] == ["256x256x256", "512x512x2048", "1024x1024x1024"]
+    assert by["256x256x256"] == next(r for r in old if r.shape == "256x256x256")
+    assert by["512x512x2048"].speedup_best_library == 0.9 and by["512x512x2048"].verdict == "loss"
+    for s in ("512x512x2048", "1024x1024x1024"):  # the kernel files came along and are the rows' kernels
+        assert (Path(cfg.paths.out) / by[s].kernel_path).read_text() == (Path(cfg2.paths.out) / by[s].kernel_path).read_text()
+        assert (Path(cfg.paths.out) / by[s].kernel_path).with_suffix(".json").exists()
+    other = tmp_path / "c" / "Other_GPU"
+    other.mkdir(parents=True)
+    (other / "table.json").write_text(json.dumps({"gpu": "Other_GPU", "layout": "TN", "rows": []}))
+    assert main(["--refresh", str(table), "--merge", str(other)]) == 2  # another GPU's table: one line, exit 2
+    assert "table of gpu Other_GPU" in capsys.readouterr().err
