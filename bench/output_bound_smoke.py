@@ -83,6 +83,8 @@ INSTANCES: dict[str, dict] = {
     # an eighth of the units claimed at run time (DYN), so the SMs whose stores drain slower do fewer
     "panel128x256 s4 epi1 hint wide dyn1": {"BM": 128, "BN": 256, "STAGES": 4, "EPI": 1, "EPI_HINT": 1, "PANEL": 1,
                                             "GROUP": 1, "EPI_WIDE": 1, "DYN": 1},   # K = 128 only
+    "pp128x128 s4 epi2 hint early dyn1": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_HINT": 1,
+                                          "EARLY_STORE": 2, "DYN": 1},
 }
 # what a run measures by default: the old epilogue (the family default, the old start), the family's TMA-store starts,
 # the runners-up of the first H200 run, the raster variants and one CTA-pair instance (--instances all: every entry above)
@@ -93,7 +95,8 @@ DEFAULT = ["pp128x128 s6 epi0", "co128x256 s4 epi0", "co128x256 s3 epi1 hint", "
            "pp128x192 s4 epi1 g16", "co256x192 s3 epi1 hint",
            "co128x128 one consumer s4 epi1 np", "pp128x64 s8 epi1", "co64x128 one consumer s8 epi1 np", "co128x112 s6 epi1 np", "panel256x128 s5 epi2 hint",
            "panel128x256 s4 epi1 hint", "pp128x128 s6 epi1", "pp128x128 s4 epi2 hint early",
-           "panel256x128 s5 epi2 hint early", "panel256x128 s5 epi2 hint wide", "panel128x256 s4 epi1 hint wide dyn1"]  # the multicast loss, with how many of its clusters fit at once
+           "panel256x128 s5 epi2 hint early", "panel256x128 s5 epi2 hint wide", "panel128x256 s4 epi1 hint wide dyn1",
+           "pp128x128 s4 epi2 hint early dyn1"]  # the multicast loss, with how many of its clusters fit at once
 TIMED = ["16384x16384x128", "2048x12288x128", "8192x8192x128", "4096x16384x256", "4096x4096x256"]
 CHECK_ONLY = ["2000x12000x128", "200x136x72"]  # off-tile M and N (TMA clips partial and whole boxes), partial K block
 

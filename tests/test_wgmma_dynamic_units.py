@@ -43,9 +43,10 @@ def test_dynamic_units_constraints(fam):
 @pytest.mark.nvcc
 def test_ptx_dynamic_claims(fam, tmp_path):
     text = ptx_of(fam.render(fam.complete(PANEL_DYN)).text, tmp_path, name="dyn")
-    # the claim (inlined at both calls of the producer's step), .release so the compile-time publication rule holds
-    # (nothing is published by it), and the relaxed store that sets the counter back for the next launch
-    assert text.count("atom.release.gpu.global.add.u32") == 2 and "atom.global.add" not in text
+    # every atomic is the scheduler thread's claim, .release so the compile-time publication rule holds (nothing is
+    # published by it); and the relaxed store that sets the counter back for the next launch
+    claims = text.count("atom.release.gpu.global.add.u32")
+    assert claims >= 1 and text.count("atom.") == claims
     assert "st.relaxed.gpu.global.u32" in text
     assert check_ptx(text) == []
     static = ptx_of(fam.render(fam.complete({**PANEL_DYN, "DYN": 0})).text, tmp_path, name="static")

@@ -42,9 +42,10 @@ tensor_maps:
 //   wgmma of the row block.
 // DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units (contiguous
 //   with PANEL, else strided), then claims the rest one at a time from a workspace counter, so SMs whose stores drain
-//   slower do fewer (an output-bound kernel's SMs finished 1.4x apart on an H100). The producer publishes each unit
-//   in a smem queue (uq_full / uq_empty) that every consumer warp reads in order. Every CTA makes exactly one claim
-//   past the end; the launch's last claim (pool + grid - 1) sets the counter back to zero.
+//   slower do fewer (an output-bound kernel's SMs finished 1.4x apart on an H100). A scheduler thread (warp 1 of the
+//   producer warpgroup) claims and publishes each unit in a UQ-slot smem queue (uq_full / uq_empty) that the producer
+//   and every consumer warp read in order. Every CTA makes exactly one claim past the end; the launch's last claim
+//   (pool + grid - 1) sets the counter back to zero.
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
 // EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
 //   64 x 64 / 32 / 16, swizzled like C's map: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
@@ -548,7 +549,7 @@ __device__ __forceinline__ int dyn_share(int units) {
 __device__ __forceinline__ int dyn_static_unit(int i, int share) {
   return PANEL ? static_cast<int>(blockIdx.x) * share + i : static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
 }
-constexpr int UQ = 4;  // DYN: slots of the unit queue from the producer to the consumers
+constexpr int UQ = 2;  // DYN: slots of the unit queue (claims run at most this many units ahead of the consumers)
 // DYN: claim the next unit of the pool. Nothing is published by it; .release only keeps the compile-time publication
 // rule (evo/ptx_checks.py: every integer atomic after a global store in program order is taken as an arrival) exact.
 __device__ __forceinline__ unsigned claim_unit(unsigned* counter) {
@@ -841,10 +842,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   bool phave = false;
   Work pw{};
   int panel_m0 = -1;          // PANEL: the row block whose panel the producer loaded last
-  bool pdone = false;         // DYN: the producer's one claim past the end is made (no unit left)
-  int pi = 0, pq = 0;         // DYN: static units issued; the queue slot the next unit goes to
+  bool pdone = false;         // DYN: the producer has read the queue's end (-1)
+  int pi = 0, sq = 0;         // DYN scheduler: static units handed out; the queue slot the next unit goes to
+  uint32_t sqphase = 0;
+  int pq = 0;                 // DYN producer: the queue slot it reads next
   uint32_t pqphase = 0;
-  // DYN: the CTA's next unit (its static share, then claims), published to the consumers; -1 when none is left
+  // DYN (the scheduler thread): the CTA's next unit (its static share, then claims), published to the producer and the
+  // consumers; -1 when none is left
   auto next_dyn_unit = [&]() -> int {
     const int share = dyn_share(units), grid = static_cast<int>(gridDim.x);
     int v;
@@ -857,9 +861,16 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       v = r < pool ? grid * share + r : -1;
       if (r == pool + grid - 1) reset_claims(counter);  // the last claim of the launch: every CTA has made its last
     }
-    mbar_wait(smem_u32(&uq_empty[pq]), pqphase ^ 1);  // first pass: fresh barrier, returns at once
-    uq[pq] = v;
-    mbar_arrive(smem_u32(&uq_full[pq]));  // release: the consumers' acquire-wait sees the slot
+    mbar_wait(smem_u32(&uq_empty[sq]), sqphase ^ 1);  // first pass: fresh barrier, returns at once
+    uq[sq] = v;
+    mbar_arrive(smem_u32(&uq_full[sq]));  // release: the readers' acquire-wait sees the slot
+    if (++sq == UQ) { sq = 0; sqphase ^= 1; }
+    return v;
+  };
+  auto producer_fetch_unit = [&]() -> int {  // DYN: the producer's read of the queue
+    mbar_wait(smem_u32(&uq_full[pq]), pqphase);
+    const int v = uq[pq];
+    mbar_arrive(smem_u32(&uq_empty[pq]));
     if (++pq == UQ) { pq = 0; pqphase ^= 1; }
     return v;
   };
@@ -870,7 +881,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     while (!phave || pkb >= pw.kb1) {
       if (DYN) {
         if (pdone) return false;
-        pu = next_dyn_unit();
+        pu = producer_fetch_unit();
         if (pu < 0) { pdone = true; return false; }
       } else {
         if (phave) pu += unit_step();
@@ -917,7 +928,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     if (DYN)
       for (int q = 0; q < UQ; ++q) {
         mbar_init(smem_u32(&uq_full[q]), 1);
-        mbar_init(smem_u32(&uq_empty[q]), CONSUMERS * 4);
+        mbar_init(smem_u32(&uq_empty[q]), CONSUMERS * 4 + 1);  // every consumer warp and the producer
       }
     if (PANEL) {
       mbar_init(smem_u32(&panel_full), 1);
@@ -931,7 +942,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
     // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
     // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
-    if (CLUSTER == 1) produce_next();
+    if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)
   }
   if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
     cluster_arrive_relaxed();
@@ -947,9 +958,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   if (wg == 0) {
     // ------------------------------------------------------------ producer warpgroup
     if (CONSUMERS > 1) setmaxnreg_dec<40>();
-    if (tid == 0)
+    if (tid == 0) {
       while (produce_next()) {
       }
+    } else if (DYN && tid == 32) {  // the scheduler: a claim's round trip (and its release) never holds the loads
+      while (next_dyn_unit() >= 0) {
+      }
+    }
   } else {
     // ------------------------------------------------------------ consumer warpgroups
     if (CONSUMERS > 1) setmaxnreg_inc<232>();
