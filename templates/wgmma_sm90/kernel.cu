@@ -818,7 +818,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
-  __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot is written / read by every consumer warp
+  __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -984,7 +984,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     uint32_t cpanel_phase = 0;
     int cq = 0;                 // DYN: the queue slot of this consumer's next read
     uint32_t cqphase = 0;
-    auto fetch_unit = [&]() -> int {  // DYN: the CTA's next unit from the producer's queue (every thread)
+    auto fetch_unit = [&]() -> int {  // DYN: the CTA's next unit from the scheduler's queue (every thread)
       mbar_wait(smem_u32(&uq_full[cq]), cqphase);
       const int v = uq[cq];
       __syncwarp();
