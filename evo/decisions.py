@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic_file import atomic_write
+
 DEFAULT_PATH = "~/.cache/evo/dispatch.json"
 # How decisions are measured now: cuBLAS and every planned cuBLASLt algorithm, nvmath's autotune pick among them (and
 # borrowed kernels) interleaved, flushed, medians; library near-ties (within the paired ratio's noise) timed again,
@@ -78,8 +80,6 @@ class Decisions:
         data = self._read()  # merge with what others wrote meanwhile
         data[k] = asdict(d)
         self._cache = data
-        from .export import atomic_write
-
         try:
             atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True))
         except OSError:

@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
-from . import noise
+from . import measurements, noise
+from .atomic_file import atomic_write
 from .datasheet import datasheet
 from .errors import EvoError, cli_entry
 from .kernel import KernelSource
@@ -70,17 +71,6 @@ class TableRow:
     library_algorithms: dict = None  # type: ignore[assignment]  # {cublaslt_*: algorithm config} where recorded
     datasheet_roof_us: float = 0.0  # roofline from the GPU's datasheet peak and bandwidth (evo.datasheet)
     pct_of_datasheet_roof: float = 0.0
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write ``data`` (text, or bytes as they are) so that a killed run leaves the old file whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def lineage(store: Store, h: str, depth: int = 20) -> list[str]:
@@ -385,7 +375,8 @@ def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[Tab
 
 def merge_table(table_dir: str | Path, source_dir: str | Path) -> list[str]:
     """Take another table's rows for its shapes into `table_dir` (same GPU and layout; e.g. a sweep of a few shapes
-    into an empty folder), with their kernel files, replacing the rows there for those shapes; then refresh. Returns
+    into an empty folder), with their kernel files and the folder's measurements (evo.measurements), replacing the
+    rows there for those shapes; then refresh. Returns
     the shapes taken. EvoError with one line where the tables are of different GPUs or layouts or a file is missing."""
     table_dir, source_dir = Path(table_dir), Path(source_dir)
     doc, rows = read_table(table_dir)
@@ -403,6 +394,8 @@ def merge_table(table_dir: str | Path, source_dir: str | Path) -> list[str]:
     taken = {r.shape for r in src_rows}
     merged = sorted([r for r in rows if r.shape not in taken] + list(src_rows), key=lambda r: (r.m, r.n, r.k))
     write_table(table_dir, doc, merged)
+    if (source_dir / measurements.FILE_NAME).is_file():  # what the cost model trains on: the source's rows win
+        measurements.save(table_dir / measurements.FILE_NAME, measurements.load(source_dir / measurements.FILE_NAME))
     refresh_table(table_dir)
     return sorted(taken, key=lambda s: tuple(int(x) for x in s.split("x")))
 

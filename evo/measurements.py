@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 
 from .errors import EvoError
-from .export import atomic_write
+from .atomic_file import atomic_write
 from .records import Sample
 
 FILE_NAME = "measurements.csv.gz"

@@ -153,6 +153,7 @@ def test_an_export_keeps_a_row_whose_kernel_beat_the_library_by_more(tmp_path):
 def test_merge_takes_another_tables_rows_and_kernel_files(tmp_path, capsys):
     # a few shapes swept into their own folder, merged into a table that has other rows and one of the same shape
     from evo.export import main, read_table
+    from evo.measurements import FILE_NAME, load
 
     cfg, store = swept(tmp_path / "a", ["256x256x256", "512x512x2048"])
     table, _ = export_table(store, GPU, cfg.paths.out)
@@ -160,6 +161,7 @@ def test_merge_takes_another_tables_rows_and_kernel_files(tmp_path, capsys):
     set_lead(store2, "512x512x2048", 0.90, 0.01)  # a slower row replaces the old one: the merge takes it as measured
     src, _ = export_table(store2, GPU, cfg2.paths.out)
     _, old = read_table(table)
+    before = {(s.shape, s.hash) for s in load(table / FILE_NAME)}
     assert main(["--refresh", str(table), "--merge", str(src)]) == 0
     assert "took 2 rows" in capsys.readouterr().out
     _, rows = read_table(table)
@@ -170,6 +172,9 @@ def test_merge_takes_another_tables_rows_and_kernel_files(tmp_path, capsys):
     for s in ("512x512x2048", "1024x1024x1024"):  # the kernel files came along and are the rows' kernels
         assert (Path(cfg.paths.out) / by[s].kernel_path).read_text() == (Path(cfg2.paths.out) / by[s].kernel_path).read_text()
         assert (Path(cfg.paths.out) / by[s].kernel_path).with_suffix(".json").exists()
+    # the sweep's measurements (what a fresh machine's cost model trains on) joined the table's
+    theirs = {(s.shape, s.hash) for s in load(src / FILE_NAME)}
+    assert theirs - before and {(s.shape, s.hash) for s in load(table / FILE_NAME)} == before | theirs
     other = tmp_path / "c" / "Other_GPU"
     other.mkdir(parents=True)
     (other / "table.json").write_text(json.dumps({"gpu": "Other_GPU", "layout": "TN", "rows": []}))
