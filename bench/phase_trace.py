@@ -78,7 +78,8 @@ SM90 = Trace(
          + _stamp_macro("EVO_C", "threadIdx.x == 128")
          + _stamp_macro("EVO_M", "threadIdx.x >= 128 && threadIdx.x % 128 == 0", "threadIdx.x / 128 - 1")),
         ("  extern __shared__ uint8_t smem_raw[];\n", _SHIFT + "  EVO_T(0);\n  extern __shared__ uint8_t smem_raw[];\n"),
-        ("    if (CLUSTER == 1) produce_next();\n", "    if (CLUSTER == 1) produce_next();\n    EVO_T(1);\n"),
+        ("    if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)\n",
+         "    if (CLUSTER == 1 && !DYN) produce_next();\n    EVO_T(1);\n"),
         ("          mbar_wait(smem_u32(&full_bar[s]), phase);\n",
          "          mbar_wait(smem_u32(&full_bar[s]), phase);\n          if (i == 0 && j == 0) EVO_C(2);\n"
          "          if (i == nk - 1) EVO_M(3);\n"),
