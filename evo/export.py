@@ -376,8 +376,8 @@ def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[Tab
 def merge_table(table_dir: str | Path, source_dir: str | Path) -> list[str]:
     """Take another table's rows for its shapes into `table_dir` (same GPU and layout; e.g. a sweep of a few shapes
     into an empty folder), with their kernel files and the folder's measurements (evo.measurements), replacing the
-    rows there for those shapes; then refresh. Returns
-    the shapes taken. EvoError with one line where the tables are of different GPUs or layouts or a file is missing."""
+    rows there for those shapes; the caller refreshes the derived columns (refresh_table). Returns the shapes taken.
+    EvoError with one line where the tables are of different GPUs or layouts or a file is missing."""
     table_dir, source_dir = Path(table_dir), Path(source_dir)
     doc, rows = read_table(table_dir)
     src_doc, src_rows = read_table(source_dir)
@@ -389,14 +389,12 @@ def merge_table(table_dir: str | Path, source_dir: str | Path) -> list[str]:
         if r.kernel_path:
             published_kernel(src_out, r)  # the file is there and is the row's kernel
             for f in (Path(r.kernel_path), Path(r.kernel_path).with_suffix(".json")):
-                (out_dir / f).parent.mkdir(parents=True, exist_ok=True)
                 atomic_write(out_dir / f, (src_out / f).read_text())
     taken = {r.shape for r in src_rows}
     merged = sorted([r for r in rows if r.shape not in taken] + list(src_rows), key=lambda r: (r.m, r.n, r.k))
     write_table(table_dir, doc, merged)
     if (source_dir / measurements.FILE_NAME).is_file():  # what the cost model trains on: the source's rows win
         measurements.save(table_dir / measurements.FILE_NAME, measurements.load(source_dir / measurements.FILE_NAME))
-    refresh_table(table_dir)
     return sorted(taken, key=lambda s: tuple(int(x) for x in s.split("x")))
 
 
@@ -421,8 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                  "(noise band, verdict, winner, datasheet roof) and kernels_out/README.md from the table alone; "
                  "with --merge, after taking another table's rows for its shapes.")
     ap.add_argument("--refresh", required=True, metavar="DIR", help="a table folder, e.g. kernels_out/NVIDIA_H200")
-    ap.add_argument("--merge", metavar="FROM", help="first take this table folder's rows (and kernel files) for its "
-                    "shapes, replacing the rows there (e.g. a sweep of a few shapes run with --out elsewhere)")
+    ap.add_argument("--merge", metavar="FROM", help="first take this table folder's rows (with their kernel files "
+                    "and its measurements) for its shapes, replacing the rows there (e.g. a sweep of a few shapes run with --out elsewhere)")
     ns = ap.parse_args(argv)
     if ns.merge:
         taken = merge_table(ns.refresh, ns.merge)

@@ -764,7 +764,7 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
       for (int b = 0; b < BN / EPI_STORE_W; ++b) {
         if (EPI_WIDE)
-          tma_store_3d(map_c, buf + b * EPI_BOX_BYTES * 2, (col0 + b * EPI_STORE_W) / 64, row0 + (mt0 + g) * 64, policy);
+          tma_store_3d(map_c, buf + b * EPI_BOX_BYTES * EPI_LINES, (col0 + b * EPI_STORE_W) / 64, row0 + (mt0 + g) * 64, policy);
         else
           tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
       }
@@ -847,10 +847,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   uint32_t sqphase = 0;
   int pq = 0;                 // DYN producer: the queue slot it reads next
   uint32_t pqphase = 0;
-  // DYN (the scheduler thread): the CTA's next unit (its static share, then claims), published to the producer and the
-  // consumers; -1 when none is left
-  auto next_dyn_unit = [&]() -> int {
-    const int share = dyn_share(units), grid = static_cast<int>(gridDim.x);
+  // DYN (the scheduler thread): the CTA's next unit (its static share of `share` units, then claims), published to the
+  // producer and the consumers; -1 when none is left
+  auto next_dyn_unit = [&](int share) -> int {
+    const int grid = static_cast<int>(gridDim.x);
     int v;
     if (pi < share) {
       v = dyn_static_unit(pi++, share);
@@ -962,7 +962,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       while (produce_next()) {
       }
     } else if (DYN && tid == 32) {  // the scheduler: a claim's round trip (and its release) never holds the loads
-      while (next_dyn_unit() >= 0) {
+      const int share = dyn_share(units);
+      while (next_dyn_unit(share) >= 0) {
       }
     }
   } else {
