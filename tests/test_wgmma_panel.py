@@ -55,9 +55,11 @@ def test_panel_constraints(fam):
 def test_ptx_panel_loads(fam, tmp_path):
     panel = ptx_of(fam.render(fam.complete(PANEL)).text, tmp_path, name="panel")
     ring = ptx_of(fam.render(fam.complete({**PANEL, "PANEL": 0, "STAGES": 3})).text, tmp_path, name="ring")
-    # full + empty per ring stage, the two ping-pong order barriers, and (panel) the panel's full and empty
+    # full + empty per ring stage, the two ping-pong order barriers, and (panel) a full barrier per k block the panel
+    # can hold beside five stages (two: K <= 128), so a new row block's first wgmmas wait for its first k block only,
+    # and the panel's empty barrier
     assert ring.count("mbarrier.init.shared::cta.b64") == 2 * 3 + 2
-    assert panel.count("mbarrier.init.shared::cta.b64") == 2 * 5 + 2 + 2
+    assert panel.count("mbarrier.init.shared::cta.b64") == 2 * 5 + 2 + 2 + 1
     assert "membar.gl" not in panel and "fence.sc" not in panel
     # four staging buffers (two 64-row slices per consumer a round): a round waits for the round before last
     four = ptx_of(fam.render(fam.complete({**PANEL, "STAGES": 2, "EPI": 4})).text, tmp_path, name="four")

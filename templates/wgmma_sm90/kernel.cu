@@ -38,8 +38,9 @@ tensor_maps:
 // SWAP_AB: C^T = B * A^T (kernel rows run over N), so a small M sits in wgmma's N; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row block, and
 //   keeps the row operand's whole-K panel in smem across a row block's units; only column tiles stream through the
-//   ring. panel_full: armed by the producer, completed by TMA; panel_empty: every consumer warp arrives after its last
-//   wgmma of the row block.
+//   ring. panel_full[kb]: one per k block of the panel, armed by the producer right before that k block's column tile
+//   and completed by TMA, so a new row block's first wgmmas wait for its first k block only; panel_empty: every
+//   consumer warp arrives after its last wgmma of the row block.
 // DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units (contiguous
 //   with PANEL, else strided), then claims the rest one at a time from a workspace counter, so SMs whose stores drain
 //   slower do fewer (an output-bound kernel's SMs finished 1.4x apart on an H100). A scheduler thread (warp 1 of the
@@ -150,6 +151,8 @@ __device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)
 constexpr int EPI_LINES = EPI_WIDE ? 2 : 1;
 constexpr int EPI_STORE_W = EPI_BOX_W * EPI_LINES;  // columns per TMA store
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
+// PANEL: the most k blocks a panel can hold beside the ring and the staging (the kernel's `requires`), one barrier each
+constexpr int PANEL_KBS = PANEL ? (232448 - 512 - 1024 - STAGES * B_STAGE_BYTES - CONSUMERS * EPI_CONSUMER_BYTES) / PANEL_KB_BYTES : 1;
 static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT == 0 && CLUSTER == 1 && PANEL == 0 &&
                                      (BN / 8) % SPLIT_K == 0),
               "split-K cluster: 2-16 splits, one unit per CTA, BN / 8 column chunks dealt out evenly");
@@ -815,7 +818,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t full_bar[STAGES];
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
-  __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
+  __shared__ alignas(8) uint64_t panel_full[PANEL_KBS], panel_empty;  // PANEL: k block kb of the row panel has landed / the panel is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
@@ -842,6 +845,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   bool phave = false;
   Work pw{};
   int panel_m0 = -1;          // PANEL: the row block whose panel the producer loaded last
+  bool pnew = false;          // PANEL: the current unit's k blocks bring the panel's (a new row block)
   bool pdone = false;         // DYN: the producer has read the queue's end (-1)
   int pi = 0, sq = 0;         // DYN scheduler: static units handed out; the queue slot the next unit goes to
   uint32_t sqphase = 0;
@@ -890,15 +894,17 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       pw = get_work(pu, Mk, Nk, K);
       pkb = pw.kb0;
       phave = true;
-      if (PANEL && pw.m0 != panel_m0) {  // a new row block: its whole-K panel, once the last one is read
+      pnew = PANEL && pw.m0 != panel_m0;
+      if (pnew) {  // a new row block: its whole-K panel, once the last one is read (k block by k block, below)
         mbar_wait(smem_u32(&panel_empty), panel_phase ^ 1);  // first panel: fresh barrier, returns at once
-        const uint32_t pf = smem_u32(&panel_full);
-        mbar_arrive_expect_tx(pf, (pw.kb1 - pw.kb0) * PANEL_KB_BYTES);
-        for (int kb = pw.kb0; kb < pw.kb1; ++kb)
-          tma_load_2d(panel + kb * PANEL_KB_BYTES, map_rows, pf, kb * BK, pw.m0);
         panel_m0 = pw.m0;
         panel_phase ^= 1;
       }
+    }
+    if (pnew) {  // the panel's k block pkb goes right before the column tile it meets, on a barrier of its own
+      const uint32_t pf = smem_u32(&panel_full[pkb]);
+      mbar_arrive_expect_tx(pf, PANEL_KB_BYTES);
+      tma_load_2d(panel + pkb * PANEL_KB_BYTES, map_rows, pf, pkb * BK, pw.m0);
     }
     mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
     const uint32_t full = smem_u32(&full_bar[ps]);
@@ -931,7 +937,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         mbar_init(smem_u32(&uq_empty[q]), CONSUMERS * 4 + 1);  // every consumer warp and the producer
       }
     if (PANEL) {
-      mbar_init(smem_u32(&panel_full), 1);
+      for (int kb = 0; kb < PANEL_KBS; ++kb) mbar_init(smem_u32(&panel_full[kb]), 1);
       mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
     }
     if (SPLIT_CLUSTER) {  // armed before the cluster arrive below: no peer sends before it
@@ -982,7 +988,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     if (tid == 0) tma_prefetch_desc(&tmC);
 #endif
     int cpanel_m0 = -1;         // PANEL: the row block of the panel this consumer reads
-    uint32_t cpanel_phase = 0;
+    uint32_t cpanel_phase = 0;  // the phase parity of the panel being read (waits on a landed panel return at once)
     int cq = 0;                 // DYN: the queue slot of this consumer's next read
     uint32_t cqphase = 0;
     auto fetch_unit = [&]() -> int {  // DYN: the CTA's next unit from the scheduler's queue (every thread)
@@ -1006,11 +1012,14 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     for (int u = DYN ? fetch_unit() : unit_first(units); is_unit(u); u = next_of(u), have_next = false, ++j) {
       const Work w = get_work(u, Mk, Nk, K);
       const int nk = w.kb1 - w.kb0;
-      if (PANEL && w.m0 != cpanel_m0) {  // this row block's panel has landed
-        mbar_wait(smem_u32(&panel_full), cpanel_phase);
-        cpanel_phase ^= 1;
+      const bool fresh = PANEL && w.m0 != cpanel_m0;  // a new row block: its panel lands k block by k block
+      if (fresh) {
+        cpanel_phase = cpanel_m0 < 0 ? 0 : cpanel_phase ^ 1;
         cpanel_m0 = w.m0;
       }
+      auto panel_wait = [&](int i) {  // PANEL: k block i of this unit's row panel has landed
+        if (fresh) mbar_wait(smem_u32(&panel_full[w.kb0 + i]), cpanel_phase);
+      };
       if (PINGPONG && (j & 1) != c) {  // the other consumer's unit: step over its stages of the ring
         s += nk;
         while (s >= STAGES) { s -= STAGES; phase ^= 1; }
@@ -1060,6 +1069,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           uint32_t pp = phase;
           for (int i = 0; i < nk; ++i) {
             if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
+            if (mt == 0) panel_wait(i);
             const uint32_t a_base = a_at(ss, i), b_base = b_at(ss);
             wgmma_fence();
             slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
@@ -1075,6 +1085,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
         for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
           mbar_wait(smem_u32(&full_bar[s]), phase);
+          panel_wait(i);
           const uint32_t a_base = a_at(s, i), b_base = b_at(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
@@ -1096,6 +1107,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (EARLY_STORE) {  // the last k block (K > 0: nk >= 1): one commit group per slice
           const int i = nk - 1;
           mbar_wait(smem_u32(full_bar + s), phase);  // last k block
+          panel_wait(i);
           const uint32_t a_base = a_at(s, i), b_base = b_at(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
