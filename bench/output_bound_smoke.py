@@ -95,7 +95,8 @@ DEFAULT = ["pp128x128 s6 epi0", "co128x256 s4 epi0", "co128x256 s3 epi1 hint", "
            "pp128x192 s4 epi1 g16", "co256x192 s3 epi1 hint",
            "co128x128 one consumer s4 epi1 np", "pp128x64 s8 epi1", "co64x128 one consumer s8 epi1 np", "co128x112 s6 epi1 np", "panel256x128 s5 epi2 hint",
            "panel128x256 s4 epi1 hint", "pp128x128 s6 epi1", "pp128x128 s4 epi2 hint early",
-           "panel256x128 s5 epi2 hint early", "panel256x128 s5 epi2 hint wide", "panel128x256 s4 epi1 hint wide dyn1",
+           "panel256x128 s5 epi2 hint early", "panel256x128 s5 epi2 hint wide", "panel256x128 s5 epi2 hint early wide",
+           "panel128x256 s4 epi1 hint wide dyn1",
            "pp128x128 s4 epi2 hint early dyn1"]  # the multicast loss, with how many of its clusters fit at once
 TIMED = ["16384x16384x128", "2048x12288x128", "8192x8192x128", "4096x16384x256", "4096x4096x256"]
 CHECK_ONLY = ["2000x12000x128", "200x136x72"]  # off-tile M and N (TMA clips partial and whole boxes), partial K block

@@ -54,6 +54,9 @@ class GpuSpec:
     fill_us: float = 1.0  # first loads of a wave (DRAM latency + pipeline fill)
     fixup_us: float = 1.5  # serial split-K reduction step (the last arrival sums the partials)
     onchip_fixup_us: float = 0.7  # split-K summed inside a cluster (DSMEM): 0.7 us traced (staged -> stored), docs/perf-skinny.md
+    # wgmma_sm90 STREAMK's cost beyond its balanced share of k blocks: ping-pong 128 x 128 on 4096^2 x 1024 ran 54.22 us
+    # with it against 49.52 without, where the balance alone predicts ~1.5 us less (H200, docs/perf-hopper.md Run 40)
+    stream_k_us: float = 6.0
     l2_gbs_per_sm: float = 150.0  # what one SM draws from L2
 
     @staticmethod
@@ -169,6 +172,12 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     per_sm_units = math.ceil(units / slot_sms) if units > slot_sms else 1
     busy_units_per_sm = min(resident, max(1, math.ceil(units / slot_sms)))
     compute_us = per_sm_units * unit_flops / sm_rate if per_sm_units > 1 else unit_flops * busy_units_per_sm / sm_rate
+    stream_us = 0.0
+    if int(params.get("STREAMK", 0)) and units % slot_sms:
+        # stream-K (a persistent grid on every SM): whole waves, then the rest's k blocks dealt out evenly, at the
+        # stream's measured cost (it pays only where a partial wave costs more than that)
+        compute_us = units / slot_sms * unit_flops / sm_rate
+        stream_us = gpu.stream_k_us
     # memory: A, B and C through DRAM once, split-K partials written and read, tile loads through L2; a few
     # busy SMs cannot draw the full bandwidth
     dram = problem.min_bytes + (8.0 * problem.m * problem.n * global_split if global_split > 1 else 0.0)
@@ -179,7 +188,7 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     # a grid of fewer CTAs than units is persistent: its producers run ahead across units, so the pipeline fills
     # once per CTA; a grid of one CTA per unit fills once per wave
     fills = 1 if geo.ctas < units else math.ceil(waves)
-    overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, global_split, gpu)
+    overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, global_split, gpu) + stream_us
     us = max(compute_us, memory_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
                     compute_us, memory_us, overhead_us, intensity)

@@ -339,6 +339,25 @@ def test_dynamic_units_correct_on_gpu(gpu):
     assert ran == 10 and not failures, "\n".join(failures)
 
 
+SK_INSTANCES = [  # wgmma_sm90 STREAMK: the last partial wave's tiles dealt out k block by k block over every CTA
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "STREAMK": 1},   # ping-pong: a piece per consumer
+    {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "STREAMK": 1},                  # cooperative: halves of a partial
+    {"BM": 128, "BN": 128, "CONSUMERS": 1, "STAGES": 6, "STREAMK": 1},            # one consumer, ordinary stores
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "SWAP_AB": 1, "STREAMK": 1},  # C^T
+]
+
+
+def test_stream_k_correct_on_gpu(gpu):
+    """Stream-K pieces on off-tile shapes, each launched several times by the checker (a tile counter not zeroed by
+    its first piece would leave the next launch waiting or adding stale partials): 1000x1024x1000 has fewer tiles
+    than SMs (every tile split over ~2 CTAs), 2056x2048x520 two waves and a few tiles split over ~9 CTAs of one k
+    block each, 1030x4104x136 a remainder of 33 tiles of 3 k blocks, 200x192x72 four tiles of two k blocks over 132
+    CTAs (most ranges empty). 16 evaluations."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", SK_INSTANCES,
+                                    ("1000x1024x1000", "2056x2048x520", "1030x4104x136", "200x192x72"))
+    assert ran == 16 and not failures, "\n".join(failures)
+
+
 SMALL_CLUSTER_CASES = [  # mma_small_sm80 (shape compiled in): K split in a cluster, slices sent (PUSH 1) or read (PUSH 0)
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8}, ("128x64x4096", "77x200x1024")),
     ({"BM": 32, "BN": 32, "WARPS_M": 1, "WARPS_N": 2, "WARPS_K": 2, "STAGES": 8, "CLK": 8, "PUSH": 0}, ("77x200x1024",)),

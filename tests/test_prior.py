@@ -114,6 +114,25 @@ def test_waves_padding_residency():
     assert all_onchip.memory_us < two_global.memory_us
 
 
+def test_stream_k_charges_the_tiles_not_the_waves():
+    """STREAMK: 1024 tiles on 132 SMs cost 7.76 tiles' time plus the stream's measured cost, not 8 waves, so it ranks
+    below the plain kernel where that cost exceeds the partial wave (as measured on 4096^2 x 1024) and above it where
+    a long-K tile's partial wave costs more; whole waves (1056 tiles) are charged as without it."""
+    gpu = GpuSpec()
+    p = parse_shape("4096x4096x1024")
+    g = Geometry(132, 384, 200_000, 132 * 128 * 128 * 4)
+    plain = estimate("wgmma_sm90", {"BM": 128, "BN": 128, "PINGPONG": 1}, Geometry(132, 384, 200_000, 0), p, gpu)
+    sk = estimate("wgmma_sm90", {"BM": 128, "BN": 128, "PINGPONG": 1, "STREAMK": 1}, g, p, gpu)
+    assert sk.compute_us == pytest.approx(plain.compute_us * 1024 / (8 * 132))
+    assert sk.overhead_us == pytest.approx(plain.overhead_us + gpu.stream_k_us) and sk.us > plain.us
+    deep = parse_shape("4096x4352x16384")  # 1088 tiles: a 0.24-wave tail of 256-k-block tiles
+    assert (estimate("wgmma_sm90", {"BM": 128, "BN": 128, "PINGPONG": 1, "STREAMK": 1}, g, deep, gpu).us
+            < estimate("wgmma_sm90", {"BM": 128, "BN": 128, "PINGPONG": 1}, Geometry(132, 384, 200_000, 0), deep, gpu).us)
+    whole = parse_shape("4096x4224x1024")
+    assert (estimate("wgmma_sm90", {"BM": 128, "BN": 128, "STREAMK": 1}, g, whole, gpu).us
+            == estimate("wgmma_sm90", {"BM": 128, "BN": 128}, g, whole, gpu).us)
+
+
 def test_prior_ranks_shape_appropriate_instances(prior):
     big = prior.rank(parse_shape("4096x4096x1024"))
     assert big[0].family in ("wgmma_sm90", "cutlass_sm90") and big[0].est.tile_m * big[0].est.tile_n >= 128 * 128

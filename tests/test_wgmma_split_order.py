@@ -51,7 +51,9 @@ def _run(code: list[tuple[str, object]], env: dict) -> dict:
 
 def _numbering_from_template():
     src = KERNEL.read_text()
-    body = re.search(r"Work get_work\(int u, int Mk, int Nk, int K\) \{(.*?)if \(PANEL\)", src, re.S)
+    # (from the numbering's first line: STREAMK's pieces, before it, map a piece to its tile's unit)
+    body = re.search(r"Work get_work\(int u, int Mk, int Nk, int K, const Stream& st\) \{.*?(const int r = u % CLUSTER.*?)"
+                     r"if \(PANEL\)", src, re.S)
     assert body, "get_work's numbering not found in the template"
     code = _statements(body.group(1), "get_work")
 
@@ -99,9 +101,9 @@ def test_split_major_constraints():
 
 
 def _k_range_from_template():
-    """get_work's k range of a split (the lines from `kblocks` to the return), evaluated for given constants."""
+    """get_work's k range of a split (the lines from `kblocks` to STREAMK's override), evaluated for given constants."""
     src = KERNEL.read_text()
-    body = re.search(r"const int kblocks = cdiv\(K, BK\);(.*?)return w;", src, re.S)
+    body = re.search(r"const int kblocks = cdiv\(K, BK\);(.*?)if \(STREAMK && skb1 > 0\)", src, re.S)
     assert body, "get_work's k range not found in the template"
     code = _statements(body.group(1), "get_work")
 
