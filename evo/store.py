@@ -78,9 +78,11 @@ class Store:
         try:
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
+            # marked as evo's before its tables exist: a process opening the archive while this one creates it sees
+            # evo's mark (and creates the missing tables too), never tables without the mark
+            self.db.execute(f"PRAGMA application_id={APP_ID}")
             self.db.executescript(_SCHEMA)
             self._add_missing_columns()
-            self.db.execute(f"PRAGMA application_id={APP_ID}")
             self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         except sqlite3.OperationalError as e:
             raise EvoError(f"cannot write the database {self.path}: {e}") from None

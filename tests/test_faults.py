@@ -199,6 +199,37 @@ def test_foreign_sqlite_database_refused_untouched(tmp_path):
     con.close()
 
 
+def test_archive_is_marked_before_its_tables(tmp_path, monkeypatch):
+    """A second process may open the archive while the first creates it: the first marks the file as evo's
+    (application_id) before it makes any table, so the second never finds evo's tables unmarked, which it would refuse
+    as another program's database (a sweep's reader once did, mid-creation). And a file marked but without tables yet
+    opens, its tables made."""
+    import evo.store as store_mod
+
+    statements: list[str] = []
+    real_connect = sqlite3.connect
+
+    def traced(*a, **kw):
+        con = real_connect(*a, **kw)
+        con.set_trace_callback(statements.append)
+        return con
+
+    monkeypatch.setattr(store_mod.sqlite3, "connect", traced)
+    db = tmp_path / "evo.db"
+    Store(db).close()
+    monkeypatch.undo()
+    mark = next(i for i, q in enumerate(statements) if q.startswith("PRAGMA application_id="))
+    first_table = next(i for i, q in enumerate(statements) if "CREATE TABLE" in q)
+    assert mark < first_table
+    marked = tmp_path / "marked.db"
+    con = sqlite3.connect(marked)
+    con.execute(f"PRAGMA application_id={store_mod.APP_ID}")
+    con.close()
+    s = Store(marked)  # evo's mark, no tables yet: the creator's state a second opener can find
+    assert "evaluations" in {r[0] for r in s.db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    s.close()
+
+
 def test_corrupt_database_refused_through_cli(tmp_path):
     import subprocess
     import sys
