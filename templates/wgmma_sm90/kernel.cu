@@ -93,7 +93,7 @@ constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};  // 1: units numbered split-major (
 constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each other split gives to the reducing split
 constexpr int EPI_WIDE = {{EPI_WIDE}};        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int DYN = {{DYN}};                  // eighths of the units dealt out at run time (claimed from a workspace counter)
-constexpr int STREAMK = {{STREAMK}};          // persistent: the last partial wave's tiles split in k over every CTA (stream-K)
+constexpr int STREAMK = {{STREAMK}};          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
 constexpr int EARLY_STORE = {{EARLY_STORE}};  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
