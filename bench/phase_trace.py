@@ -12,7 +12,9 @@ stage, wgmma done, C stored (TMA store issued / plain stores done), consumer don
 staging buffers), exit (after the cluster barrier). Persistent CTAs: the first stage is the first unit's, the
 later phases the last unit's. Each instance is checked once against an fp32 reference, then launched
 --reps times with the L2 flushed (evo.timing.Timer); the table gives, per phase, the first / median / last CTA's
-time after the first CTA's entry (median over launches) and the per-CTA phase lengths. The stamps live in 2 MiB
+time after the first CTA's entry (median over launches) and the per-CTA phase lengths; `--per-cta` prints every CTA's
+phases (which CTAs end late, and after which phase), `--allow-spills` traces a build the stamps push into spills (a
+kernel at its register limit; its phases then include the spills' cost). The stamps live in 2 MiB
 ahead of the kernel's own workspace (split-K partials and tickets follow it). If a template moves,
 `anchors_present` fails in tests/test_phase_trace.py: re-anchor its TRACES entry.
 """
@@ -125,6 +127,28 @@ def anchors_present(text: str, family: str = "wgmma_skinny_sm90") -> list[str]:
     return [a for a, _ in TRACES[family].patches if _occurrences(text, a) != 1]
 
 
+def trace_compiler(cache_dir: Path, allow_spills: bool):
+    """The compiler for instrumented builds: the config's, with its own cache; `allow_spills` lifts the compile gate's
+    spill rule (the stamps take registers: a kernel at its register limit spills once traced)."""
+    from evo.compile import Compiler
+    from evo.config import load_config
+
+    overrides = {"cache_dir": str(cache_dir)} | ({"reject_spills": False} if allow_spills else {})
+    return Compiler.from_config(load_config(overrides={"compile": overrides}).compile)
+
+
+def per_cta_lines(rel, phases: list[str]) -> list[str]:
+    """Every CTA's phases, medians over launches (rel: launches x CTAs x phases, us after the first entry; NaN where
+    a phase was not stamped): which CTAs end late, and after which phase."""
+    import numpy as np
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        per = np.nanmedian(rel, axis=0)  # CTAs x phases
+    return (["  CTA  " + " ".join(f"{n[:10]:>10s}" for n in phases)]
+            + [f"  {b:4d} " + " ".join(f"{v:10.2f}" for v in row) for b, row in enumerate(per)])
+
+
 def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source: Path = ROOT / "templates") -> Path:
     """A templates folder holding the instrumented family alone (its workspace: TRACE_BYTES more, for the stamps),
     copied from `source` (another templates folder: a trial variant)."""
@@ -160,6 +184,9 @@ def _main(argv: list[str] | None = None) -> int:
                     "operands stay cached: what the cold launch's phases owe to memory latency)")
     ap.add_argument("--templates", default=str(ROOT / "templates"), help="the templates folder (default: this tree's)")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--allow-spills", action="store_true",
+                    help="trace a build that spills (the stamps take registers; its phases then include the spills' cost)")
+    ap.add_argument("--per-cta", action="store_true", help="also print every CTA's phases (median over launches)")
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
     from bench.template_ab import parse_instances
@@ -172,8 +199,6 @@ def _main(argv: list[str] | None = None) -> int:
     import cupy
     import numpy as np
 
-    from evo.compile import Compiler
-    from evo.config import load_config
     from evo.families import load_families
     from evo.gpu.device import gpu_info
     from evo.gpu.launch import LoadedKernel
@@ -182,7 +207,7 @@ def _main(argv: list[str] | None = None) -> int:
     trace = TRACES[a.family]
     tmp = Path(tempfile.mkdtemp())
     (fam,) = load_families(instrumented_templates(tmp / "templates", a.family, Path(a.templates)), names=[a.family])
-    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp / "cache")}}).compile)
+    comp = trace_compiler(tmp / "cache", a.allow_spills)
     info = gpu_info()
     problem = parse_shape(a.shape)
     rs = cupy.random.RandomState(1)
@@ -216,7 +241,7 @@ def _main(argv: list[str] | None = None) -> int:
         rel = (tr - first_entry).astype(np.float64) / 1000.0  # (differences first: ns stamps exceed float64's integers)
         rel[missing] = np.nan
         print(f"\n{js} on {problem.key} ({info.name})\n  event median {t.median_us:.2f} us, max |C - ref| {err:.3g}, "
-              f"{ctas} CTAs, {r.registers} registers")
+              f"{ctas} CTAs, {r.registers} registers" + (f", {r.spill_bytes} bytes spilled" if r.spill_bytes else ""))
         print("  phase          first CTA  median  last CTA   (us after the first CTA's entry; median over launches)")
         for i, name in enumerate(trace.phases):
             if np.isnan(rel[:, :, i]).all():
@@ -232,6 +257,8 @@ def _main(argv: list[str] | None = None) -> int:
             steps = ", ".join(f"{trace.phases[i]} -> {trace.phases[i + 1]} {np.nanmedian(rel[:, :, i + 1] - rel[:, :, i]):.2f}"
                               for i in range(len(trace.phases) - 1))
         print(f"  per CTA (median): {steps}")
+        if a.per_cta:
+            print("\n".join(per_cta_lines(rel, trace.phases)))
         kern.close()
     return 0
 

@@ -94,3 +94,22 @@ def test_the_trace_comes_ahead_of_a_split_k_workspace(tmp_path):
     ks = traced.render(traced.complete(params))
     assert before > 0 and ks.launch(problem, 132).workspace == before + TRACE_BYTES
     assert "workspace += TRACE_FLOATS;" in ks.text and f"TRACE_FLOATS = {TRACE_BYTES // 4};" in ks.text
+
+
+def test_allow_spills_lifts_the_spill_gate_only(tmp_path):
+    from bench.phase_trace import trace_compiler
+
+    strict, lenient = trace_compiler(tmp_path / "a", False), trace_compiler(tmp_path / "b", True)
+    assert strict.reject_spills and not lenient.reject_spills
+    assert strict.flags == lenient.flags and lenient.cache_dir == tmp_path / "b"
+
+
+def test_per_cta_lines_are_medians_over_launches():
+    import numpy as np
+
+    from bench.phase_trace import per_cta_lines
+
+    rel = np.array([[[0.0, 1.0], [0.1, np.nan]], [[0.0, 3.0], [0.3, 5.0]]])  # 2 launches x 2 CTAs x 2 phases
+    lines = per_cta_lines(rel, ["entry", "exit"])
+    assert lines[0].split() == ["CTA", "entry", "exit"]
+    assert lines[1].split() == ["0", "0.00", "2.00"] and lines[2].split() == ["1", "0.20", "5.00"]
