@@ -64,3 +64,11 @@ def test_ptx_panel_loads(fam, tmp_path):
     # four staging buffers (two 64-row slices per consumer a round): a round waits for the round before last
     four = ptx_of(fam.render(fam.complete({**PANEL, "STAGES": 2, "EPI": 4})).text, tmp_path, name="four")
     assert "cp.async.bulk.wait_group.read 1" in four
+
+
+@pytest.mark.nvcc
+def test_ptx_panel_prologue_has_no_64_bit_division(fam, tmp_path):
+    # a CTA's share of the units [b * units / grid, (b + 1) * units / grid) and a unit's row block take 32-bit
+    # arithmetic: a 64-bit division is a call on the way to the first load (0.36 us of the prologue, H200 trace)
+    ptx = ptx_of(fam.render(fam.complete({**PANEL, "EARLY_STORE": 1, "EPI_HINT": 1})).text, tmp_path, name="panel")
+    assert not any(op in ptx for op in ("div.s64", "div.u64", "rem.s64", "rem.u64"))

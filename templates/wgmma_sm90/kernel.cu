@@ -536,9 +536,9 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Str
   const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
   w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
-    const int tn = cdiv(Nk, BN);
-    w.m0 = (u / tn) * BM;
-    w.n0 = (u % tn) * BN;
+    const int tn = cdiv(Nk, BN), rb = div_small(u, tn);  // (units < 2^22: the float division is exact)
+    w.m0 = rb * BM;
+    w.n0 = (u - rb * tn) * BN;
     w.kb0 = 0;
     w.kb1 = cdiv(K, BK);
     return w;
@@ -575,15 +575,17 @@ __device__ __forceinline__ int cluster_spread(int b) {
   const int j = k % GPC_SPREAD;
   return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
 }
-// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
+// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share:
+// b * units / grid in 32 bits (units < 2^22, grid < 2^10), as a 64-bit division's call delays the first load
+__device__ __forceinline__ int panel_bound(int units, unsigned b) { return b * static_cast<unsigned>(units) / gridDim.x; }
 __device__ __forceinline__ int unit_first(int units, const Stream& st) {
   if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
   if (STREAMK) return stream_first(st);
-  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
+  return PANEL ? panel_bound(units, blockIdx.x) : static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int unit_end(int units, const Stream& st) {
   if (STREAMK) return stream_end(st);
-  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x + 1) * units / gridDim.x) : units;
+  return PANEL ? panel_bound(units, blockIdx.x + 1) : units;
 }
 __device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>(gridDim.x); }
 // this CTA's unit after u
