@@ -59,6 +59,8 @@ INSTANCES: dict[str, dict] = {
     "pp128x192 s4 epi1 g16": {"BM": 128, "BN": 192, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "GROUP": 16},   # 192 accumulators
     "co256x192 s3 epi1 hint": {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1, "EPI_HINT": 1},   # each consumer 128 x 192
     "co128x128 one consumer s4 epi1 np": {"BM": 128, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 4, "EPI": 1},
+    "co128x128 one consumer s4 epi1 np early": {"BM": 128, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 4, "EPI": 1,
+                                                "EARLY_STORE": 2},   # its slices stored as their wgmmas end
     "pp128x64 s8 epi1": {"BM": 128, "BN": 64, "PINGPONG": 1, "STAGES": 8, "EPI": 1},   # K <= 256 skinny / mid outputs
     "co64x128 one consumer s8 epi1 np": {"BM": 64, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 8, "EPI": 1},   # mid outputs, long K
     "co128x112 s6 epi1 np": {"BM": 128, "BN": 112, "STAGES": 6, "PERSISTENT": 0, "EPI": 1},   # one wave of 128-row tiles, long K
@@ -93,7 +95,7 @@ DEFAULT = ["pp128x128 s6 epi0", "co128x256 s4 epi0", "co128x256 s3 epi1 hint", "
            "co128x256 s3 epi1 hint g16", "co128x256 s3 epi1 hint g4", "co256x128 s3 epi2 hint g16",
            "co256x128 s4 epi1 cl2", "co128x96 s6 epi1 g4 np", "pp128x176 s4 epi1 g16", "pp128x160 s4 epi1",
            "pp128x192 s4 epi1 g16", "co256x192 s3 epi1 hint",
-           "co128x128 one consumer s4 epi1 np", "pp128x64 s8 epi1", "co64x128 one consumer s8 epi1 np", "co128x112 s6 epi1 np", "panel256x128 s5 epi2 hint",
+           "co128x128 one consumer s4 epi1 np", "co128x128 one consumer s4 epi1 np early", "pp128x64 s8 epi1", "co64x128 one consumer s8 epi1 np", "co128x112 s6 epi1 np", "panel256x128 s5 epi2 hint",
            "panel128x256 s4 epi1 hint", "pp128x128 s6 epi1", "pp128x128 s4 epi2 hint early",
            "panel256x128 s5 epi2 hint early", "panel256x128 s5 epi2 hint wide", "panel256x128 s5 epi2 hint early wide",
            "panel128x256 s4 epi1 hint wide dyn1",
