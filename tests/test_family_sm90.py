@@ -68,13 +68,13 @@ def test_every_tile_width_has_its_wgmma(fam):
     # at compile time, on the GPU machine, for the instances that draw it)
     src = fam.template
     # (one EVO_WGMMA(N, groups, da, db, scale_d) line each: N / 16 groups of eight accumulators, then the operands)
-    specialized = {}
+    specialized = set()
     for n, g, da, db, sc in re.findall(r"^EVO_WGMMA\((\d+), (\d+), (\d+), (\d+), (\d+)\)$", src, re.M):
         n = int(n)
         assert (int(g), int(da), int(db), int(sc)) == (n // 16, n // 2, n // 2 + 1, n // 2 + 2), n
-        specialized[n] = True
+        specialized.add(n)
     widths = set(fam.space["BN"])
-    assert widths <= set(specialized), sorted(widths - set(specialized))
+    assert widths <= specialized, sorted(widths - specialized)
     assert all(n % 16 == 0 for n in widths)  # the epilogue writes 16-column chunks
     assert '"wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" EVO_RS##G' in src
 

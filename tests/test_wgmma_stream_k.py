@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   gridDim.x = atoi(argv[4]);
   for (unsigned b = 0; b < gridDim.x; ++b) {
     blockIdx.x = b;
-    const Stream st = stream_of(Mk, Nk, K);
+    const Stream st = stream_of(cdiv(Mk, BM) * cdiv(Nk, BN), K);  // the kernel's unit count (no split, no pairs)
     if (b == 0) printf("NK %d DP %d TILES %d\n", st.nk, st.dp, st.tiles);
     int steps = 0;
     for (int u = stream_first(st); u < stream_end(st); u = stream_next(u, st)) {
