@@ -82,6 +82,25 @@ def propose_once(store, *population, budget: int = 24000, profile: bool = True, 
     return srv.prompts()[0], store.conversations()[-1], said
 
 
+def test_default_budget_keeps_an_inspiration(lineage, monkeypatch, tmp_path):
+    """At the default `llm.prompt_tokens`, a wgmma_sm90 parent with every section still carries another family's
+    fastest kernel as an inspiration, source and all: nothing is cut."""
+    store, gp, par, best = lineage
+    try:
+        from evo.families import load_families
+
+        fam = next(f for f in load_families() if f.name == "mma_sm80")
+        other_text = fam.render(fam.default_params(), PROBLEM).text
+    except Exception:  # noqa: BLE001 - templates/ is edited by others
+        other_text = samples.simt_kernel(24, family="mma_sm80")
+    other = put(store, other_text, time_us=45.0)
+    default = load_config(None).llm.prompt_tokens
+    text, conv, _ = propose_once(store, par, other, budget=default, monkeypatch=monkeypatch, tmp_path=tmp_path)
+    sizes = json.loads(conv["sections"])
+    assert sizes["inspirations"] > 0 and sizes["cut"] == [], sizes
+    assert other_text.rstrip("\n").splitlines()[-1] in text  # the inspiration's source, to its last line
+
+
 def test_prompt_carries_the_evidence(lineage, monkeypatch, tmp_path):
     store, gp, par, best = lineage
     text, conv, said = propose_once(store, par, monkeypatch=monkeypatch, tmp_path=tmp_path)
