@@ -97,50 +97,65 @@ def test_families_correct_on_gpu(gpu):
     from evo.families import load_families
 
     w, comp, _ = gpu
-    failures = []
+    cases = []  # (family, params, shape, kernel) for every CI instance on every shape it takes
     for fam in load_families(arch=w.info.arch):
         for params in fam.instances_for_ci():
             # 1030x4104x136: short K, off-tile, CTAs whose units cross row blocks (wgmma_sm90's PANEL)
             for shape in ("1000x1000x1000", "128x128x16384", "77x200x72", "64x4096x4096", "1030x4104x136"):
                 p = parse_shape(shape)
                 ks = fam.render(params, p)  # a shape-specialized family renders per shape
-                if not ks.accepts(p):
-                    continue
-                r = comp.compile(ks, w.info.arch)
-                if not r.ok:
-                    failures.append(f"{fam.name} {params}: compile: {r.error}")
-                    break
-                ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
-                if not ev.ok:
-                    failures.append(f"{fam.name} {params} {shape}: {ev.error}")
+                if ks.accepts(p):
+                    cases.append((fam.name, params, p, ks))
+    compiled = compile_all(comp, [ks for *_, ks in cases], w.info.arch)
+    failures, broken = [], set()
+    for name, params, p, ks in cases:
+        r = compiled[ks.hash]
+        if not r.ok:
+            if (name, repr(params)) not in broken:
+                broken.add((name, repr(params)))
+                failures.append(f"{name} {params}: compile: {r.error}")
+            continue
+        ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+        if not ev.ok:
+            failures.append(f"{name} {params} {p}: {ev.error}")
     assert not failures, "\n".join(failures)
 
 
+def compile_all(comp, kernels, arch: str) -> dict:
+    """Every distinct kernel compiled at once on the machine's cores (nvcc runs in parallel; the GPU waits for none of
+    them one by one): {hash: CompileResult}."""
+    unique = list({ks.hash: ks for ks in kernels}.values())
+    return {ks.hash: r for ks, r in zip(unique, comp.compile_many([(ks, arch) for ks in unique]))}
+
+
 def check_instances(gpu, family: str, instances: list[dict], shapes: tuple[str, ...]) -> tuple[int, list[str]]:
-    """Compile each instance of `family` (once per shape where the family compiles the shape in) and evaluate it on
-    every shape it accepts: (evaluations run, failures)."""
+    """Compile each instance of `family` (once per shape where the family compiles the shape in; all of them at once)
+    and evaluate it on every shape it accepts: (evaluations run, failures)."""
     from evo.families import load_families
 
     w, comp, _ = gpu
     (fam,) = load_families(names=[family])
     failures, ran = [], 0
-    for params in instances:
+    fixed, cases = {}, []  # one kernel per instance (a shape-specialized family: per shape); (kernel, shape) taken
+    for i, params in enumerate(instances):
         assert fam.valid(fam.complete(params)), params
-        fixed = None if fam.shape_specialized else fam.render(params)  # one kernel for every shape
-        if fixed is not None:
-            r = comp.compile(fixed, w.info.arch)  # compiled whether or not a shape takes it
-            assert r.ok, r.error
+        if not fam.shape_specialized:
+            fixed[i] = fam.render(params)  # compiled whether or not a shape takes it
         for shape in shapes:
             p = parse_shape(shape)
-            ks = fixed or fam.render(params, p)  # a shape-specialized family: one kernel per shape
-            if not ks.accepts(p, w.info.sm_count):
-                continue
-            r = comp.compile(ks, w.info.arch)  # cached by hash
-            assert r.ok, r.error
-            ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
-            ran += 1
-            if not ev.ok:
-                failures.append(f"{params} {shape}: {ev.error}")
+            ks = fixed.get(i) or fam.render(params, p)
+            if ks.accepts(p, w.info.sm_count):
+                cases.append((params, p, ks))
+    compiled = compile_all(comp, [*fixed.values(), *(ks for *_, ks in cases)], w.info.arch)
+    for ks in fixed.values():
+        assert compiled[ks.hash].ok, compiled[ks.hash].error
+    for params, p, ks in cases:
+        r = compiled[ks.hash]
+        assert r.ok, r.error
+        ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+        ran += 1
+        if not ev.ok:
+            failures.append(f"{params} {p}: {ev.error}")
     return ran, failures
 
 
