@@ -97,7 +97,7 @@ def test_families_correct_on_gpu(gpu):
     from evo.families import load_families
 
     w, comp, _ = gpu
-    cases = []  # (family, params, shape, kernel) for every CI instance on every shape it takes
+    cases = []  # (family name, params, shape, kernel) for every CI instance on every shape it takes
     for fam in load_families(arch=w.info.arch):
         for params in fam.instances_for_ci():
             # 1030x4104x136: short K, off-tile, CTAs whose units cross row blocks (wgmma_sm90's PANEL)
@@ -105,19 +105,19 @@ def test_families_correct_on_gpu(gpu):
                 p = parse_shape(shape)
                 ks = fam.render(params, p)  # a shape-specialized family renders per shape
                 if ks.accepts(p):
-                    cases.append((fam.name, params, p, ks))
+                    cases.append((fam.name, params, shape, ks))
     compiled = compile_all(comp, [ks for *_, ks in cases], w.info.arch)
     failures, broken = [], set()
-    for name, params, p, ks in cases:
+    for name, params, shape, ks in cases:
         r = compiled[ks.hash]
         if not r.ok:
             if (name, repr(params)) not in broken:
                 broken.add((name, repr(params)))
                 failures.append(f"{name} {params}: compile: {r.error}")
             continue
-        ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+        ev = w.call("evaluate", timeout_s=60, problem=parse_shape(shape), source=ks.text, cubin=r.cubin_path, h=ks.hash)
         if not ev.ok:
-            failures.append(f"{name} {params} {p}: {ev.error}")
+            failures.append(f"{name} {params} {shape}: {ev.error}")
     assert not failures, "\n".join(failures)
 
 
@@ -145,17 +145,17 @@ def check_instances(gpu, family: str, instances: list[dict], shapes: tuple[str, 
             p = parse_shape(shape)
             ks = fixed.get(i) or fam.render(params, p)
             if ks.accepts(p, w.info.sm_count):
-                cases.append((params, p, ks))
+                cases.append((params, shape, ks))
     compiled = compile_all(comp, [*fixed.values(), *(ks for *_, ks in cases)], w.info.arch)
     for ks in fixed.values():
         assert compiled[ks.hash].ok, compiled[ks.hash].error
-    for params, p, ks in cases:
+    for params, shape, ks in cases:
         r = compiled[ks.hash]
         assert r.ok, r.error
-        ev = w.call("evaluate", timeout_s=60, problem=p, source=ks.text, cubin=r.cubin_path, h=ks.hash)
+        ev = w.call("evaluate", timeout_s=60, problem=parse_shape(shape), source=ks.text, cubin=r.cubin_path, h=ks.hash)
         ran += 1
         if not ev.ok:
-            failures.append(f"{params} {p}: {ev.error}")
+            failures.append(f"{params} {shape}: {ev.error}")
     return ran, failures
 
 
