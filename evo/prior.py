@@ -55,8 +55,11 @@ class GpuSpec:
     fixup_us: float = 1.5  # serial split-K reduction step (the last arrival sums the partials)
     onchip_fixup_us: float = 0.7  # split-K summed inside a cluster (DSMEM): 0.7 us traced (staged -> stored), docs/perf-skinny.md
     # wgmma_sm90 STREAMK's cost beyond its balanced share of k blocks: ping-pong 128 x 128 on 4096^2 x 1024 ran 54.22 us
-    # with it against 49.52 without, where the balance alone predicts ~1.5 us less (H200, docs/perf-hopper.md Run 40)
+    # with it against 49.52 without, where the balance alone predicts ~1.5 us less (H200, docs/perf-hopper.md Run 40);
+    # on long-K tiles it grows with the tile: cooperative 128 x 256 cost 0.5 (4096^3, 8192^3, 16384^2 x 4096) to 1.5
+    # (8192x2048x12288) tiles' time beyond the balance (H200, docs/perf-hopper.md Run 47), so the larger of the two
     stream_k_us: float = 6.0
+    stream_k_units: float = 0.5
     l2_gbs_per_sm: float = 150.0  # what one SM draws from L2
 
     @staticmethod
@@ -175,9 +178,9 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     stream_us = 0.0
     if int(params.get("STREAMK", 0)) and units % slot_sms:
         # stream-K (a persistent grid on every SM): whole waves, then the rest's k blocks dealt out evenly, at the
-        # stream's measured cost (it pays only where a partial wave costs more than that)
+        # stream's measured cost, at least half a tile's time (it pays only where a partial wave costs more than that)
         compute_us = units / slot_sms * unit_flops / sm_rate
-        stream_us = gpu.stream_k_us
+        stream_us = max(gpu.stream_k_us, gpu.stream_k_units * unit_flops / sm_rate)
     # memory: A, B and C through DRAM once, split-K partials written and read, tile loads through L2; a few
     # busy SMs cannot draw the full bandwidth
     dram = problem.min_bytes + (8.0 * problem.m * problem.n * global_split if global_split > 1 else 0.0)

@@ -131,6 +131,14 @@ def test_stream_k_charges_the_tiles_not_the_waves():
     whole = parse_shape("4096x4224x1024")
     assert (estimate("wgmma_sm90", {"BM": 128, "BN": 128, "STREAMK": 1}, g, whole, gpu).us
             == estimate("wgmma_sm90", {"BM": 128, "BN": 128}, g, whole, gpu).us)
+    # on long-K tiles the stream costs half a tile's time at least (H200: cooperative 128 x 256 on 4096^3, 0.12 of a
+    # tile left to balance, 9 % slower with it; on 16384^2 x 4096, 0.94 of a tile, 0.6 % faster)
+    coop = {"BM": 128, "BN": 256, "CONSUMERS": 2}
+    g2 = Geometry(132, 384, 200_000, 0)
+    for shape, faster in (("4096x4096x4096", False), ("16384x16384x4096", True)):
+        q = parse_shape(shape)
+        a, b = estimate("wgmma_sm90", {**coop, "STREAMK": 1}, g2, q, gpu), estimate("wgmma_sm90", coop, g2, q, gpu)
+        assert a.overhead_us - b.overhead_us > gpu.stream_k_us and (a.us < b.us) == faster
 
 
 def test_prior_ranks_shape_appropriate_instances(prior):
