@@ -33,12 +33,12 @@ from .cost_model import history
 from .export import LIBRARIES, export_table
 from .kernel import KernelSource
 from .measurements import save as save_measurements, shipped_path
-from .prior import GpuSpec
 from .problem import GpuInfo, Problem, log_distance
 from .shapes import load_shapes
 from .space import Enumerations
 from .store import Store
 from .sweep_budget import first_round, header_estimate, measured_overhead, per_shape_seconds
+from .sweep_order import longest_first, order_pending
 
 # --- the sweep's own table in the archive ---------------------------------------------------------------
 
@@ -383,13 +383,6 @@ class ProcessBackend:
                 p.join()
 
 
-def longest_first(shapes: list[Problem]) -> list[Problem]:
-    """Shapes whose kernels take longest first (roofline time at H100-class rates): on several GPUs the last
-    shapes to start are the short ones, so the GPUs finish together."""
-    spec = GpuSpec()
-    return sorted(shapes, key=lambda p: (-p.roofline_us(spec.peak_tflops, spec.bw_gbs), p.key))
-
-
 def share_cpus(cfg: Config, n_gpus: int) -> Config:
     """compile.jobs 0 (every CPU) split among the GPUs' processes: their nvcc runs at once and each may take GBs."""
     if cfg.compile.jobs or n_gpus <= 1:
@@ -539,8 +532,10 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
 def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", device_ids: list[int] | None = None,
               worker_factory: Callable | None = None, compiler: Any = None, ray: bool = False,
               ray_address: str | None = None, ray_actors: int = 0, gpus_per_actor: float = 1.0,
-              budget_gpu_hours: float = 0.0, keep_stale: bool = False, out=sys.stdout) -> SweepOutcome:
-    """Search every shape not yet done for this GPU, longest first; print a line per shape and the summary paragraph.
+              budget_gpu_hours: float = 0.0, keep_stale: bool = False, order: str = "likely-wins",
+              out=sys.stdout) -> SweepOutcome:
+    """Search every shape not yet done for this GPU in `order` (evo.sweep_order: where the GPU's table says evo
+    wins first, or longest first); print a line per shape and the summary paragraph.
     A shape done with other templates (another evo.families.fingerprint of the searched families) is due again,
     unless ``keep_stale``: a nightly run after a template change searches with the new kernels.
 
@@ -598,7 +593,9 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         print(f"evo sweep {shapes_file or ''}: {len(shapes)} shapes selected, {len(shapes) - len(pending)} already done, "
               f"{len(pending)} to search{again} on {n_workers} x {infos[0].name}{est}", file=out)
         print(f"  archive {Path(cfg.paths.db).resolve()}, per-shape logs {log_dir.resolve()}", file=out, flush=True)
-        pending = longest_first(pending)
+        pending, order_words = order_pending(pending, order, cfg.paths.out, gpu)
+        if pending:
+            print(f"  order: {order_words}", file=out, flush=True)
         budget_s = budget_gpu_hours * 3600.0
         first = None
         expect_s = 0.0  # what a started shape is expected to cost (the GPU-hour budget stops starting shapes on it)
@@ -735,6 +732,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ray", action="store_true", help="run the searches on a Ray cluster (pip install -e .[ray])")
     ap.add_argument("--ray-address", help="Ray cluster address (default: auto, i.e. the cluster `ray start --head` started)")
     ap.add_argument("--ray-actors", type=int, help="searches at once (default: the cluster's GPU count)")
+    ap.add_argument("--order", choices=["likely-wins", "longest"], default="likely-wins",
+                    help="which pending shapes first: where the GPU's table's nearest rows say evo wins (default; "
+                    "longest first without a table), or longest first")
     ap.add_argument("--keep-stale", action="store_true", help="count shapes searched with older templates as done "
                     "(default: a template change makes them due again)")
     from .search import add_llm_flags, apply_llm_flags, llm_preflight
@@ -771,7 +771,7 @@ def main(argv: list[str] | None = None) -> int:
     llm_preflight(cfg)  # a wrong LLM endpoint ends the sweep before any GPU work
     outcome = run_sweep(shapes, cfg, shapes_file=args.shapes, device_ids=device_ids, ray=args.ray,
                         ray_address=args.ray_address, ray_actors=args.ray_actors or 0,
-                        budget_gpu_hours=args.budget_gpu_hours or 0.0, keep_stale=args.keep_stale)
+                        budget_gpu_hours=args.budget_gpu_hours or 0.0, keep_stale=args.keep_stale, order=args.order)
     return outcome.exit_code
 
 

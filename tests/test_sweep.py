@@ -148,6 +148,7 @@ def test_sweep_runs_every_shape_and_summarizes(tmp_path):
     lines = [l for l in text.splitlines() if l.startswith("[")]
     assert len(lines) == 4 and all("ETA" in l and "elapsed" in l for l in lines)
     assert lines[-1].startswith("[####################] 4/4")
+    assert "  order: longest first (no table of Fake_GPU under" in text  # a fresh output folder: nothing to rank by
     rows = sweep_rows(cfg)
     assert set(rows) == set(SHAPES) and all(r.status == "done" and r.best_hash for r in rows.values())
     # seeding: the first shape has no neighbours; every later one is offered winners of the earlier ones,
@@ -355,6 +356,10 @@ def test_select_shapes_and_cli_errors(tmp_path, capsys):
     assert main(["--shapes", f, "--limit-shapes", "0"]) == 2
     assert main(["--shapes", f, "--gpus", "x"]) == 2
     assert main(["--shapes", str(tmp_path / "none.yaml")]) == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:  # argparse's refusal: one line, exit 2
+        main(["--shapes", f, "--order", "shortest"])
+    assert e.value.code == 2 and capsys.readouterr().err.count("\n") == 1
 
 
 def test_sample24_spans_the_grid():
@@ -523,9 +528,11 @@ def test_a_fresh_archive_starts_from_the_tables_nearest_rows(tmp_path):
     _, _, cfg1 = sweep(tmp_path / "first", shapes=SHAPES[:2])
     cfg = make_cfg(tmp_path / "second")
     cfg.paths.out = cfg1.paths.out
+    buf = io.StringIO()
     outcome = run_sweep([parse_shape("300x300x300")], cfg, shapes_file="test.yaml", device_ids=[0],
-                        worker_factory=ShapeFake, compiler=CachingFakeCompiler(), out=io.StringIO())
+                        worker_factory=ShapeFake, compiler=CachingFakeCompiler(), out=buf)
     assert outcome.done == 1
+    assert "  order: likely wins first (evo's speedup on the 2-row table's nearest rows)" in buf.getvalue()
     row = sweep_rows(cfg)["300x300x300"]
     assert row.seeds_offered == 2  # the two rows of the table
     assert "kernels of neighbouring shapes offered as seeds" in outcome.summary
