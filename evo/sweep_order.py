@@ -47,8 +47,6 @@ def likely_wins_first(shapes: list[Problem], rows: list[TableRow]) -> list[Probl
 
 def table_rows(out_dir: str | Path, gpu: str) -> list[TableRow]:
     """The GPU's table rows under the sweep's output folder; none where it has no readable table."""
-    if not (Path(out_dir) / gpu / "table.json").is_file():
-        return []
     try:
         return read_table(Path(out_dir) / gpu)[1]
     except EvoError:
