@@ -287,20 +287,6 @@ def templates_root() -> Path:
     return packaged if packaged.is_dir() else here.parent / "templates"
 
 
-def fingerprint(families: list[Family]) -> str:
-    """A short hash of the families' template folders (every file's path and bytes): a shape searched under another
-    fingerprint was searched with other kernels, so a sweep counts it as due again (evo.sweep)."""
-    import hashlib
-
-    h = hashlib.sha256()
-    for fam in sorted(families, key=lambda f: f.name):
-        for f in sorted(p for p in Path(fam.path).rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-            h.update(f"{fam.name}/{f.relative_to(fam.path).as_posix()}\0".encode())
-            h.update(f.read_bytes())
-            h.update(b"\0")
-    return h.hexdigest()[:16]
-
-
 def rerendered(ks: KernelSource, families: list["Family"], problem: Problem | None = None) -> KernelSource:
     """A kernel rendered anew from its family's current template with its own parameters (a published kernel
     after the template improved). A parameter the family no longer has, at 0, is a switch removed at its "off"

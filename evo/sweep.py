@@ -79,7 +79,7 @@ class ShapeResult:
     compile_seconds_saved: float = 0.0  # what those compiles took when they ran
     error: str = ""
     stop: str = ""  # why its search stopped ("time budget spent" = still improving, "converged: ...")
-    templates: str = ""  # evo.families.fingerprint of the families it was searched with
+    templates: str = ""  # evo.template_fingerprint.fingerprint of the families it was searched with
     drift_scaled: int = 0  # candidates timed in two windows where the whole GPU ran slow, their times scaled (evo/drift.py)
     budget_s: float = 0.0  # the search budgets the shape was given (seconds, every round of the run that finished it; 0: none)
     gpu_state: str = ""  # what the GPU reported after the first slow timing window of the shape's search (evo/gpu/gpu_state.py)
@@ -536,7 +536,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
               out=sys.stdout) -> SweepOutcome:
     """Search every shape not yet done for this GPU in `order` (evo.sweep_order: where the GPU's table says evo
     wins first, or longest first); print a line per shape and the summary paragraph.
-    A shape done with other templates (another evo.families.fingerprint of the searched families) is due again,
+    A shape done with other templates (another evo.template_fingerprint.fingerprint of the searched families) is due again,
     unless ``keep_stale``: a nightly run after a template change searches with the new kernels.
 
     With ``budget_gpu_hours``: a first round gives every pending shape ``search.first_round_share`` of the budget
@@ -579,7 +579,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         gpu = gpus[0]
         if hasattr(backend, "attach"):
             backend.attach(store, gpu)
-        from .families import fingerprint, load_families
+        from .families import load_families
+        from .template_fingerprint import fingerprint
         from .search import cfg_names
 
         templates = fingerprint(load_families(cfg.paths.templates or None, cfg_names(cfg), arch=infos[0].arch))

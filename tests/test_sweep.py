@@ -495,7 +495,8 @@ def test_each_family_is_enumerated_once_per_sweep(tmp_path, monkeypatch):
 
 def test_a_template_change_makes_done_shapes_due_again(tmp_path):
     """A nightly rerun after a template change searches the done shapes again (with the new kernels); a rerun with
-    the same templates searches nothing; --keep-stale keeps the old behaviour."""
+    the same templates, or templates changed only in their comments, searches nothing; --keep-stale keeps the old
+    behaviour."""
     tpl = tmp_path / "templates"
     shutil.copytree(TOY, tpl)
     shapes = [parse_shape(s) for s in SHAPES]
@@ -512,7 +513,10 @@ def test_a_template_change_makes_done_shapes_due_again(tmp_path):
     again, text, _ = run()
     assert "4 already done, 0 to search" in text and again.this_run == []
     kernel = next(tpl.glob("*/kernel.cu"))
-    kernel.write_text(kernel.read_text() + "\n// changed\n")
+    kernel.write_text(kernel.read_text() + "\n// a note: measured again, nothing changed\n")
+    noted, text, _ = run()
+    assert "4 already done, 0 to search" in text and noted.this_run == []   # a comment is not a new kernel
+    kernel.write_text(kernel.read_text() + "__device__ int evo_changed;\n")
     kept, text, _ = run(keep_stale=True)
     assert "4 already done, 0 to search" in text and kept.this_run == []
     redone, text, cfg = run()
