@@ -34,7 +34,8 @@ _PLACEHOLDER = re.compile(r"\{\{(\w+)\}\}")
 
 def source_code(text: str) -> str | None:
     """`text` (C, C++ or CUDA) without comments, blank runs outside literals collapsed (one space, or one newline
-    where the run holds a line break), the evo header kept verbatim. None for a text with a raw string literal."""
+    where the run holds a line break), the evo header as its values. None for a text with a raw string literal.
+    Where it reads C differently from the compiler (a `//` comment ending in a line splice), it keeps more."""
     if _RAW_STRING.search(text):
         return None
     out: list[str] = []
@@ -123,6 +124,7 @@ def file_content(path: Path) -> bytes:
 
 
 def template_files(folder: Path) -> Iterable[Path]:
+    """A family folder's files in a fixed order (compiled Python caches aside)."""
     return sorted(p for p in Path(folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts)
 
 
