@@ -9,8 +9,8 @@ the nightly sweep for kernels that had not changed. What counts:
 * `family.yaml` (any `.yaml` / `.yml`): the parsed document (its values and their order; comments and layout do
   not count); a file that does not parse counts byte for byte.
 * CUDA / C++ sources: the code without its `//` and `/* */` comments, runs of blanks outside string and character
-  literals as one; the `/*---evo ... ---*/` header (the kernel's declared launch rules) counts as written. A source
-  with a raw string literal counts byte for byte (not parsed here).
+  literals as one; the `/*---evo ... ---*/` header (the kernel's declared launch rules) counts as its parsed values.
+  A source with a raw string literal counts byte for byte (not parsed here).
 * Every other file, and every file's path: byte for byte.
 
 Errors lean one way: text this module cannot read as a comment counts, so a change it misreads searches again.
@@ -61,8 +61,7 @@ def source_code(text: str) -> str | None:
             i = n if end < 0 else end  # the line break stays a blank
         elif text.startswith("/*", i):
             end = text.find("*/", i + 2)
-            block = text[i:n if end < 0 else end + 2]
-            pending = "\n" if "\n" in block or pending == "\n" else (pending or " ")
+            pending = pending or " "  # a comment is one blank, as the compiler reads it
             i = n if end < 0 else end + 2
         elif c in " \t\r\n\f\v":
             j = i
