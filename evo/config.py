@@ -41,6 +41,7 @@ class SearchConfig:
     migrate_every: int
     prior_top: int
     fit_starts: int
+    prior_ties: float
     prior_sample: int
     cost_model: bool
     propose_factor: int

@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import EvoError, cli_entry
 from .families import Family
-from .prior import INFEASIBLE, Estimate, GpuSpec, Prior
+from .prior import INFEASIBLE, Estimate, GpuSpec, Prior, order_ties
 from .problem import Problem, parse_shape
 from .measurements import merged, save as save_measurements
 from .records import Sample
@@ -216,11 +216,20 @@ class HeldOut:
     spearman_prior: float
     saved_model: float
     saved_prior: float
+    first_prior: float = float("nan")  # the best of the prior's first few, over the shape's best (1.0: it is there)
+    first_ties: float = float("nan")  # the same with the prior's ties in the model's order (generation 0's picks)
+
+
+def best_of_first(order: list[int], meas: list[float], first: int) -> float:
+    """The fastest measured time among the first ``first`` of an order, over the fastest of all."""
+    return min(meas[i] for i in order[:first]) / min(meas)
 
 
 def evaluate_held_out(samples: list[Sample], families: list[Family], spec: GpuSpec, folds: int = 5,
-                      per_shape: bool = False, seed: int = 0) -> list[HeldOut]:
-    """Leave-shapes-out: shapes split into folds (or one shape at a time), a model fitted on the others ranks them."""
+                      per_shape: bool = False, seed: int = 0, ties: float = 0.02, first: int = 6) -> list[HeldOut]:
+    """Leave-shapes-out: shapes split into folds (or one shape at a time), a model fitted on the others ranks them.
+    Also the best of the first ``first`` instances in the prior's order, and in the prior's order with its ties
+    (within ``ties``) in the model's order, as generation 0 picks them (evo.prior.order_ties)."""
     shapes = sorted({s.shape for s in samples if s.ok})
     if len(shapes) < 2:
         raise EvoError(f"the archive has measurements of {len(shapes)} shape(s) on this GPU; held-out accuracy needs 2 or more")
@@ -241,8 +250,12 @@ def evaluate_held_out(samples: list[Sample], families: list[Family], spec: GpuSp
             meas = [rows[i].time_us for i in keep]
             pm = [pred[i] for i in keep]
             pp = [prior[i].us for i in keep]  # type: ignore[union-attr]
+            by_prior = sorted(range(len(keep)), key=lambda j: (pp[j], rows[keep[j]].family, str(sorted(rows[keep[j]].params.items()))))
+            tied = [by_prior[j] for j in order_ties([pp[i] for i in by_prior], [pm[i] for i in by_prior], ties)]
             out.append(HeldOut(shape, len(keep), spearman(pm, meas) if model.ready else float("nan"), spearman(pp, meas),
-                               compiles_saved(pm, meas) if model.ready else float("nan"), compiles_saved(pp, meas)))
+                               compiles_saved(pm, meas) if model.ready else float("nan"), compiles_saved(pp, meas),
+                               best_of_first(by_prior, meas, first),
+                               best_of_first(tied, meas, first) if model.ready else float("nan")))
     return out
 
 
@@ -251,7 +264,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def report(results: list[HeldOut], per_shape: bool) -> str:
+def report(results: list[HeldOut], per_shape: bool, first: int = 6) -> str:
     lines = []
     if per_shape:
         lines.append(f"{'shape':<18}{'n':>6}{'rho model':>11}{'rho prior':>11}{'saved model':>13}{'saved prior':>13}")
@@ -263,18 +276,33 @@ def report(results: list[HeldOut], per_shape: bool) -> str:
                  f"model {_mean([r.spearman_model for r in results]):.3f}, prior alone {_mean([r.spearman_prior for r in results]):.3f}; "
                  f"compiles saved before reaching a kernel within 2% of each shape's best: "
                  f"model {_mean([r.saved_model for r in results]):.0%}, prior {_mean([r.saved_prior for r in results]):.0%}")
+    lines.append(f"generation 0's picks (the first {first} by the prior, its ties in the model's order): the best of them "
+                 f"over each shape's best measured, geomean {_geomean([r.first_ties for r in results]):.3f}, within 2 % on "
+                 f"{_share([r.first_ties for r in results]):.0%} of shapes; by the prior alone {_geomean([r.first_prior for r in results]):.3f}, "
+                 f"{_share([r.first_prior for r in results]):.0%}")
     return "\n".join(lines)
+
+
+def _geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x == x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def _share(xs: list[float], tol: float = 0.02) -> float:
+    xs = [x for x in xs if x == x]
+    return sum(x <= 1 + tol for x in xs) / len(xs) if xs else float("nan")
 
 
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     from .cli import _Parser
-    from .families import load_families
     from .store import Store
 
     ap = _Parser(prog="python -m evo.cost_model",
                                  description="Accuracy of the learned cost model on shapes it was not trained on.")
     ap.add_argument("--db", default="", help="the archive (default: paths.db of the config, .evo/evo.db)")
+    ap.add_argument("--measurements", metavar="FILE", help="evaluate on the measurements shipped beside a table "
+                    "(kernels_out/<GPU>/measurements.csv.gz) instead of an archive; the prior at its default rates")
     ap.add_argument("--config", help="YAML file overriding evo/defaults.yaml")
     ap.add_argument("--gpu", help="GPU key as stored (default: the GPU with the most measurements)")
     ap.add_argument("--per-shape", action="store_true", help="leave one shape out at a time and print every shape")
@@ -285,14 +313,24 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from pathlib import Path
 
-    if not args.db:
-        from .config import load_config
+    from .config import load_config
 
-        args.db = load_config(args.config).paths.db
-    if not Path(args.db).is_file():
-        raise EvoError(f"no archive at {args.db}")
+    cfg = load_config(args.config)
     if args.folds < 2:
         raise EvoError("--folds must be at least 2")
+    if args.measurements:
+        if args.save:
+            raise EvoError("--save writes an archive's measurements; --measurements reads a shipped file")
+        from .measurements import load as load_measurements
+
+        samples = load_measurements(args.measurements)
+        if not any(s.ok for s in samples):
+            raise EvoError(f"{args.measurements} holds no correct measurement")
+        return _print_report(samples, GpuSpec(), args, cfg, str(args.measurements), Path(args.measurements).parent.name)
+    if not args.db:
+        args.db = cfg.paths.db
+    if not Path(args.db).is_file():
+        raise EvoError(f"no archive at {args.db}")
     store = Store(args.db)
     try:
         gpus = list(store.rows("SELECT gpu, COUNT(*) FROM evaluations WHERE ok=1 GROUP BY gpu ORDER BY 2 DESC"))
@@ -310,12 +348,19 @@ def main(argv: list[str] | None = None) -> int:
         n = save_measurements(args.save, samples)
         print(f"{args.save}: {n} measurements of {gpu} ({len(samples)} from {args.db}, merged over the file's rows)")
         return 0
-    fams = load_families()
-    results = evaluate_held_out(samples, fams, spec, args.folds, args.per_shape)
+    return _print_report(samples, spec, args, cfg, args.db, gpu)
+
+
+def _print_report(samples: list[Sample], spec: GpuSpec, args: Any, cfg: Any, source: str, gpu: str) -> int:
+    from .families import load_families
+
+    first = max(1, cfg.search.fit_starts)
+    results = evaluate_held_out(samples, load_families(), spec, args.folds, args.per_shape,
+                                ties=cfg.search.prior_ties, first=first)
     ok = [s for s in samples if s.ok]
     print(f"cost model on {gpu}: {len(ok)} correct measurements and {len(samples) - len(ok)} failures of "
-          f"{len({s.shape for s in ok})} shapes in {args.db} (failures train the success classifier)")
-    print(report(results, args.per_shape))
+          f"{len({s.shape for s in ok})} shapes in {source} (failures train the success classifier)")
+    print(report(results, args.per_shape, first))
     return 0
 
 

@@ -79,6 +79,11 @@ class Guide:
             what += f" ({self.shipped_error}: not used)"
         return f"guide: {what}; {self.factor}x proposals per compile slot, bandit over (family, proposer)"
 
+    def tie_order(self):
+        """What orders the prior's ties in generation 0 (evo.prior.order_ties): the trained cost model's
+        predict_us, else None (the prior's own order)."""
+        return self.model.predict_us if self.use_model and self.model.ready else None
+
     def ranked(self) -> list:
         return self.prior.rank(self.problem)  # ranked once per problem (Prior.rank remembers it)
 

@@ -318,6 +318,25 @@ class Prior:
         return best
 
 
+def order_ties(us: list[float], preds: list[float] | None, tol: float) -> list[int]:
+    """Indices of ``us`` (estimates, in an order that already breaks exact ties) best first, where each run of
+    estimates within ``tol`` of its first is a tie ordered by ``preds`` (the cost model's times); without preds or
+    tolerance, the estimates' order. The prior's terms are floors: on a DRAM-bound shape every one-wave instance
+    gets the same estimate, and on the H200's measurements the held-out cost model picks the faster of such ties
+    (docs/perf-search.md)."""
+    order = sorted(range(len(us)), key=lambda i: us[i])
+    if not preds or tol <= 0:
+        return order
+    out: list[int] = []
+    run: list[int] = []
+    for i in order:
+        if run and us[i] > us[run[0]] * (1.0 + tol):
+            out += sorted(run, key=lambda j: preds[j])
+            run = []
+        run.append(i)
+    return out + sorted(run, key=lambda j: preds[j])
+
+
 def diverse_top(ranked: list[Ranked], n: int, per_family: int = 1, competitive: float = 3.0) -> list[Ranked]:
     """The top n of a ranking, kept diverse: each family's best ``per_family`` first (families whose best estimate
     is within ``competitive`` x the overall best), then the ranking in order, skipping instances with the same

@@ -341,6 +341,8 @@ class Search:
         for x in proposers:
             if isinstance(x, MutateProposer):
                 x.prior, x.prior_top, x.fit_starts = guide.prior, self.cfg.search.prior_top, self.cfg.search.fit_starts
+                x.predict = guide.tie_order()  # the prior's ties in generation 0
+                x.prior_ties = self.cfg.search.prior_ties
             if hasattr(x, "only_families"):
                 x.only_families = set(guide.viable_families())
         print(guide.intro(), file=self.out, flush=True)

@@ -110,3 +110,31 @@ def test_likely_failures_rank_last(synthetic):
     good = [x for x, s in zip(pred, rows) if s.params.get("STAGES") != 3]
     assert bad and good and sorted(pred)[: len(good) // 2] == sorted(good)[: len(good) // 2]
     assert min(bad) > sorted(good)[len(good) // 2]
+
+
+def test_generation_zeros_ties_in_the_models_order(synthetic):
+    """The best of the prior's first few picks, against the same picks with the prior's ties (here a generous 30 %)
+    in the held-out model's order: the model knows ping-pong wins and mma_sm80 loses, the prior does not."""
+    fams, spec, samples = synthetic
+    res = evaluate_held_out(samples, fams, spec, folds=4, ties=0.3, first=3)
+    assert all(r.first_prior >= 1.0 and r.first_ties >= 1.0 for r in res)
+    prior = sum(r.first_prior for r in res) / len(res)
+    ties = sum(r.first_ties for r in res) / len(res)
+    assert ties < prior, (ties, prior)
+    off = evaluate_held_out(samples, fams, spec, folds=4, ties=0.0, first=3)
+    assert [r.first_ties for r in off] == [r.first_prior for r in off]  # no tolerance: the prior's own order
+
+
+def test_cli_reports_on_shipped_measurements(tmp_path, synthetic, capsys):
+    from evo.measurements import save
+
+    fams, spec, samples = synthetic
+    f = tmp_path / "Fake_GPU" / "measurements.csv.gz"
+    f.parent.mkdir()
+    save(f, samples[:200])
+    assert main(["--measurements", str(f), "--folds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "Fake_GPU" in out and "Spearman" in out and "generation 0's picks" in out
+    for argv in (["--measurements", str(tmp_path / "none.csv.gz")], ["--measurements", str(f), "--save", str(f)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.count("\n") == 1

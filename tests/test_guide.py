@@ -190,3 +190,28 @@ def test_llm_is_not_asked_for_more(tmp_path):
             self.name = name
 
     assert g.propose_counts([P("mutate"), P("llm"), P("optuna")], [4, 2, 3]) == [12, 2, 9]
+
+
+def test_the_priors_ties_are_ordered_by_a_trained_model_only(tmp_path, monkeypatch):
+    """Generation 0's ties of the prior go in the cost model's order once it is trained (evo.prior.order_ties); the
+    search hands the guide's choice to the mutate proposer, which asks it for its prior picks."""
+    cfg = _cfg(tmp_path)
+    (fam,) = load_families(Path(TOY))
+    g = Guide(cfg, [fam], FAKE_GPU, Store(cfg.paths.db), parse_shape("256x256x256"))
+    assert not g.model.ready and g.tie_order() is None
+    monkeypatch.setattr(g.model, "model", object())  # as if fitted
+    assert g.tie_order() == g.model.predict_us
+    g.use_model = False
+    assert g.tie_order() is None
+
+    asked = []
+
+    def predict(items, problem):
+        asked.append(len(items))
+        return [1.0] * len(items)
+
+    monkeypatch.setattr(Guide, "tie_order", lambda self: predict)
+    s = Search(parse_shape("256x256x256"), _cfg(tmp_path / "s", max_candidates=4), out=io.StringIO(),
+               worker_factory=FakeWorker, compiler=FakeCompiler())
+    s.run()
+    assert asked and max(asked) > 1  # the prior's ranking of the toy family, ordered within its ties

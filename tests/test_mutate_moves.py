@@ -206,3 +206,33 @@ def test_the_fastest_instance_switches_are_flipped_once(fams):
     # off: no flips
     none = MutateProposer(Selector(16, 4, 3), 0.3, 0).propose(ctx, 4)
     assert not [p for p in none if p.idea.startswith("switch ")]
+
+
+def _picks(out, kind):
+    return [KernelSource.parse(p.source).meta for p in out if kind in p.idea]
+
+
+def test_the_priors_ties_go_in_the_cost_models_order(fams):
+    """On a DRAM-bound shape the prior rates every one-wave instance alike (256x12288x256: 8.18 us for most of them);
+    generation 0's fitted starts and prior picks among such ties follow the cost model's times when the search has
+    one (here a stand-in that prefers ping-pong wgmma kernels and the skinny family), the prior's own order without."""
+    problem = Problem(256, 12288, 256)
+    prior = Prior(list(fams.values()), GpuSpec(), sample=200)
+
+    def prefers(items, _problem):
+        return [1.0 if (f == "wgmma_sm90" and p.get("PINGPONG") == 1) or f == "wgmma_skinny_sm90" else 2.0
+                for f, p in items]
+
+    def run(**kw):
+        prop = MutateProposer(Selector(16, 4, 3), 0.3, 0, prior=prior, prior_top=8, fit_starts=6, **kw)
+        return prop.propose(_ctx([], list(fams.values()), random.Random(0), problem), 12)
+
+    plain, guided = run(), run(predict=prefers, prior_ties=0.02)
+    assert run(predict=prefers, prior_ties=0.0)[0].source == plain[0].source  # no tolerance: the prior alone
+    fit_plain = [m for m in _picks(plain, "fitted to the shape") if m.family == "wgmma_sm90"]
+    fit_guided = [m for m in _picks(guided, "fitted to the shape") if m.family == "wgmma_sm90"]
+    assert fit_guided and all(m.params.get("PINGPONG") == 1 for m in fit_guided)
+    assert not all(m.params.get("PINGPONG") == 1 for m in fit_plain)
+    favoured = lambda out: sum(m.family == "wgmma_skinny_sm90" or (m.family == "wgmma_sm90" and m.params.get("PINGPONG") == 1)
+                               for m in _picks(out, "prior "))
+    assert favoured(guided) > favoured(plain), (favoured(guided), favoured(plain))

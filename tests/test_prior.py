@@ -227,3 +227,15 @@ def test_a_start_fits_one_wave_of_128_row_tiles(fams, shape, width):
     best = min((f for f in fits if f is not None), key=lambda f: f.est.us)
     assert (best.params["BM"], best.params["BN"], best.params["SPLIT_K"]) == (128, width, 1)
     assert wg.valid(best.params) and best.est.units == 128 and best.est.waves <= 1.0
+
+
+def test_order_ties_orders_runs_of_near_equal_estimates_by_the_prediction():
+    from evo.prior import order_ties
+
+    us = [10.0, 10.1, 10.15, 11.0, 11.1, 20.0]
+    preds = [5.0, 3.0, 4.0, 9.0, 1.0, 0.5]
+    assert order_ties(us, None, 0.02) == [0, 1, 2, 3, 4, 5]  # no model: the estimates' order
+    assert order_ties(us, preds, 0.0) == [0, 1, 2, 3, 4, 5]  # no tolerance: the estimates' order
+    # runs within 2 % of their first: (10.0, 10.1, 10.15), (11.0, 11.1), (20.0); each by the prediction
+    assert order_ties(us, preds, 0.02) == [1, 2, 0, 4, 3, 5]
+    assert order_ties([3.0, 1.0, 2.0], [0.0, 0.0, 0.0], 0.02) == [1, 2, 0]  # estimates apart: theirs

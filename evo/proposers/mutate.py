@@ -36,6 +36,7 @@ TILE_PAIRS = (("BM", "BN"), ("TILE_M", "TILE_N"))
 SPLITS = ("SPLIT_K", "G", "KS", "CLK", "SPLITS")
 CLUSTERS = ("CLUSTER", "CLUSTER_M", "CLUSTER_N")  # CTA-pair switches (1: single CTAs, 2: pairs sharing a tile)
 TILE_NAMES = {n for pair in TILE_PAIRS for n in pair}
+TIE_HEAD = 1500  # the prior's ranking is reordered within its ties this far (generation 0's prior_top reads its head)
 SWITCH_VALUES = 3  # a parameter with at most this many values is a switch (flipped on the fastest instances)
 
 
@@ -44,7 +45,7 @@ class MutateProposer:
 
     def __init__(self, selector: Selector, crossover_rate: float = 0.3, initial_random: int = 8, prior: Any = None,
                  prior_top: int = 0, coordinated_rate: float = 0.35, cross_family_rate: float = 0.15,
-                 fit_starts: int = 0, switch_best: int = 0):
+                 fit_starts: int = 0, switch_best: int = 0, predict: Any = None, prior_ties: float = 0.0):
         self.selector = selector
         self.switch_best = switch_best  # the fastest instances whose switches are flipped every generation
         self.crossover_rate = crossover_rate
@@ -52,6 +53,10 @@ class MutateProposer:
         self.prior = prior  # evo.prior.Prior or None
         self.prior_top = prior_top
         self.fit_starts = fit_starts  # starts refitted to the shape by the prior (generation 0)
+        # generation 0's ties of the prior (estimates within prior_ties of each other) go in the order of predict
+        # ([(family, params)], problem) -> times: the search's trained cost model; None: the prior alone
+        self.predict = predict
+        self.prior_ties = prior_ties
         self.coordinated_rate = coordinated_rate
         self.cross_family_rate = cross_family_rate
         self.repairs = 0
@@ -60,6 +65,14 @@ class MutateProposer:
         self._prior_done: set[str] = set()
         self._fit_done: set[str] = set()
         self._hashes: dict[tuple, str] = {}
+
+    def _ties(self, us: list[float], items: list[tuple[str, dict[str, Any]]], ctx: ProposalContext) -> list[int]:
+        """The order of generation 0's prior picks: the estimates' order, each run within prior_ties by the model."""
+        from ..prior import order_ties
+
+        if self.predict is None or self.prior_ties <= 0 or len(us) < 2:
+            return list(range(len(us)))
+        return order_ties(us, list(self.predict(items, ctx.problem)), self.prior_ties)
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         fams = {f.name: f for f in ctx.families}
@@ -117,7 +130,9 @@ class MutateProposer:
         if fit_now:  # the best refitted starts, at most 2 per family
             self._fit_done.add(ctx.problem.key)
             per_family: dict[str, int] = {}
-            for us, i, fam, p, start in sorted(fitted, key=lambda x: (x[0], x[2].name, x[1])):
+            fitted.sort(key=lambda x: (x[0], x[2].name, x[1]))
+            ties = self._ties([x[0] for x in fitted], [(x[2].name, x[3]) for x in fitted], ctx)
+            for us, i, fam, p, start in (fitted[j] for j in ties):
                 if sum(per_family.values()) >= self.fit_starts:
                     break
                 if per_family.get(fam.name, 0) >= 2:
@@ -131,6 +146,8 @@ class MutateProposer:
             self._prior_done.add(ctx.problem.key)  # once per problem and run: a resumed run skips what it knows
             # the top of the ranking among instances not proposed yet (a start the prior ranks high takes no slot)
             ranked = [r for r in self.prior.rank(ctx.problem) if self._hashes.get(key_of(r.family, r.params)) not in seen]
+            head = ranked[:TIE_HEAD]  # (the prior's ranking holds thousands; its top is what diverse_top reads)
+            ranked = [head[j] for j in self._ties([r.est.us for r in head], [(r.family, r.params) for r in head], ctx)] + ranked[TIE_HEAD:]
             for r in diverse_top(ranked, self.prior_top):
                 if r.family in fams:
                     add(fams[r.family], r.params, (), f"prior {r.family} instance (estimate {r.est.us:.1f} us, "
