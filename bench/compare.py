@@ -26,6 +26,7 @@ from pathlib import Path
 
 from evo.errors import EvoError, cli_entry
 from evo.records import LIBRARIES as LIBS
+from evo.stats import geomean
 
 
 
@@ -95,11 +96,6 @@ def table_kernels(table_dir: str) -> dict[str, dict[str, str]]:
         except OSError:
             raise EvoError(f"the table's kernel for {r.shape} is missing: {path}") from None
     return out
-
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
 
 
 def render_markdown(header: str, results: dict[str, list[dict]]) -> str:

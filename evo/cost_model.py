@@ -29,6 +29,7 @@ from .prior import INFEASIBLE, Estimate, GpuSpec, Prior, order_ties
 from .problem import Problem, parse_shape
 from .measurements import merged, save as save_measurements
 from .records import Sample
+from .stats import geomean
 
 # parameters that name the same thing across families; the rest of a family's parameters go by name
 PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "GROUP_M", "KI", "MC",
@@ -276,16 +277,12 @@ def report(results: list[HeldOut], per_shape: bool, first: int = 6) -> str:
                  f"model {_mean([r.spearman_model for r in results]):.3f}, prior alone {_mean([r.spearman_prior for r in results]):.3f}; "
                  f"compiles saved before reaching a kernel within 2% of each shape's best: "
                  f"model {_mean([r.saved_model for r in results]):.0%}, prior {_mean([r.saved_prior for r in results]):.0%}")
-    lines.append(f"generation 0's picks (the first {first} by the prior, its ties in the model's order): the best of them "
-                 f"over each shape's best measured, geomean {_geomean([r.first_ties for r in results]):.3f}, within 2 % on "
-                 f"{_share([r.first_ties for r in results]):.0%} of shapes; by the prior alone {_geomean([r.first_prior for r in results]):.3f}, "
-                 f"{_share([r.first_prior for r in results]):.0%}")
+    ties, alone = [r.first_ties for r in results], [r.first_prior for r in results]
+    if any(x == x for x in ties):  # (a model was fitted)
+        lines.append(f"generation 0's picks (the first {first} by the prior, its ties in the model's order): the best of "
+                     f"them over each shape's best measured, geomean {geomean(ties):.3f}, within 2 % on {_share(ties):.0%} "
+                     f"of shapes; by the prior alone {geomean(alone):.3f}, {_share(alone):.0%}")
     return "\n".join(lines)
-
-
-def _geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x == x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def _share(xs: list[float], tol: float = 0.02) -> float:

@@ -2,13 +2,13 @@
 each returns a note naming what it leaves out (printed on the image and under it on the page)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EvoError
 from .export import LIBRARIES, TableRow
 from .problem import parse_shape
+from .stats import geomean
 
 LIB_LABEL = {"cublas": "cuBLAS", "cublaslt_heuristic": "cuBLASLt heuristic", "cublaslt_autotune": "cuBLASLt autotuned"}
 EVO_COLOR, LIB_COLOR, TIE_COLOR, GREY = "#1f77b4", "#d62728", "#ff9f1c", "#7f7f7f"
@@ -43,11 +43,6 @@ def plt_module():
 
     plt.rcParams.update({"figure.dpi": 110, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3})
     return plt
-
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
 
 
 def best_lib_us(r: TableRow) -> float:

@@ -13,7 +13,6 @@ summary paragraph fit for a cron log; exit code 0 when every selected shape is d
 """
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import os
 import queue
@@ -36,6 +35,7 @@ from .measurements import save as save_measurements, shipped_path
 from .problem import GpuInfo, Problem, log_distance
 from .shapes import load_shapes
 from .space import Enumerations
+from .stats import geomean
 from .store import Store
 from .sweep_budget import first_round, header_estimate, measured_overhead, per_shape_seconds
 from .sweep_order import longest_first, order_pending
@@ -467,11 +467,6 @@ def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float
     drift = f", {r.drift_scaled} timed while the GPU ran slow" if r.drift_scaled else ""
     return (f"[{bar}] {i:>{len(str(total))}}/{total} {r.shape:<17} {r.worker:<6} {what}; "
             f"{r.seconds / 60:.1f} min{conv}{seeds}{reuse}{drift} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}")
-
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x and x > 0]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
 
 
 def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[ShapeResult], wall_s: float, n_gpus: int,

@@ -138,3 +138,11 @@ def test_cli_reports_on_shipped_measurements(tmp_path, synthetic, capsys):
     for argv in (["--measurements", str(tmp_path / "none.csv.gz")], ["--measurements", str(f), "--save", str(f)]):
         assert main(argv) == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_geomean_leaves_out_what_has_no_log():
+    from evo.stats import geomean
+
+    assert geomean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([2.0, None, float("nan"), 0.0, -1.0, 8.0]) == pytest.approx(4.0)
+    assert geomean([]) == 0.0 and geomean([float("nan")]) == 0.0
