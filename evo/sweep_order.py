@@ -39,10 +39,9 @@ def neighbour_gain(problem: Problem, rows: list[TableRow], k: int = NEIGHBOURS) 
 
 
 def likely_wins_first(shapes: list[Problem], rows: list[TableRow]) -> list[Problem]:
-    """Shapes whose nearest table rows won most first; longest first among equals and without rows."""
-    spec = GpuSpec()
-    return sorted(shapes, key=lambda p: (-round(neighbour_gain(p, rows), 6),
-                                         -p.roofline_us(spec.peak_tflops, spec.bw_gbs), p.key))
+    """Shapes whose nearest table rows won most first; longest first among equals and without rows (a stable sort
+    of the longest-first order)."""
+    return sorted(longest_first(shapes), key=lambda p: -round(neighbour_gain(p, rows), 6))
 
 
 def table_rows(out_dir: str | Path, gpu: str) -> list[TableRow]:

@@ -70,9 +70,8 @@ class MutateProposer:
         """The order of generation 0's prior picks: the estimates' order, each run within prior_ties by the model."""
         from ..prior import order_ties
 
-        if self.predict is None or self.prior_ties <= 0 or len(us) < 2:
-            return list(range(len(us)))
-        return order_ties(us, list(self.predict(items, ctx.problem)), self.prior_ties)
+        asked = self.predict is not None and self.prior_ties > 0 and len(us) > 1
+        return order_ties(us, list(self.predict(items, ctx.problem)) if asked else None, self.prior_ties)
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         fams = {f.name: f for f in ctx.families}
