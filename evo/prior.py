@@ -17,7 +17,7 @@ import itertools
 import math
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from .families import Family
 from .problem import GpuInfo, Problem, cdiv
@@ -271,12 +271,15 @@ class Prior:
         out.sort(key=lambda r: (r.est.us, r.family, str(sorted(r.params.items()))))
         return out
 
-    def fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float = 0.03) -> Ranked | None:
+    def fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float = 0.03,
+            order: Callable[[list[dict[str, Any]]], Sequence[float]] | None = None, ties: float = 0.0) -> Ranked | None:
         """A known-good start refitted to this shape: its tile (BM x BN or TILE_M x TILE_N) and its K split (the
         first split parameter the family has) moved to the values with the best estimate, the ring depth lowered
         only where the new tile needs it, everything else kept. None where the start's own estimate is within
         ``margin`` of the best (or nothing fits). Starts are measured winners of one shape; this carries them to
-        the shapes of their class (a swap-AB start's column tile to M = 96, a split to the SM count's wave)."""
+        the shapes of their class (a swap-AB start's column tile to M = 96, a split to the SM count's wave).
+        Candidates within ``ties`` of the best estimate are a tie: ``order`` (the cost model's times for a list of
+        parameter sets) picks among them where given, else the fewest moved parameters do."""
         sp = self.spaces.get(family)
         if sp is None:
             return None
@@ -295,9 +298,7 @@ class Prior:
         depth = int(base.get("STAGES", 0))
         tries = sorted((v for v in stages if v <= depth), reverse=True) + sorted(v for v in stages if v > depth)
         own = self.estimate(family, base, problem) if fam.valid(base) else None
-        best: Ranked | None = None
-        best_key = None
-
+        cands: list[tuple[tuple, Ranked]] = []
         for combo in itertools.product(*(list(space[a]) for a in axes)):
             cand = {**base, **dict(zip(axes, combo))}
             if not fam.valid(cand):
@@ -308,12 +309,18 @@ class Prior:
             if e is None or e.us >= INFEASIBLE:
                 continue
             changed = sum(cand[k] != base[k] for k in cand)
-            key = (round(e.us, 3), changed, str(sorted(cand.items())))
-            if best_key is None or key < best_key:
-                best, best_key = Ranked(family, cand, e), key
-        if best is None or best.params == base:
+            cands.append(((round(e.us, 3), changed, str(sorted(cand.items()))), Ranked(family, cand, e)))
+        if not cands:
             return None
-        if own is not None and own.us < INFEASIBLE and best.est.us > own.us * (1 - margin):
+        cands.sort(key=lambda c: c[0])
+        best = cands[0][1]
+        tied = [r for _, r in cands if r.est.us <= best.est.us * (1.0 + ties)] if order is not None and ties > 0 else []
+        if len(tied) > 1:
+            preds = list(order([r.params for r in tied]))
+            best = tied[min(range(len(tied)), key=lambda j: (preds[j], j))]
+        if best.params == base:
+            return None
+        if own is not None and own.us < INFEASIBLE and cands[0][1].est.us > own.us * (1 - margin):
             return None
         return best
 

@@ -236,3 +236,23 @@ def test_the_priors_ties_go_in_the_cost_models_order(fams):
     favoured = lambda out: sum(m.family == "wgmma_skinny_sm90" or (m.family == "wgmma_sm90" and m.params.get("PINGPONG") == 1)
                                for m in _picks(out, "prior "))
     assert favoured(guided) > favoured(plain), (favoured(guided), favoured(plain))
+
+
+def test_the_refit_of_a_start_follows_the_cost_model_among_its_ties(fams):
+    """A start refitted to 256x12288x256 has many one-wave tiles at the same estimate; with a model the proposer
+    hands Prior.fit its times, so the refits are the model's fastest (here: 256-row tiles), not the fewest moves."""
+    problem = Problem(256, 12288, 256)
+    prior = Prior(list(fams.values()), GpuSpec(), sample=200)
+    rows_first = lambda items, _p: [1.0 if p.get("BM", p.get("TILE_M")) == 256 else 2.0 for _f, p in items]
+
+    def fitted(**kw):
+        prop = MutateProposer(Selector(16, 4, 3), 0.3, 0, prior=prior, fit_starts=6, **kw)
+        out = prop.propose(_ctx([], [fams["wgmma_sm90"]], random.Random(0), problem), 12)
+        return [(m.params["BM"], m.params["BN"]) for m in _picks(out, "fitted to the shape")]
+
+    plain, guided = fitted(), fitted(predict=rows_first, prior_ties=0.02)
+    assert guided and all(bm == 256 for bm, _ in guided)
+    assert not all(bm == 256 for bm, _ in plain)
+    # a refit that Prior.fit makes only when handed the model (the fewest-moves refits of every start exclude it)
+    own = {(r.params["BM"], r.params["BN"]) for r in (prior.fit("wgmma_sm90", s, problem) for s in fams["wgmma_sm90"].starts) if r}
+    assert set(guided) - own, (guided, own)

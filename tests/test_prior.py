@@ -214,6 +214,27 @@ def test_fit_carries_a_start_to_the_shape(fams):
     assert pr.fit("wgmma_sm90", wg.default_params(), parse_shape("4096x4096x4096")) is None
 
 
+def test_fit_breaks_its_ties_by_the_given_order(fams):
+    # on 256x12288x256 every one-wave refit of a start has the same estimate (a DRAM floor); without an order the
+    # fewest moved parameters pick (128 x 192 for a 128 x 128 start), with one its fastest among the ties does
+    pr = Prior(fams, GpuSpec(peak_tflops=750, bw_gbs=4300), sample=50)
+    wg = next(f for f in fams if f.name == "wgmma_sm90")
+    p = parse_shape("256x12288x256")
+    rows_first = lambda ps: [-q["BM"] for q in ps]  # a stand-in model that prefers 256-row tiles
+    moved = 0
+    for start in wg.starts:
+        plain = pr.fit("wgmma_sm90", start, p)
+        ordered = pr.fit("wgmma_sm90", start, p, order=rows_first, ties=0.02)
+        assert (plain is None) == (ordered is None)
+        assert pr.fit("wgmma_sm90", start, p, order=rows_first, ties=0.0) == plain  # no tolerance: no order
+        if plain is None:
+            continue
+        assert wg.valid(ordered.params) and ordered.est.us <= plain.est.us * 1.02
+        assert ordered.params["BM"] >= plain.params["BM"]
+        moved += ordered.params != plain.params
+    assert moved >= 3
+
+
 @pytest.mark.parametrize("shape, width", [("512x4608x3584", 144), ("512x3584x4096", 112), ("512x2560x4096", 80),
                                           ("1024x3584x4096", 224)])
 def test_a_start_fits_one_wave_of_128_row_tiles(fams, shape, width):

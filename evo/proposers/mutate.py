@@ -73,6 +73,12 @@ class MutateProposer:
         asked = self.predict is not None and self.prior_ties > 0 and len(us) > 1
         return order_ties(us, list(self.predict(items, ctx.problem)) if asked else None, self.prior_ties)
 
+    def _fit_ties(self, family: str, ctx: ProposalContext) -> dict[str, Any]:
+        """Prior.fit's tie breaker: among a start's refits within prior_ties, the model's fastest (not the fewest moves)."""
+        if self.predict is None or self.prior_ties <= 0:
+            return {}
+        return {"order": lambda ps: self.predict([(family, q) for q in ps], ctx.problem), "ties": self.prior_ties}
+
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         fams = {f.name: f for f in ctx.families}
         seen = known_hashes(ctx)
@@ -114,7 +120,7 @@ class MutateProposer:
         for fam in ctx.families:
             for i, p in enumerate(fam.start_instances()):
                 add(fam, p, (), f"{fam.name} default instance" if i == 0 else f"{fam.name} start instance {i}")
-                r = self.prior.fit(fam.name, p, ctx.problem) if fit_now else None
+                r = self.prior.fit(fam.name, p, ctx.problem, **self._fit_ties(fam.name, ctx)) if fit_now else None
                 if r is not None:
                     fitted.append((r.est.us, i, fam, r.params, p))
             if fam.name in known_families:
