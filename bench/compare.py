@@ -98,17 +98,32 @@ def table_kernels(table_dir: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def render_markdown(header: str, results: dict[str, list[dict]]) -> str:
-    """The benchmark's markdown: one table per mode (µs, TFLOP/s, speedups, % of roofline) and geomean rows."""
+def row_verdict(r: dict, noise_floor: float) -> tuple[str, float]:
+    """evo against the fastest library of one row, as a table publishes it (evo.noise): "win", "tie" or "loss" and
+    the band (half the two timings' mean spread, at least noise_floor); ("", 0) where a spread or evo's time is missing."""
+    from evo.noise import band, verdict
+
+    evo, spreads = r.get("evo", 0.0), r.get("spread") or {}
+    best = min(LIBS, key=lambda x: r[x])
+    if not evo or "evo" not in spreads or best not in spreads:
+        return "", 0.0
+    b = band(spreads["evo"], spreads[best], floor=noise_floor)
+    return verdict(r[best], evo, b), b
+
+
+def render_markdown(header: str, results: dict[str, list[dict]], noise_floor: float = 0.02) -> str:
+    """The benchmark's markdown: one table per mode (µs, TFLOP/s, speedups, % of roofline, the verdict against the
+    best library beyond the noise band where the mode measured spreads) and geomean rows."""
     md = [header]
     for mode in results:
         md.append(f"\n## {mode}\n")
         if mode == "b2b":
             md.append("† host-bound: enqueueing the calls took at least 90% of their device time (Python-side launch cost, "
                       "e.g. nvmath's execute), so the figure is the host's, not the kernel's.\n")
-        md.append("| shape | family | evo µs | TFLOP/s | cuBLAS µs | Lt heur µs | Lt auto µs | read A+B µs | vs cuBLAS | vs Lt heur | vs Lt auto | vs best lib | % roofline |")
-        md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        md.append("| shape | family | evo µs | TFLOP/s | cuBLAS µs | Lt heur µs | Lt auto µs | read A+B µs | vs cuBLAS | vs Lt heur | vs Lt auto | vs best lib | verdict (band) | % roofline |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         sp = {x: [] for x in LIBS + ("best",)}
+        counts: dict[str, int] = {}
         for r in results[mode]:
             evo = r.get("evo", 0.0)
             bl = min(r[x] for x in LIBS)
@@ -122,12 +137,19 @@ def render_markdown(header: str, results: dict[str, list[dict]]) -> str:
             def us(name: str) -> str:
                 return f"{r[name]:.2f}" + ("†" if name in r["host_bound"] else "")
 
+            v, b = row_verdict(r, noise_floor)
+            if v:
+                counts[v] = counts.get(v, 0) + 1
             md.append(f"| {r['shape']} | {r['family']} | {us('evo') if evo else '-'} | {p_flops / (shown * 1e-6) / 1e12:.1f} | "
                       f"{us('cublas')} | {us('cublaslt_heuristic')} | {us('cublaslt_autotune')} | {r['read_ab']:.2f} | "
                       f"{s['cublas']:.3f} | {s['cublaslt_heuristic']:.3f} | {s['cublaslt_autotune']:.3f} | {s['best']:.3f} | "
-                      f"{100 * r['roof'] / shown:.1f} |")
+                      f"{f'{v} ({100 * b:.1f} %)' if v else '-'} | {100 * r['roof'] / shown:.1f} |")
         md.append(f"| **geomean** | | | | | | | | {geomean(sp['cublas']):.3f} | {geomean(sp['cublaslt_heuristic']):.3f} | "
-                  f"{geomean(sp['cublaslt_autotune']):.3f} | {geomean(sp['best']):.3f} | |")
+                  f"{geomean(sp['cublaslt_autotune']):.3f} | {geomean(sp['best']):.3f} | | |")
+        if counts:
+            md.append(f"\nAgainst the best library beyond the noise band (half the two timings' mean spread, (p90 - min) / "
+                      f"median, at least {100 * noise_floor:.0f} %): {counts.get('win', 0)} wins, {counts.get('tie', 0)} ties, "
+                      f"{counts.get('loss', 0)} losses.")
     return "\n".join(md) + "\n"
 
 
@@ -224,21 +246,24 @@ def main(argv: list[str] | None = None) -> int:
         contenders["read_ab"] = lambda: session.timer.read(a, b)
         for mode in modes:
             host_bound: set[str] = set()
+            spread: dict[str, float] = {}
             if mode == "cold":
-                t = {n: x.median_us for n, x in session.timer.measure(contenders, args.reps, 3).items()}
+                timed = session.timer.measure(contenders, args.reps, 3)
+                t = {n: x.median_us for n, x in timed.items()}
+                spread = {n: x.spread for n, x in timed.items()}
             elif mode == "b2b":
                 inner = max(1, min(200, int(2000 / max(roof, 1.0))))
                 t, host_bound = _time_b2b(contenders, max(5, args.reps // 5), inner, rng)
             else:
                 t = _time_server(contenders, args.reps, session.timer, rng)
-            row = {"shape": p.key, "family": family, "roof": roof, "host_bound": host_bound, **t}
+            row = {"shape": p.key, "family": family, "roof": roof, "host_bound": host_bound, "spread": spread, **t}
             results[mode].append(row)
             evo = t.get("evo", 0.0)
             best_lib = min(t[x] for x in LIBS)
             print(f"{mode:>6} {p.key:>16} evo {evo:9.2f} us  best lib {best_lib:9.2f} us  "
                   f"{(best_lib / evo if evo else 0):.3f}x  roofline {roof:.2f} us", flush=True)
         plan.close()
-    text = render_markdown(header, results)
+    text = render_markdown(header, results, cfg.dispatch.noise_floor)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"bench-{info.key}.md").write_text(text)

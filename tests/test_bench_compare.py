@@ -95,3 +95,30 @@ def test_precompile_hands_every_table_kernel_to_the_parallel_compiler():
     assert set(got) == {ks.hash for ks in sources} and all(r.ok for r in got.values())
     assert precompile(rec, [], "sm_90a") == {}
     assert len(rec.calls) == 1
+
+
+def test_cold_rows_carry_the_verdict_beyond_the_noise_band():
+    """A speed claim counts beyond the measured noise: each cold row says win / tie / loss against the fastest
+    library by the rule a table publishes with (evo.noise: half the two timings' mean spread, at least the floor)."""
+    from bench.compare import row_verdict
+
+    def cold(shape, evo, lib, evo_spread, lib_spread):
+        r = _row(shape, evo, lib)
+        r["spread"] = {"evo": evo_spread, "cublas": 0.5, "cublaslt_heuristic": 0.5, "cublaslt_autotune": lib_spread}
+        return r  # the best library is the autotune at 0.9 x lib
+
+    win = cold("64x64x64", 10.0, 12.0, 0.02, 0.02)         # 10.8 / 10.0 = 1.08 beyond a 2 % band
+    tie = cold("128x64x64", 10.0, 12.0, 0.20, 0.20)        # the same 1.08 inside a 10 % band (half of 20 %)
+    loss = cold("64x128x64", 10.0, 10.8, 0.02, 0.02)       # 9.72 / 10.0 = 0.972 beyond a 2 % band
+    floor_tie = cold("128x128x64", 10.0, 11.3, 0.0, 0.0)   # 1.017 inside the 2 % floor, no spread measured
+    assert row_verdict(win, 0.02) == ("win", 0.02)
+    assert row_verdict(tie, 0.02) == ("tie", 0.10)
+    assert row_verdict(loss, 0.02)[0] == "loss"
+    assert row_verdict(floor_tie, 0.02) == ("tie", 0.02) and row_verdict(floor_tie, 0.01)[0] == "win"
+    assert row_verdict(_row("1x1x1", 10.0, 20.0), 0.02) == ("", 0.0)  # b2b / server rows: no spreads, no verdict
+    md = render_markdown("# h\n", {"cold": [win, tie, loss, floor_tie], "b2b": [_row("64x64x64", 10.0, 20.0)]})
+    tables = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert len({ln.count("|") for ln in tables}) == 1
+    assert "| win (2.0 %) |" in md and "| tie (10.0 %) |" in md and "| loss (2.0 %) |" in md
+    assert "1 wins, 2 ties, 1 losses" in md
+    assert md.count("wins,") == 1  # the b2b table measured no spreads: no verdict line
