@@ -216,7 +216,7 @@ def test_fit_carries_a_start_to_the_shape(fams):
 
 def test_fit_breaks_its_ties_by_the_given_order(fams):
     # on 256x12288x256 every one-wave refit of a start has the same estimate (a DRAM floor); without an order the
-    # fewest moved parameters pick (128 x 192 for a 128 x 128 start), with one its fastest among the ties does
+    # fewest moved parameters pick (128 x 192 for the 128 x 96 start), with one its fastest among the ties does
     pr = Prior(fams, GpuSpec(peak_tflops=750, bw_gbs=4300), sample=50)
     wg = next(f for f in fams if f.name == "wgmma_sm90")
     p = parse_shape("256x12288x256")
