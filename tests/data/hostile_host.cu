@@ -68,7 +68,11 @@ static int misbehave(const long long* args, int nargs, EvoHostLaunch* out) {
     if (mode == 2) for (;;) sleep(1);
     if (mode == 3) { printf("EVOH garbage on stdout\n"); fflush(stdout); }
     if (mode == 4) { memset(out, 0, sizeof(*out)); sprintf(out->message, "pid %d", (int)getpid()); return 9; }
-    if (mode == 5) { pthread_t t; pthread_create(&t, nullptr, evo_counter, nullptr); }
+    if (mode == 5) {  // returns once the thread has counted: on a loaded machine it might not run before the stop
+        pthread_t t;
+        pthread_create(&t, nullptr, evo_counter, nullptr);
+        while (evo_ticks == 0) usleep(100);
+    }
     if (mode == 6) { memset(out, 0, sizeof(*out)); sprintf(out->message, "ticks %llu", evo_ticks); return 9; }
     if (mode == 7) {
         int ready[2];
