@@ -315,9 +315,8 @@ class Prior:
         cands.sort(key=lambda c: c[0])
         best = cands[0][1]
         tied = [r for _, r in cands if r.est.us <= best.est.us * (1.0 + ties)] if order is not None and ties > 0 else []
-        if len(tied) > 1:
-            preds = list(order([r.params for r in tied]))
-            best = tied[min(range(len(tied)), key=lambda j: (preds[j], j))]
+        if len(tied) > 1:  # the first run of order_ties, predicted for its members only
+            best = tied[order_ties([r.est.us for r in tied], list(order([r.params for r in tied])), ties)[0]]
         if best.params == base:
             return None
         if own is not None and own.us < INFEASIBLE and cands[0][1].est.us > own.us * (1 - margin):

@@ -70,12 +70,15 @@ class MutateProposer:
         """The order of generation 0's prior picks: the estimates' order, each run within prior_ties by the model."""
         from ..prior import order_ties
 
-        asked = self.predict is not None and self.prior_ties > 0 and len(us) > 1
+        asked = self._model_orders() and len(us) > 1
         return order_ties(us, list(self.predict(items, ctx.problem)) if asked else None, self.prior_ties)
+
+    def _model_orders(self) -> bool:
+        return self.predict is not None and self.prior_ties > 0
 
     def _fit_ties(self, family: str, ctx: ProposalContext) -> dict[str, Any]:
         """Prior.fit's tie breaker: among a start's refits within prior_ties, the model's fastest (not the fewest moves)."""
-        if self.predict is None or self.prior_ties <= 0:
+        if not self._model_orders():
             return {}
         return {"order": lambda ps: self.predict([(family, q) for q in ps], ctx.problem), "ties": self.prior_ties}
 
