@@ -1,17 +1,17 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EPI: 0, EPI_HINT: 0, GROUP: 4, PANEL: 0,
-  PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_RS: 0, STAGES: 7,
-  SWAP_AB: 0}
+params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0, GROUP: 16,
+  PANEL: 0, PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 4, SPLIT_MAJOR: 0,
+  SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 7, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
-requires: "K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else 0"
+requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
-  - {operand: B, box: ["BM if SWAP_AB else BN", 64], swizzle: 128}
+  - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
   - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and BN % 64 == 0"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
@@ -34,10 +34,22 @@ tensor_maps:
 //   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
 //                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
 //   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
-// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K.
+// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
+//   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
 // SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
 //   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
 //   writes C and resets the counter to 0.
+// SPLIT_OWNER (SPLIT_K > 1, workspace reduce): split SPLIT_K-1 of each tile is its reducer: it keeps its partial in
+//   registers, waits (acquire loads) for the other splits' release arrivals, adds their partials in order 0..SPLIT_K-2
+//   onto its own (deterministic) and writes C: no partial of its own written and read back, and its wait overlaps the
+//   others' writes. Deadlock-free because a split waits only for units numbered below its own: in a persistent grid
+//   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
+//   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
+//   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
+//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU. With SPLIT_MAJOR the reducers
+//   are the last 1/SPLIT_K of the units: one unit per CTA, they are dispatched last; pairs launch whole stripes of them
+//   beside the stripes that hold their other splits at the same positions (at most one round of 8 pairs later where
+//   stripe widths differ by one); non-reducers never wait, so a waiting reducer holds its SM only until they come.)
 // SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
 //   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
 //   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
@@ -67,11 +79,16 @@ tensor_maps:
 //   for unit i-1's stores, not unit i's (PANEL leaves the smem for it). Stores past M or N are
 //   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
 //   and the producer runs ahead across units, so the next unit's loads are in flight during it.
+// EARLY_STORE (EPI > 0, two or more 64-row slices per consumer): the wgmmas that finish each slice are a commit group
+//   of their own, slice 0's first, and the epilogue stores slice mt once `wgmma.wait_group MT-1-mt` returns, one slice
+//   per round, while the tensor cores still run the later slices' wgmmas (below, at the k loop).
 // CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
-//   same A tile: each CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA
-//   .multicast::cluster): L2 reads of A per CTA are halved. A stage is refilled only when the consumers of both
+//   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
+//   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
+//   reads of the row operand per CTA are halved. A stage is refilled only when the consumers of both
 //   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
 //   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
+//   The pairs take their units in a GPC-spread order (cluster_spread below).
 //   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
 #include <cuda_fp16.h>
 #include <stdint.h>
@@ -86,7 +103,7 @@ constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 7;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 4;
+constexpr int GROUP = 16;
 constexpr int SPLIT_K = 4;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
@@ -96,6 +113,10 @@ constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
+constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
+constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
+constexpr int EARLY_STORE = 0;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -106,30 +127,38 @@ constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
 constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel (a BM x 64 swizzled box)
 // Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
-// smem buffer (rows padded by 8 halves: conflict-free fragment writes), then writes it out with
-// coalesced 16-byte stores. 9216 B = 64 x (64 + 8) halves, the largest chunk.
+// smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
+// XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
+// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts for 64-, 32- and 16-col
+// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). SWAP_AB stages
+// transposed chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest buffer, one per consumer.
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
 constexpr int EPI_BYTES = 9216;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
 constexpr int CHUNKS = MT * BN / 8;
 // the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
 constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * pow2_div(x / 2, cap / 2) : 1; }
-constexpr int RU_BUDGET = (CONSUMERS == 1 ? 32 : 16) / CHUNKS;
+// two consumers (232 registers each after setmaxnreg): RU * CHUNKS float4 beside 4 * CHUNKS accumulators and ~40 others
+constexpr int RU_BUDGET = CONSUMERS == 1 ? 32 / CHUNKS : 48 / CHUNKS - 1;
 constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
-static_assert(MT * BN <= (PINGPONG ? 352 : 256), "at most 128 fp32 accumulators per thread (ping-pong: 176)");
+static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI ? 384 : 352) : 256),
+              "at most 128 fp32 accumulators per thread (two consumers on whole tiles: 176 of 232 registers, 192 with "
+              "the TMA-store epilogue)");
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
 static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
               "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
+static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
+              "early slice stores: the TMA-store epilogue of a consumer with two or more 64-row slices");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_K == 1 && SWAP_AB == 0 && (BM / CLUSTER) % 8 == 0),
-              "A multicast: pairs of CTAs on whole tiles, 8-row swizzle atoms per half");
+static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
+              "row-tile multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
 // TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
 // EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
 // pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
@@ -148,6 +177,10 @@ static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT
 static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
                                 (BN / 8) % SPLIT_K == 0),
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
+static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
+static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
+static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
+              "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
 // split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
 constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
@@ -156,6 +189,15 @@ constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
+// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it. The
+// integer division's sequence (round trips through the uniform datapath) put ~0.2 us between the producer's barrier
+// set-up and its first TMA load on an H100 (docs/perf-hopper.md Run 35).
+__device__ __forceinline__ int div_small(int a, int b) {
+  const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
+  const int r = a - q * b;
+  return q + (r >= b) - (r < 0);
+}
 
 // ---------------------------------------------------------------- shared memory / mbarrier
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -311,6 +353,10 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
 __device__ __forceinline__ void st_release_gpu(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+// SPLIT_OWNER: a non-reducing split's arrival releases its partial (no return value, no acquire)
+__device__ __forceinline__ void arrive_release_gpu(int* p) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(p) : "memory");
+}
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
@@ -395,11 +441,20 @@ struct Work {
 };
 
 // Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units.
+// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   Work w;
-  w.tile = u / SPLIT_K;
-  w.split = u % SPLIT_K;
+  // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
+  // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
+  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so the CTAs launched side by side (the two SMs of a
+  // TPC, the SMs of a GPC) stream the same k blocks of neighbouring raster tiles, which share A or B rows, instead of
+  // disjoint k ranges of one tile (as cuBLASLt's split-K kernels, whose split is gridDim.z). A split still waits only
+  // for lower-numbered units (SPLIT_OWNER's reducer, split SPLIT_K-1, comes last).
+  const int r = u % CLUSTER, q = u / CLUSTER;
+  const int pairs = SPLIT_MAJOR ? cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) : 1;
+  w.split = SPLIT_MAJOR ? q / pairs : q % SPLIT_K;
+  const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
+  w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
     const int tn = cdiv(Nk, BN);
     w.m0 = (u / tn) * BM;
@@ -410,22 +465,40 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   }
   // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
   const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
-  const int pair = w.tile / CLUSTER, r = w.tile % CLUSTER;
   const int group_size = GROUP * tiles_n;
-  const int first_m = (pair / group_size) * GROUP;
+  const int group = div_small(pair, group_size);
+  const int first_m = group * GROUP;
   const int gm = min(tiles_m - first_m, GROUP);
-  const int in_group = pair % group_size;
-  w.m0 = (first_m + in_group % gm) * BM;
-  w.n0 = ((in_group / gm) * CLUSTER + r) * BN;
+  const int in_group = pair - group * group_size;
+  const int col = div_small(in_group, gm);
+  w.m0 = (first_m + in_group - col * gm) * BM;
+  w.n0 = (col * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
-  const int per = cdiv(kblocks, SPLIT_K);
+  // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
+  // so their partials are published by the time its longer main loop ends (the workspace round trip, ~3 us on an
+  // H100, overlaps its last k blocks instead of following them)
+  const int per = (SPLIT_OWNER && SPLIT_SKEW) ? max(cdiv(kblocks, SPLIT_K) - SPLIT_SKEW, 0) : cdiv(kblocks, SPLIT_K);
   w.kb0 = min(w.split * per, kblocks);
-  w.kb1 = min(w.kb0 + per, kblocks);
+  w.kb1 = (SPLIT_OWNER && SPLIT_SKEW && w.split == SPLIT_K - 1) ? kblocks : min(w.kb0 + per, kblocks);
   return w;
 }
 
+// CTA pairs (CLUSTER > 1): a launch of clusters places consecutive clusters in one GPC until it is full (a plain
+// launch deals consecutive CTAs out over the GPCs, two SMs at a time): raster-neighbour units then all ran in one GPC,
+// and a persistent grid of pairs was 17-25 % slower than the same CTAs launched singly (H100, docs/perf-hopper.md
+// Run 19). So pair k of the grid takes the raster's pair of units v(k) = the transpose of k over GPC_SPREAD rows: the
+// pairs of one GPC get raster positions GPC_SPREAD apart, as a plain launch's CTAs would. A bijection of
+// [0, pairs) for any pair count. (SPLIT_CLUSTER's K-split clusters keep the launch order: spread, they measured
+// 0-18 % slower.)
+constexpr int GPC_SPREAD = 8;
+__device__ __forceinline__ int cluster_spread(int b) {
+  const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
+  const int j = k % GPC_SPREAD;
+  return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
+}
 // The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
 __device__ __forceinline__ int unit_first(int units) {
+  if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
   return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
 }
 __device__ __forceinline__ int unit_end(int units) {
@@ -439,7 +512,7 @@ __device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>
 __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __half* stage, int c, __half* C,
                                            int Mk, int Nk, int row0, int col0) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW + 8;  // halves per staged row
+  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW;  // halves per staged row (SWAP_AB: padded; else swizzled chunks)
   constexpr int VPL = SWAP_AB ? 64 / 8 : EPI_CW / 8;    // 16-byte vectors per staged row
   constexpr int ITERS = 64 * EPI_CW / 8 / 128;          // vectors per thread per chunk
   const bool vec_ok = SWAP_AB ? (Mk % 8 == 0) : (Nk % 8 == 0);
@@ -460,7 +533,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
             stage[cc * PITCH + r] = __low2half(pr);
             stage[(cc + 1) * PITCH + r] = __high2half(pr);
           } else {
-            *reinterpret_cast<__half2*>(&stage[r * PITCH + cc]) = __floats2half2_rn(v0, v1);
+            *reinterpret_cast<__half2*>(&stage[r * PITCH + ((jj ^ epi_swizzle(r)) * 8) + cc % 8]) = __floats2half2_rn(v0, v1);
           }
         }
       }
@@ -474,7 +547,7 @@ __device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __hal
         const int gc = SWAP_AB ? tr0 + sv : tc0 + sv;
         const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
         if (gr >= rows) continue;
-        const __half* src = &stage[sr * PITCH + sv];
+        const __half* src = &stage[sr * PITCH + (SWAP_AB ? sv : ((v % VPL) ^ epi_swizzle(sr)) * 8)];
         __half* dst = C + static_cast<size_t>(gr) * cols + gc;
         if (vec_ok && gc + 8 <= cols) {
           *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
@@ -588,53 +661,65 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
 // Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
 // bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
 // instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
-constexpr int EPI_GRP = EPI == 0 ? 1 : (MT < EPI ? MT : EPI);
+// EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
+constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
-                                               int row0, int col0, int& k) {
+// One round: slices [mt0, mt0 + G) of the consumer's tile (G buffers, one bulk group).
+template <int G>
+__device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], int mt0, uint32_t stage, int c,
+                                                const TmaDesc* map_c, int row0, int col0, int& k) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   // stmatrix.x4: lanes 8i..8i+7 address the 8 rows of matrix i; matrix i = (rows +8 * (i & 1), column chunk +(i >> 1))
   const int mi = lane / 8;
   const int r = warp * 16 + (mi & 1) * 8 + lane % 8;  // row of the slice this lane addresses
+  // the round that last used these G buffers has finished reading them (EPI / G rounds rotate)
+  if (tid == 0) bulk_wait_read<EPI / G - 1>();
+  warpgroup_sync(c);
 #pragma unroll
-  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) {
-    // the round that last used these EPI_GRP buffers has finished reading them (EPI / EPI_GRP rounds rotate)
-    if (tid == 0) bulk_wait_read<EPI / EPI_GRP - 1>();
-    warpgroup_sync(c);
+  for (int g = 0; g < G; ++g) {
+    const int mt = mt0 + g;
+    const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
 #pragma unroll
-    for (int g = 0; g < EPI_GRP; ++g) {
-      const int mt = mt0 + g;
+    for (int j = 0; j < BN / 8; j += 2) {
+      const int jj = j + (mi >> 1);
+      // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
+      // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
+      const uint32_t addr = buf + (jj / EPI_CHUNKS) * EPI_BOX_BYTES + r * (EPI_BOX_W * 2) + (((jj % EPI_CHUNKS) ^ epi_swizzle(r)) << 4);
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+                   "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
+                   "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
+                   : "memory");
+    }
+  }
+  fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
+  warpgroup_sync(c);
+  if (tid == 0) {
+    const uint64_t policy = policy_evict_first();
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
       const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
 #pragma unroll
-      for (int j = 0; j < BN / 8; j += 2) {
-        const int jj = j + (mi >> 1);
-        // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
-        // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
-        const uint32_t addr = buf + (jj / EPI_CHUNKS) * EPI_BOX_BYTES + r * (EPI_BOX_W * 2) + (((jj % EPI_CHUNKS) ^ epi_swizzle(r)) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                     "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                     "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                     : "memory");
-      }
+      for (int b = 0; b < BN / EPI_BOX_W; ++b)
+        tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
     }
-    fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
-    warpgroup_sync(c);
-    if (tid == 0) {
-      const uint64_t policy = policy_evict_first();
-#pragma unroll
-      for (int g = 0; g < EPI_GRP; ++g) {
-        const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
-#pragma unroll
-        for (int b = 0; b < BN / EPI_BOX_W; ++b)
-          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
-      }
-      bulk_commit();
-    }
-    k += EPI_GRP;
+    bulk_commit();
   }
+  k += G;
+}
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
+                                               int row0, int col0, int& k) {
+#pragma unroll
+  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) store_round_tma<EPI_GRP>(acc, mt0, stage, c, map_c, row0, col0, k);
+}
+// wgmma.wait_group with a count the unrolled slice loop knows (at most MT - 1 <= 3 groups left in flight)
+__device__ __forceinline__ void wgmma_wait_upto(int n) {
+  if (n >= 3) wgmma_wait<3>();
+  else if (n == 2) wgmma_wait<2>();
+  else if (n == 1) wgmma_wait<1>();
+  else wgmma_wait<0>();
 }
 
 }  // namespace evo_sm90
@@ -797,7 +882,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         while (s >= STAGES) { s -= STAGES; phase ^= 1; }
         continue;
       }
-      if (nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero
+      if (!EARLY_STORE && nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero (EARLY_STORE: no split-K)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -808,43 +893,100 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
       }
       int prev = 0;
-      for (int i = 0; i < nk; ++i) {
-        mbar_wait(smem_u32(&full_bar[s]), phase);
-        const uint32_t a_base = (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + s * STAGE_BYTES) + row_off * 128;
-        const uint32_t b_base = tiles + s * STAGE_BYTES + A_STAGE_BYTES;
-        wgmma_fence();
-        // The stage's descriptors once; a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-        // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
-        const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
+      // EARLY_STORE: the slices' last wgmmas go in one commit group per slice, so the epilogue stores slice 0 as soon
+      // as its group completes, while the tensor cores still run the later slices'. 2, where the ring holds two
+      // units' k blocks (2 * nk <= STAGES: the producer loads the next unit meanwhile): slice by slice over the whole
+      // K (the first pass waits for each stage as it lands, the later ones reread them), its stages released after
+      // the last slice's wait; otherwise (1, or 2 with a longer K) k block by k block as usual, the last k block
+      // slice by slice, the stage before it released after slice 0's wait and its own after the last slice's.
+      const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
+      // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
+      // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
+      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      auto a_at = [&](int st, int i) {
+        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
+      };
+      auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
+      // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
+      auto release_panel = [&]() {
+        if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
+          mbar_arrive(smem_u32(&panel_empty));
+      };
+      // EARLY_STORE: one slice's wgmmas over one k block (da: the slice's 64 rows of it)
+      auto slice_kblock = [&](float (&d)[BN / 2], uint64_t da, uint64_t db, int i) {
 #pragma unroll
-        for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
-          const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
+        for (int k = 0; k < BK / 16; ++k)
+          wgmma_m64k16<BN>(d, da + static_cast<uint64_t>(k * 32 / 16), db + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
+      };
+      if (whole) {
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-            wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
+        for (int mt = 0; mt < MT; ++mt) {
+          int ss = s;
+          uint32_t pp = phase;
+          for (int i = 0; i < nk; ++i) {
+            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
+            const uint32_t a_base = a_at(ss, i), b_base = b_at(ss);
+            wgmma_fence();
+            slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
+            if (++ss == STAGES) { ss = 0; pp ^= 1; }
+          }
+          wgmma_commit();
         }
-        wgmma_commit();
-        if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
-          wgmma_wait<1>();
-          if (tid == 0) release_stage(smem_u32(&empty_bar[prev]));
+        for (int i = 0; i < nk; ++i) {
+          prev = s;
+          if (++s == STAGES) { s = 0; phase ^= 1; }
         }
-        prev = s;
-        if (++s == STAGES) { s = 0; phase ^= 1; }
+      } else {
+        // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
+        for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
+          mbar_wait(smem_u32(&full_bar[s]), phase);
+          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          wgmma_fence();
+          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
+#pragma unroll
+          for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
+            const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
+          }
+          wgmma_commit();
+          if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
+            wgmma_wait<1>();
+            if (tid == 0) release_stage(smem_u32(&empty_bar[prev]));
+          }
+          prev = s;
+          if (++s == STAGES) { s = 0; phase ^= 1; }
+        }
+        if (EARLY_STORE) {  // the last k block (K > 0: nk >= 1): one commit group per slice
+          const int i = nk - 1;
+          mbar_wait(smem_u32(full_bar + s), phase);  // last k block
+          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          wgmma_fence();
+          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            slice_kblock(acc[mt], da0 + static_cast<uint64_t>(mt * 64 * 128 / 16), db0, i);
+            wgmma_commit();
+          }
+          prev = s;
+          if (++s == STAGES) { s = 0; phase ^= 1; }
+        }
       }
       if (PINGPONG) {  // every wgmma of this unit is issued: the other consumer may start its k loop
         __syncwarp();
         if (lane == 0) mbar_arrive(smem_u32(&order_bar[1 - c]));
         ++t;
       }
-      wgmma_wait<0>();
-      if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
-      // PANEL: the row block's last unit of this CTA: its panel may be overwritten
-      if (PANEL && lane == 0 && (u + 1 >= u_end || get_work(u + 1, Mk, Nk, K).m0 != w.m0))
-        mbar_arrive(smem_u32(&panel_empty));
+      if (!EARLY_STORE) {
+        wgmma_wait<0>();
+        if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
+        release_panel();
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
+          for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
+      }
 
       if (SPLIT_CLUSTER) {
         // ---------------------------------------------------- split-K in the cluster: slices through DSMEM
@@ -884,7 +1026,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       }
       if (SPLIT_K > 1) {
         // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
+        const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
         float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
@@ -894,11 +1036,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
+        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
+        const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j)
-            if (!SPLIT_RS || j / RED_J != w.split)
+            if (!owner && (!SPLIT_RS || j / RED_J != w.split))
               __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
@@ -907,8 +1051,18 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
           // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
           const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
-          if (s_last) *arrivals = 0;
+          if (SPLIT_OWNER) {
+            if (owner) {
+              while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
+              *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
+            } else {
+              arrive_release_gpu(arrivals);
+            }
+            s_last = owner;
+          } else {
+            s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
+            if (s_last) *arrivals = 0;
+          }
           if (SPLIT_RS) {
             if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
             else
@@ -924,34 +1078,55 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           continue;
         }
         if (!s_last) continue;
-        // Last to arrive: sum the partials in fixed split order 0..SPLIT_K-1 (deterministic).
+        // Sum the partials in fixed split order (deterministic): the last to arrive reads splits 0..SPLIT_K-1 into its
+        // accumulators; SPLIT_OWNER's reducer adds splits 0..SPLIT_K-2 onto its own partial, which it kept.
+        constexpr int READ = SPLIT_OWNER ? SPLIT_K - 1 : SPLIT_K;
 #pragma unroll 1
-        for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RU) {  // RU splits' loads in flight at once
+        for (int sp0 = 0; sp0 < READ; sp0 += RU) {  // RU splits' loads in flight at once
           float4 v[RU][CHUNKS];
 #pragma unroll
           for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)  // (RU divides SPLIT_K: no guard, none of its registers)
 #pragma unroll
-            for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
+              for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
 #pragma unroll
           for (int r = 0; r < RU; ++r)
+            if (READ % RU == 0 || sp0 + r < READ)
 #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
+              for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-              for (int j = 0; j < BN / 8; ++j) {
-                const float4 x = v[r][mt * (BN / 8) + j];
-                float* a = &acc[mt][4 * j];
-                if (sp0 + r == 0) {
-                  a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
-                } else {
-                  a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
+                for (int j = 0; j < BN / 8; ++j) {
+                  const float4 x = v[r][mt * (BN / 8) + j];
+                  float* a = &acc[mt][4 * j];
+                  if (!SPLIT_OWNER && sp0 + r == 0) {
+                    a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
+                  } else {
+                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
+                  }
                 }
-              }
         }
       }
 
       // -------------------------------------------------------- epilogue: registers -> smem -> C
 #if EVO_EPI
-      store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+      if (EARLY_STORE) {  // slice by slice, each once its group has completed (EARLY_STORE implies SPLIT_K == 1)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          wgmma_wait_upto(MT - 1 - mt);  // slice mt's group and every group before it have completed
+          // the stages still read: the last k block's, and before it (the whole K: every k block is read by every
+          // slice) the unit's other ones, or the k block before the last, whose group completed before slice 0's
+          if (tid == 0 && mt == 0 && !whole && nk > 1) release_stage(smem_u32(&empty_bar[(s + STAGES - 2) % STAGES]));
+          if (mt == MT - 1) {  // every wgmma of the unit has ended
+            if (tid == 0)
+              for (int h = whole ? nk : 1; h > 0; --h) release_stage(smem_u32(&empty_bar[(s + STAGES - h) % STAGES]));
+            release_panel();
+          }
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
+          store_round_tma<1>(acc, mt, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+        }
+      } else
+        store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
 #else
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif
