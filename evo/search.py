@@ -55,6 +55,8 @@ class SearchSummary:
     proposer_lines: list[str] = field(default_factory=list)
     drift_scaled: int = 0  # candidates timed in two drifted windows, their times scaled (evo/drift.py)
     drift_states: list[str] = field(default_factory=list)  # what the GPU reported after slow windows (evo/gpu/gpu_state.py)
+    table_hash: str = ""  # the kernel the table published for the shape when the search began ("" where it had none)
+    table_us: float = 0.0  # its time in the final runoff, side by side with best_us (0: it did not race there)
 
 
 def build_proposers(cfg: Config, selector: Selector, store: Store | None = None, check_llm: bool = True,
@@ -626,6 +628,8 @@ class Search:
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
         timings, ranked = self._runoff(worker, info, run_id, table_hash, prog.drift.ref_us)
         summary.drift_scaled, summary.drift_states = prog.drift.corrected, list(prog.drift.states)
+        summary.table_hash = table_hash
+        summary.table_us = timings[table_hash].time_us if table_hash in ranked else 0.0
         # re-check (+ sanitizer) before export, in the runoff's order (by stored time where there was none)
         best = vet_champion(worker, store, self.compiler, p, info, self.cfg, self.out, run_id, order=ranked or None)
         if best is not None and best["hash"] in ranked:
@@ -700,6 +704,19 @@ def cfg_names(cfg: Config) -> list[str]:
     return [f for f in cfg.search.families if f]
 
 
+def table_line(s: SearchSummary) -> str:
+    """What the search did to the kernel the table published for the shape, in the runoff's side-by-side times."""
+    old = s.table_hash[:10]
+    if s.best_hash == s.table_hash:
+        return f"the table's kernel {old} for this shape stays: the fastest in the runoff"
+    if not s.table_us:
+        return f"the table's kernel {old} for this shape did not race in the runoff (not correct here, or not timed)"
+    if not s.best_us:
+        return f"the table's kernel {old} for this shape: {s.table_us:.2f} us in the runoff"
+    return (f"the table's kernel {old} for this shape: {s.table_us:.2f} us in the runoff, this search's best "
+            f"{s.best_hash[:10]} {s.best_us:.2f} us ({s.table_us / s.best_us:.3f}x)")
+
+
 def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
     p = s.problem
     print(f"\n{p.key} on {info.name} (driver {info.driver}, CUDA {info.cuda_runtime}); "
@@ -725,6 +742,8 @@ def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
         print(f"the GPU after a slow timing window: {state}", file=out)
     for line in s.proposer_lines:
         print(line, file=out)
+    if s.table_hash:
+        print(table_line(s), file=out)
     if s.kernel_path:
         print(f"exported kernel: {s.kernel_path}\ntable: {s.export_dir}/table.csv", file=out)
 

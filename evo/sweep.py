@@ -83,6 +83,8 @@ class ShapeResult:
     drift_scaled: int = 0  # candidates timed in two windows where the whole GPU ran slow, their times scaled (evo/drift.py)
     budget_s: float = 0.0  # the search budgets the shape was given (seconds, every round of the run that finished it; 0: none)
     gpu_state: str = ""  # what the GPU reported after the first slow timing window of the shape's search (evo/gpu/gpu_state.py)
+    table_hash: str = ""  # the kernel the table (--out) published for the shape before its search ("" where it had none)
+    table_us: float = 0.0  # that kernel's time in the search's runoff, side by side with best_us (0: it did not race)
 
 
 class SweepLog:
@@ -237,6 +239,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
                 (problem.key, problem.layout, info.key, *seed_hashes)))[0]
         res.seed_won = int(bool(res.best_hash) and res.best_hash in seed_hashes)
         res.drift_scaled = summary.drift_scaled
+        res.table_hash, res.table_us = summary.table_hash, round(summary.table_us, 3)
         res.gpu_state = summary.drift_states[0] if summary.drift_states else ""
         res.compiles_new, res.compile_seconds = counting.new, round(counting.seconds, 3)
         res.compiles_reused, res.compile_seconds_saved = counting.reused, round(counting.saved, 3)
@@ -465,8 +468,34 @@ def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float
     reuse = f", cubins reused {r.compiles_reused}" if r.compiles_reused else ""
     conv = ", converged" if (r.stop or "").startswith("converged") else ""
     drift = f", {r.drift_scaled} timed while the GPU ran slow" if r.drift_scaled else ""
-    return (f"[{bar}] {i:>{len(str(total))}}/{total} {r.shape:<17} {r.worker:<6} {what}; "
+    return (f"[{bar}] {i:>{len(str(total))}}/{total} {r.shape:<17} {r.worker:<6} {what}{_versus_table(r)}; "
             f"{r.seconds / 60:.1f} min{conv}{seeds}{reuse}{drift} | elapsed {_clock(elapsed)}, ETA {_clock(eta)}")
+
+
+def _versus_table(r: ShapeResult) -> str:
+    """The shape's row before the sweep against its new kernel, both timed in the search's runoff."""
+    if r.status != "done" or not r.table_hash:
+        return ""
+    if r.best_hash == r.table_hash:
+        return "; the table's kernel stays"
+    if r.table_us and r.best_us:
+        return f"; the table's kernel {r.table_us:.2f} -> {r.best_us:.2f} us ({r.table_us / r.best_us:.3f}x)"
+    return "; the table's kernel did not race"
+
+
+def _table_rows_line(done: list[ShapeResult]) -> str:
+    """The sweep's shapes that had a table row before their search: how many took a faster kernel, by how much."""
+    had = [r for r in done if r.table_hash]
+    if not had:
+        return ""
+    faster = [r for r in had if r.best_hash != r.table_hash and r.table_us and r.best_us and r.table_us > r.best_us]
+    kept = sum(r.best_hash == r.table_hash for r in had)
+    text = f"Of the {len(had)} shapes the table had a row for, {len(faster)} took a kernel faster than the row's in the same runoff"
+    if faster:
+        top = max(faster, key=lambda r: r.table_us / r.best_us)
+        text += (f" (geomean {geomean([r.table_us / r.best_us for r in faster]):.3f}x; most on {top.shape}, "
+                 f"{top.table_us:.2f} -> {top.best_us:.2f} us)")
+    return text + f", {kept} kept the row's kernel."
 
 
 def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[ShapeResult], wall_s: float, n_gpus: int,
@@ -495,6 +524,8 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
         if gm:
             parts.append(f"Geomean speedup of evo's best kernel vs {', vs '.join(gm)}; "
                          f"the table (evo where it wins, the library elsewhere) vs the best library {table_vs_lib:.3f}x.")
+    if line := _table_rows_line([r for r in done_now if r.status == "done"]):
+        parts.append(line)
     gpu_min_all = sum(r.seconds for r in done) / 60
     gpu_min_now = sum(r.seconds for r in this_run) / 60
     if done:

@@ -212,6 +212,69 @@ def test_progress_line_names_win_tie_and_loss():
     assert "cublas wins (no correct evo kernel)" in line(winner="cublas")
 
 
+def test_progress_line_compares_the_tables_kernel_in_the_runoff():
+    from evo.sweep import ShapeResult, progress_line
+
+    def line(**kw):
+        r = ShapeResult("256x256x256", "TN", "Fake_GPU", "done", worker="gpu0", seconds=60, winner="cublas",
+                        verdict="tie", noise_band=0.02, best_lib_us=10.0, **kw)
+        return progress_line(1, 2, r, 60, 60)
+
+    assert "; the table's kernel 10.40 -> 10.00 us (1.040x);" in line(best_hash="new", best_us=10.0, table_hash="old",
+                                                                       table_us=10.4)
+    assert "; the table's kernel stays;" in line(best_hash="old", best_us=10.0, table_hash="old", table_us=10.0)
+    assert "; the table's kernel did not race;" in line(best_hash="new", best_us=10.0, table_hash="old")
+    assert "table's kernel" not in line(best_hash="new", best_us=10.0)  # no row before the sweep
+
+
+def test_the_summary_counts_table_rows_that_took_a_faster_kernel():
+    from evo.sweep import ShapeResult, _table_rows_line
+
+    def r(shape, best, table, best_us, table_us):
+        return ShapeResult(shape, "TN", "Fake_GPU", "done", best_hash=best, best_us=best_us, table_hash=table,
+                           table_us=table_us)
+
+    done = [r("256x256x256", "a", "x", 10.0, 11.0), r("512x256x256", "b", "y", 20.0, 20.4),
+            r("256x256x512", "c", "c", 5.0, 5.0), r("1024x1024x1024", "d", "", 7.0, 0.0)]
+    assert _table_rows_line(done) == ("Of the 3 shapes the table had a row for, 2 took a kernel faster than the row's "
+                                      "in the same runoff (geomean 1.059x; most on 256x256x256, 11.00 -> 10.00 us), "
+                                      "1 kept the row's kernel.")
+    assert _table_rows_line(done[3:]) == ""
+
+
+def test_a_sweep_over_a_table_races_each_rows_kernel_and_says_what_became_of_it(tmp_path):
+    """A second sweep with a fresh archive and the first one's table: every shape's search times the row's kernel
+    in its runoff; a row holding a slow kernel takes a faster one, and the line and the summary say by how much."""
+    import json
+
+    _, _, cfg1 = sweep(tmp_path / "first", shapes=SHAPES[:2])
+    out_dir = Path(cfg1.paths.out)
+    doc = json.loads((out_dir / "Fake_GPU" / "table.json").read_text())
+    row = next(r for r in doc["rows"] if r["shape"] == SHAPES[0])
+    store = Store(cfg1.paths.db)
+    slow_hash, slow_src = store.db.execute(
+        "SELECT e.hash, c.source FROM evaluations e JOIN candidates c ON c.hash = e.hash WHERE e.shape=? AND e.ok=1 "
+        "ORDER BY e.time_us DESC LIMIT 1", (SHAPES[0],)).fetchone()
+    store.close()
+    (out_dir / row["kernel_path"]).write_text(slow_src)  # the row now publishes the slowest correct kernel
+    row["hash"] = slow_hash
+    (out_dir / "Fake_GPU" / "table.json").write_text(json.dumps(doc))
+    cfg2 = make_cfg(tmp_path / "second")
+    cfg2.paths.out = str(out_dir)
+    text_out = io.StringIO()
+    outcome = run_sweep([parse_shape(s) for s in SHAPES[:2]], cfg2, shapes_file="test.yaml", device_ids=[0],
+                        worker_factory=ShapeFake, compiler=CachingFakeCompiler(), out=text_out)
+    rows = sweep_rows(cfg2)
+    assert rows[SHAPES[0]].table_hash == slow_hash and rows[SHAPES[0]].best_hash != slow_hash
+    assert rows[SHAPES[0]].table_us > rows[SHAPES[0]].best_us > 0
+    line = next(l for l in text_out.getvalue().splitlines() if l.startswith("[") and SHAPES[0] in l)
+    assert (f"; the table's kernel {rows[SHAPES[0]].table_us:.2f} -> {rows[SHAPES[0]].best_us:.2f} us "
+            f"({rows[SHAPES[0]].table_us / rows[SHAPES[0]].best_us:.3f}x)") in line
+    assert rows[SHAPES[1]].table_hash  # the other row raced too
+    assert "Of the 2 shapes the table had a row for, " in outcome.summary
+    assert "took a kernel faster than the row's in the same runoff (geomean " in outcome.summary
+
+
 def test_rerun_is_idempotent(tmp_path):
     sweep(tmp_path)
     store = Store(tmp_path / "evo.db")
