@@ -704,17 +704,17 @@ def cfg_names(cfg: Config) -> list[str]:
     return [f for f in cfg.search.families if f]
 
 
-def table_line(s: SearchSummary) -> str:
-    """What the search did to the kernel the table published for the shape, in the runoff's side-by-side times."""
-    old = s.table_hash[:10]
-    if s.best_hash == s.table_hash:
-        return f"the table's kernel {old} for this shape stays: the fastest in the runoff"
-    if not s.table_us:
-        return f"the table's kernel {old} for this shape did not race in the runoff (not correct here, or not timed)"
-    if not s.best_us:
-        return f"the table's kernel {old} for this shape: {s.table_us:.2f} us in the runoff"
-    return (f"the table's kernel {old} for this shape: {s.table_us:.2f} us in the runoff, this search's best "
-            f"{s.best_hash[:10]} {s.best_us:.2f} us ({s.table_us / s.best_us:.3f}x)")
+def versus_table(best_hash: str, best_us: float, table_hash: str, table_us: float) -> str:
+    """What became of the kernel the table published for a shape before its search, in the final runoff's side-by-side
+    times: "stays" (still the fastest), "did not race" (not correct here, or not timed), or "T -> B us (Rx)", the
+    table's kernel against the search's best; "" where the table had no row."""
+    if not table_hash:
+        return ""
+    if best_hash == table_hash:
+        return "stays"
+    if not (table_us and best_us):
+        return "did not race"
+    return f"{table_us:.2f} -> {best_us:.2f} us ({table_us / best_us:.3f}x)"
 
 
 def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
@@ -743,7 +743,8 @@ def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
     for line in s.proposer_lines:
         print(line, file=out)
     if s.table_hash:
-        print(table_line(s), file=out)
+        print(f"the table's kernel {s.table_hash[:10]} for this shape, in the runoff beside this search's best: "
+              + versus_table(s.best_hash, s.best_us, s.table_hash, s.table_us), file=out)
     if s.kernel_path:
         print(f"exported kernel: {s.kernel_path}\ntable: {s.export_dir}/table.csv", file=out)
 

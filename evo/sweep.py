@@ -474,13 +474,10 @@ def progress_line(i: int, total: int, r: ShapeResult, elapsed: float, eta: float
 
 def _versus_table(r: ShapeResult) -> str:
     """The shape's row before the sweep against its new kernel, both timed in the search's runoff."""
-    if r.status != "done" or not r.table_hash:
-        return ""
-    if r.best_hash == r.table_hash:
-        return "; the table's kernel stays"
-    if r.table_us and r.best_us:
-        return f"; the table's kernel {r.table_us:.2f} -> {r.best_us:.2f} us ({r.table_us / r.best_us:.3f}x)"
-    return "; the table's kernel did not race"
+    from .search import versus_table
+
+    what = versus_table(r.best_hash, r.best_us, r.table_hash, r.table_us) if r.status == "done" else ""
+    return f"; the table's kernel {what}" if what else ""
 
 
 def _table_rows_line(done: list[ShapeResult]) -> str:

@@ -263,8 +263,8 @@ def test_the_table_kernel_races_and_loses_its_row(tmp_path):
     assert "the table keeps its kernel" not in text
     assert json.loads(table.read_text())["rows"][0]["hash"] == s1.best_hash
     assert s2.table_hash == slower and s2.table_us > s2.best_us  # both from the runoff's one window
-    assert (f"the table's kernel {slower[:10]} for this shape: {s2.table_us:.2f} us in the runoff, this search's best "
-            f"{s1.best_hash[:10]} {s2.best_us:.2f} us ({s2.table_us / s2.best_us:.3f}x)") in text
+    assert (f"the table's kernel {slower[:10]} for this shape, in the runoff beside this search's best: "
+            f"{s2.table_us:.2f} -> {s2.best_us:.2f} us ({s2.table_us / s2.best_us:.3f}x)") in text
 
 
 def test_the_table_kernel_is_timed_where_the_archive_lacks_it(tmp_path):
@@ -281,7 +281,7 @@ def test_the_table_kernel_is_timed_where_the_archive_lacks_it(tmp_path):
     assert store.evaluated(s1.best_hash, "256x256x256", "TN", "Fake_GPU")
     assert s1.best_hash[:10] in text.split("runoff: ")[1].splitlines()[0] and s2.best_hash == s1.best_hash
     assert s2.table_hash == s1.best_hash and s2.table_us == pytest.approx(s2.best_us)
-    assert f"the table's kernel {s1.best_hash[:10]} for this shape stays: the fastest in the runoff" in text
+    assert f"the table's kernel {s1.best_hash[:10]} for this shape, in the runoff beside this search's best: stays" in text
 
 
 def test_the_table_kernel_is_also_timed_as_rendered_from_todays_template(tmp_path):
