@@ -38,6 +38,7 @@ from .space import Enumerations
 from .stats import geomean
 from .store import Store
 from .sweep_budget import first_round, header_estimate, measured_overhead, per_shape_seconds
+from .sweep_due import other_gpus_finds
 from .sweep_order import longest_first, order_pending
 
 # --- the sweep's own table in the archive ---------------------------------------------------------------
@@ -560,7 +561,9 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
     """Search every shape not yet done for this GPU in `order` (evo.sweep_order: where the GPU's table says evo
     wins first, or longest first); print a line per shape and the summary paragraph.
     A shape done with other templates (another evo.template_fingerprint.fingerprint of the searched families) is due again,
-    unless ``keep_stale``: a nightly run after a template change searches with the new kernels.
+    unless ``keep_stale``: a nightly run after a template change searches with the new kernels. So is a shape done
+    before another GPU's table published a kernel for it that this archive never timed (evo.sweep_due), so that the
+    search races it.
 
     With ``budget_gpu_hours``: a first round gives every pending shape ``search.first_round_share`` of the budget
     (evenly; a shape that converges early hands its rest back), then rounds share what is left among the shapes
@@ -606,14 +609,23 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
         from .template_fingerprint import fingerprint
         from .search import cfg_names
 
-        templates = fingerprint(load_families(cfg.paths.templates or None, cfg_names(cfg), arch=infos[0].arch))
+        families = load_families(cfg.paths.templates or None, cfg_names(cfg), arch=infos[0].arch)
+        templates = fingerprint(families)
         done = sweep_log.done(gpu, shapes[0].layout, None if keep_stale else templates)
         stale = len({p.key for p in shapes} & (sweep_log.done(gpu, shapes[0].layout) - done))
+        found: dict[str, str] = {}
+        if not keep_stale and cfg.search.runoff > 1:  # a search races other GPUs' kernels only with a runoff
+            finished = {r.shape: r.finished for r in sweep_log.results(gpu, shapes[0].layout) if r.shape in done}
+            found = other_gpus_finds(store, cfg.paths.out, infos[0], shapes, finished, {f.name for f in families})
+            done -= set(found)
         pending = [p for p in shapes if p.key not in done]
         n_workers = len(infos)
         overhead = measured_overhead(sweep_log.results(gpu, shapes[0].layout))
         est = "" if budget_gpu_hours else header_estimate(len(pending), cfg.search.budget_minutes, n_workers, overhead, _clock)
         again = f" ({stale} of them done with older templates: searched again)" if stale else ""
+        if found:
+            again += (f" ({len(found)} of them done before another GPU's table published a kernel for them: "
+                      f"searched again to race it, e.g. {next(iter(found))} from {next(iter(found.values()))})")
         print(f"evo sweep {shapes_file or ''}: {len(shapes)} shapes selected, {len(shapes) - len(pending)} already done, "
               f"{len(pending)} to search{again} on {n_workers} x {infos[0].name}{est}", file=out)
         print(f"  archive {Path(cfg.paths.db).resolve()}, per-shape logs {log_dir.resolve()}", file=out, flush=True)
@@ -759,8 +771,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--order", choices=["likely-wins", "longest"], default="likely-wins",
                     help="which pending shapes first: where the GPU's table's nearest rows say evo wins (default; "
                     "longest first without a table), or longest first")
-    ap.add_argument("--keep-stale", action="store_true", help="count shapes searched with older templates as done "
-                    "(default: a template change makes them due again)")
+    ap.add_argument("--keep-stale", action="store_true", help="count shapes searched with older templates, or before "
+                    "another GPU's table published a kernel for them, as done (default: either makes them due again)")
     from .search import add_llm_flags, apply_llm_flags, llm_preflight
 
     add_llm_flags(ap)

@@ -588,6 +588,65 @@ def test_a_template_change_makes_done_shapes_due_again(tmp_path):
     assert len({r.templates for r in sweep_rows(cfg).values()}) == 1 and first.this_run[0].templates != redone.this_run[0].templates
 
 
+def test_another_gpus_newer_find_makes_a_done_shape_due_once(tmp_path):
+    """A shape this GPU finished is searched again when another GPU's table publishes, dated since, a kernel for it
+    that this archive never timed; the search races it, and the next run finds nothing due. A find dated before the
+    shape's search, one whose family does not claim this GPU's arch, one of a family the sweep does not search, and
+    --keep-stale leave the shape done."""
+    import json
+
+    from evo.kernel import KernelSource
+
+    shapes = [parse_shape(s) for s in SHAPES[:2]]
+
+    def run(**kw):
+        cfg = make_cfg(tmp_path)
+        out = io.StringIO()
+        o = run_sweep(shapes, cfg, shapes_file="test.yaml", device_ids=[0], worker_factory=ShapeFake,
+                      compiler=CachingFakeCompiler(), out=out, **kw)
+        return o, out.getvalue(), cfg
+
+    first, _, cfg = run()
+    out_dir = Path(cfg.paths.out)
+    shutil.copytree(out_dir / "Fake_GPU", out_dir / "Other_GPU")
+    table = out_dir / "Other_GPU" / "table.json"
+    doc = json.loads(table.read_text())
+    for r in doc["rows"]:
+        r["gpu"], r["kernel_path"] = "Other_GPU", r["kernel_path"].replace("Fake_GPU/", "Other_GPU/")
+    row = next(r for r in doc["rows"] if r["shape"] == SHAPES[0])
+    kfile = out_dir / row["kernel_path"]
+    theirs = kfile.read_text().replace("float acc = 0.f;", "float acc = 0.f; acc += 0.f;")  # the other GPU's find
+    kfile.write_text(theirs)
+
+    def publish(text, date):
+        kfile.write_text(text)
+        row.update(hash=KernelSource.parse(text).hash, date=date)
+        table.write_text(json.dumps(doc))
+
+    publish(theirs, "2000-01-01")  # found before this GPU's search
+    _, text, _ = run()
+    assert "2 already done, 0 to search" in text
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    publish(theirs.replace("archs: [sm_80, sm_90a]", "archs: [sm_80]"), today)  # not for this GPU's arch
+    _, text, _ = run()
+    assert "2 already done, 0 to search" in text
+    publish(theirs.replace("family: toy", "family: elsewhere", 1), today)  # a family this sweep does not search
+    _, text, _ = run()
+    assert "2 already done, 0 to search" in text
+    publish(theirs, today)
+    _, text, _ = run(keep_stale=True)
+    assert "2 already done, 0 to search" in text
+    redone, text, _ = run()
+    assert (f"1 already done, 1 to search (1 of them done before another GPU's table published a kernel for them: "
+            f"searched again to race it, e.g. {SHAPES[0]} from Other_GPU)") in text
+    assert [r.shape for r in redone.this_run] == [SHAPES[0]]
+    store = Store(cfg.paths.db)
+    assert store.evaluated(KernelSource.parse(theirs).hash, SHAPES[0], "TN", "Fake_GPU")
+    store.close()
+    _, text, _ = run()
+    assert "2 already done, 0 to search" in text  # raced once: not due again
+
+
 def test_a_fresh_archive_starts_from_the_tables_nearest_rows(tmp_path):
     """A sweep on a new archive beside an existing table: even its first shape is offered the kernels the table
     publishes for the nearest shapes (generation 0 weighs them with its other proposals), and the sweep counts
