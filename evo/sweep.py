@@ -483,11 +483,13 @@ def _versus_table(r: ShapeResult) -> str:
 
 def _table_rows_line(done: list[ShapeResult]) -> str:
     """The sweep's shapes that had a table row before their search: how many took a faster kernel, by how much."""
+    from .search import versus_table
+
     had = [r for r in done if r.table_hash]
     if not had:
         return ""
-    faster = [r for r in had if r.best_hash != r.table_hash and r.table_us and r.best_us and r.table_us > r.best_us]
-    kept = sum(r.best_hash == r.table_hash for r in had)
+    kept = sum(versus_table(r.best_hash, r.best_us, r.table_hash, r.table_us) == "stays" for r in had)
+    faster = [r for r in had if r.best_hash != r.table_hash and r.best_us and r.table_us > r.best_us]
     text = f"Of the {len(had)} shapes the table had a row for, {len(faster)} took a kernel faster than the row's in the same runoff"
     if faster:
         top = max(faster, key=lambda r: r.table_us / r.best_us)
@@ -522,7 +524,7 @@ def summarize(store: Store, gpu: str, shapes: list[Problem], this_run: list[Shap
         if gm:
             parts.append(f"Geomean speedup of evo's best kernel vs {', vs '.join(gm)}; "
                          f"the table (evo where it wins, the library elsewhere) vs the best library {table_vs_lib:.3f}x.")
-    if line := _table_rows_line([r for r in done_now if r.status == "done"]):
+    if line := _table_rows_line(done_now):
         parts.append(line)
     gpu_min_all = sum(r.seconds for r in done) / 60
     gpu_min_now = sum(r.seconds for r in this_run) / 60
