@@ -3,10 +3,14 @@
     name: grid1000
     grid: {m: [64, 128], n: [64, 128], k: [64, 128]}   # every combination
     shapes: ["4096x4096x1024", "1000x1000x1000"]        # and/or an explicit list
+
+A kernel table's folder (e.g. kernels_out/NVIDIA_H200) or its table.json is a shape set too: its rows' shapes, so
+that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each against the row's kernel).
 """
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import yaml
@@ -34,6 +38,8 @@ def resolve(path: str | Path) -> Path:
 
 def load_shapes(path: str | Path) -> list[Problem]:
     path = resolve(path)
+    if path.is_dir() or path.name == "table.json":
+        return _table_shapes(path / "table.json" if path.is_dir() else path)
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
@@ -59,3 +65,21 @@ def load_shapes(path: str | Path) -> list[Problem]:
             seen.add(p.key)
             unique.append(p)
     return unique
+
+
+def _table_shapes(path: Path) -> list[Problem]:
+    """The shapes of a kernel table's rows (table.json: `layout` and `rows`, each with a `shape`), in its order."""
+    try:
+        doc = json.loads(path.read_text())
+    except OSError as e:
+        raise EvoError(f"cannot read kernel table {path}: {e.strerror}") from None
+    except ValueError as e:
+        raise EvoError(f"kernel table {path} is not valid JSON: {str(e)[:160]}") from None
+    rows = doc.get("rows") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "shape" in r for r in rows):
+        raise EvoError(f"kernel table {path} needs a 'rows' list whose rows name a 'shape'")
+    out: dict[str, Problem] = {}
+    for r in rows:
+        p = parse_shape(str(r["shape"]), str(r.get("layout") or doc.get("layout") or "TN"))
+        out.setdefault(p.key, p)
+    return list(out.values())

@@ -39,3 +39,27 @@ def test_shipped_sets_resolve_by_name_from_anywhere(tmp_path, monkeypatch):
     assert resolve("shapes/llm.yaml") == shipped_sets() / "llm.yaml"
     assert load_shapes("llm") == load_shapes(shipped_sets() / "llm.yaml")
     assert resolve("nope.yaml") == tmp_path.joinpath("nope.yaml").relative_to(tmp_path)
+
+
+def test_a_kernel_tables_folder_is_the_set_of_its_rows_shapes(tmp_path):
+    """`evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row of the committed table again."""
+    import json
+
+    table = SHAPES.parent / "kernels_out" / "NVIDIA_H200"
+    rows = json.loads((table / "table.json").read_text())["rows"]
+    shapes = load_shapes(table)
+    assert [p.key for p in shapes] == [r["shape"] for r in rows] and len(shapes) > 50
+    assert load_shapes(table / "table.json") == shapes and all(p.layout == "TN" for p in shapes)
+    bad = tmp_path / "t"
+    bad.mkdir()
+    with pytest.raises(EvoError, match="cannot read kernel table"):
+        load_shapes(bad)
+    (bad / "table.json").write_text("{")
+    with pytest.raises(EvoError, match="not valid JSON"):
+        load_shapes(bad)
+    (bad / "table.json").write_text(json.dumps({"rows": [{"hash": "x"}]}))
+    with pytest.raises(EvoError, match="needs a 'rows' list"):
+        load_shapes(bad)
+    (bad / "table.json").write_text(json.dumps({"layout": "TN", "rows": [{"shape": "64x64"}]}))
+    with pytest.raises(EvoError, match="malformed shape"):
+        load_shapes(bad)
