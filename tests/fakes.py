@@ -109,3 +109,18 @@ class FakeCompiler:
             if on_done:
                 on_done(r)
         return out
+
+
+def copy_table_as_other_gpu(out_dir: Path, name: str = "Other_GPU") -> tuple[Path, dict]:
+    """Copy the fake GPU's table folder under `out_dir` as another GPU's (its rows' gpu and kernel paths renamed);
+    returns that table.json's path and its document, for a test to edit and write back."""
+    import json
+    import shutil
+
+    shutil.copytree(out_dir / "Fake_GPU", out_dir / name)
+    table = out_dir / name / "table.json"
+    doc = json.loads(table.read_text())
+    for r in doc["rows"]:
+        r["gpu"], r["kernel_path"] = name, r["kernel_path"].replace("Fake_GPU/", f"{name}/")
+    table.write_text(json.dumps(doc))
+    return table, doc

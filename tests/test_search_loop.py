@@ -13,7 +13,7 @@ from evo.search import Search
 from evo.store import Store
 from evo.kernel import KernelSource
 from evo.records import BaselineResult
-from fakes import FakeCompiler, FakeWorker
+from fakes import FakeCompiler, FakeWorker, copy_table_as_other_gpu
 
 TOY = str(Path(__file__).parent / "data" / "families")
 
@@ -340,11 +340,7 @@ def test_a_gpu_with_a_table_row_also_races_other_gpus_kernels(tmp_path):
     there later, or with a newer template): the search times both, so a find on one GPU reaches the other's row."""
     s1, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)
     out = Path(cfg1.paths.out)
-    shutil.copytree(out / "Fake_GPU", out / "Other_GPU")
-    table = out / "Other_GPU" / "table.json"
-    doc = json.loads(table.read_text())
-    for r in doc["rows"]:
-        r["gpu"], r["kernel_path"] = "Other_GPU", r["kernel_path"].replace("Fake_GPU/", "Other_GPU/")
+    table, doc = copy_table_as_other_gpu(out)
     kfile = out / doc["rows"][0]["kernel_path"]
     theirs = kfile.read_text().replace("float acc = 0.f;", "float acc = 0.f; acc += 0.f;")  # another GPU's find
     kfile.write_text(theirs)

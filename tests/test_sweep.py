@@ -23,7 +23,7 @@ from evo.records import BaselineResult, CompileResult, EvalResult
 from evo.shapes import load_shapes
 from evo.store import Store
 from evo.sweep import SweepLog, main, neighbour_seeds, run_sweep, select_shapes
-from fakes import FakeCompiler, FakeWorker, fake_time
+from fakes import FakeCompiler, FakeWorker, copy_table_as_other_gpu, fake_time
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -608,11 +608,7 @@ def test_another_gpus_newer_find_makes_a_done_shape_due_once(tmp_path):
 
     first, _, cfg = run()
     out_dir = Path(cfg.paths.out)
-    shutil.copytree(out_dir / "Fake_GPU", out_dir / "Other_GPU")
-    table = out_dir / "Other_GPU" / "table.json"
-    doc = json.loads(table.read_text())
-    for r in doc["rows"]:
-        r["gpu"], r["kernel_path"] = "Other_GPU", r["kernel_path"].replace("Fake_GPU/", "Other_GPU/")
+    table, doc = copy_table_as_other_gpu(out_dir)
     row = next(r for r in doc["rows"] if r["shape"] == SHAPES[0])
     kfile = out_dir / row["kernel_path"]
     theirs = kfile.read_text().replace("float acc = 0.f;", "float acc = 0.f; acc += 0.f;")  # the other GPU's find
