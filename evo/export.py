@@ -340,7 +340,10 @@ def read_table(table_dir: str | Path) -> tuple[dict, list[TableRow]]:
         raise EvoError(f"no kernel table at {path}") from None
     except ValueError as e:
         raise EvoError(f"{path} is not valid JSON: {e}") from None
-    return doc, [_table_row(r) for r in doc.get("rows") or []]
+    rows = (doc.get("rows") or []) if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise EvoError(f"{path} needs a 'rows' list of objects")
+    return doc, [_table_row(r) for r in rows]
 
 
 def refresh_table(table_dir: str | Path, floor: float | None = None) -> list[TableRow]:

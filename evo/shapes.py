@@ -10,7 +10,6 @@ that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 
 import yaml
@@ -39,7 +38,7 @@ def resolve(path: str | Path) -> Path:
 def load_shapes(path: str | Path) -> list[Problem]:
     path = resolve(path)
     if path.is_dir() or path.name == "table.json":
-        return _table_shapes(path / "table.json" if path.is_dir() else path)
+        return _table_shapes(path if path.is_dir() else path.parent)
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
@@ -67,19 +66,13 @@ def load_shapes(path: str | Path) -> list[Problem]:
     return unique
 
 
-def _table_shapes(path: Path) -> list[Problem]:
-    """The shapes of a kernel table's rows (table.json: `layout` and `rows`, each with a `shape`), in its order."""
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        raise EvoError(f"cannot read kernel table {path}: {e.strerror}") from None
-    except ValueError as e:
-        raise EvoError(f"kernel table {path} is not valid JSON: {str(e)[:160]}") from None
-    rows = doc.get("rows") if isinstance(doc, dict) else None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and "shape" in r for r in rows):
-        raise EvoError(f"kernel table {path} needs a 'rows' list whose rows name a 'shape'")
+def _table_shapes(table_dir: Path) -> list[Problem]:
+    """The shapes of a kernel table's rows (evo.export.read_table), in its order."""
+    from .export import read_table  # (the table's reader; export is heavier than a shape set needs up front)
+
+    doc, rows = read_table(table_dir)
     out: dict[str, Problem] = {}
     for r in rows:
-        p = parse_shape(str(r["shape"]), str(r.get("layout") or doc.get("layout") or "TN"))
+        p = parse_shape(r.shape, r.layout or doc.get("layout") or "TN")
         out.setdefault(p.key, p)
     return list(out.values())

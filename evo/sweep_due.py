@@ -34,6 +34,7 @@ def other_gpus_finds(store: Store, out_dir: str | Path, info: GpuInfo, shapes: l
     if not root.is_dir() or not finished:
         return {}
     wanted = {p.key: p for p in shapes if p.key in finished}
+    since = {k: time.strftime("%Y-%m-%d", time.gmtime(finished[k])) for k in wanted}  # the day each search finished
     due: dict[str, str] = {}
     for folder in sorted(d for d in root.iterdir() if d.is_dir() and d.name != info.key):
         try:
@@ -44,7 +45,7 @@ def other_gpus_finds(store: Store, out_dir: str | Path, info: GpuInfo, shapes: l
             p = wanted.get(row.shape)
             if p is None or row.shape in due or row.layout != p.layout or not row.hash:
                 continue
-            if not row.date or row.date < time.strftime("%Y-%m-%d", time.gmtime(finished[row.shape])):
+            if not row.date or row.date < since[row.shape]:
                 continue
             if store.evaluated(row.hash, p.key, p.layout, info.key):
                 continue

@@ -52,13 +52,16 @@ def test_a_kernel_tables_folder_is_the_set_of_its_rows_shapes(tmp_path):
     assert load_shapes(table / "table.json") == shapes and all(p.layout == "TN" for p in shapes)
     bad = tmp_path / "t"
     bad.mkdir()
-    with pytest.raises(EvoError, match="cannot read kernel table"):
+    with pytest.raises(EvoError, match="no kernel table at"):
         load_shapes(bad)
     (bad / "table.json").write_text("{")
     with pytest.raises(EvoError, match="not valid JSON"):
         load_shapes(bad)
-    (bad / "table.json").write_text(json.dumps({"rows": [{"hash": "x"}]}))
-    with pytest.raises(EvoError, match="needs a 'rows' list"):
+    (bad / "table.json").write_text(json.dumps({"rows": 5}))
+    with pytest.raises(EvoError, match="needs a 'rows' list of objects"):
+        load_shapes(bad)
+    (bad / "table.json").write_text(json.dumps({"rows": [{"hash": "x"}]}))  # a row that names no shape
+    with pytest.raises(EvoError, match="malformed shape ''"):
         load_shapes(bad)
     (bad / "table.json").write_text(json.dumps({"layout": "TN", "rows": [{"shape": "64x64"}]}))
     with pytest.raises(EvoError, match="malformed shape"):
