@@ -3,7 +3,7 @@ family: wgmma_sm90
 archs: [sm_90a]
 params: {BM: 128, BN: 96, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0,
   EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 6,
-  SPLIT_MAJOR: 1, SPLIT_OWNER: 0, SPLIT_RS: 1, SPLIT_SKEW: 0, STAGES: 5, STREAMK: 0,
+  SPLIT_MAJOR: 1, SPLIT_OWNER: 0, SPLIT_RS: 1, SPLIT_SKEW: 0, STAGES: 6, STREAMK: 0,
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -78,7 +78,7 @@ namespace evo_sm90 {
 constexpr int BM = 128;                 // tile rows (kernel view)
 constexpr int BN = 96;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 5;
+constexpr int STAGES = 6;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 0;
 constexpr int GROUP = 8;
