@@ -5,11 +5,16 @@
     shapes: ["4096x4096x1024", "1000x1000x1000"]        # and/or an explicit list
 
 A kernel table's folder (e.g. kernels_out/NVIDIA_H200) or its table.json is a shape set too: its rows' shapes, so
-that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each against the row's kernel).
+that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each against the row's kernel), or,
+with a `RowFilter`, only its rows exported before a day or where evo's kernel is below a speedup over the best
+library (the rows a table most needs searched again).
 """
 from __future__ import annotations
 
 import itertools
+import re
+from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import yaml
@@ -35,10 +40,42 @@ def resolve(path: str | Path) -> Path:
     return shipped if shipped.is_file() else path
 
 
-def load_shapes(path: str | Path) -> list[Problem]:
+@dataclass(frozen=True)
+class RowFilter:
+    """Which rows of a kernel table a shape set takes (both given: a row passing either)."""
+    dated_before: str | None = None  # YYYY-MM-DD: rows exported before this day (a row without a date counts as old)
+    below: float | None = None  # rows where evo's kernel is below this speedup over the best library (none: 0)
+
+    def __post_init__(self):
+        if self.dated_before is not None:
+            try:
+                ok = bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.dated_before)) and date.fromisoformat(self.dated_before)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise EvoError(f"a row date wants a day as YYYY-MM-DD, not {self.dated_before!r}")
+        if self.below is not None and not self.below > 0:
+            raise EvoError(f"a speedup to search rows below must be positive, not {self.below}")
+
+    def __bool__(self) -> bool:
+        return self.dated_before is not None or self.below is not None
+
+    def describe(self) -> str:
+        said = ([f"dated before {self.dated_before}"] if self.dated_before is not None else []) + \
+               ([f"below {self.below:g}x the best library"] if self.below is not None else [])
+        return " or ".join(said)
+
+    def takes(self, date: str, speedup: float) -> bool:
+        return ((self.dated_before is not None and (date or "") < self.dated_before)
+                or (self.below is not None and (speedup or 0.0) < self.below))
+
+
+def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem]:
     path = resolve(path)
     if path.is_dir() or path.name == "table.json":
-        return _table_shapes(path if path.is_dir() else path.parent)
+        return _table_shapes(path if path.is_dir() else path.parent, rows)
+    if rows:
+        raise EvoError(f"shape set {path} is not a kernel table: only a table's rows can be picked by date or speedup")
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
@@ -66,13 +103,15 @@ def load_shapes(path: str | Path) -> list[Problem]:
     return unique
 
 
-def _table_shapes(table_dir: Path) -> list[Problem]:
-    """The shapes of a kernel table's rows (evo.export.read_table), in its order."""
+def _table_shapes(table_dir: Path, pick: RowFilter | None = None) -> list[Problem]:
+    """The shapes of a kernel table's rows (evo.export.read_table), in its order; those `pick` takes where given."""
     from .export import read_table  # (the table's reader; export is heavier than a shape set needs up front)
 
     doc, rows = read_table(table_dir)
     out: dict[str, Problem] = {}
     for r in rows:
+        if pick and not pick.takes(r.date, r.speedup_best_library):
+            continue
         p = parse_shape(r.shape, r.layout or doc.get("layout") or "TN")
         out.setdefault(p.key, p)
     return list(out.values())

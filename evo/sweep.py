@@ -33,7 +33,7 @@ from .export import LIBRARIES, export_table
 from .kernel import KernelSource
 from .measurements import save as save_measurements, shipped_path
 from .problem import GpuInfo, Problem, log_distance
-from .shapes import load_shapes
+from .shapes import RowFilter, load_shapes
 from .space import Enumerations
 from .stats import geomean
 from .store import Store
@@ -763,6 +763,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-candidates-per-shape", type=int, help="new candidates per shape")
     ap.add_argument("--budget-gpu-hours", type=float, help="budget of the whole sweep: a first round for every shape, "
                     "the rest to shapes still improving (docs/sweep.md)")
+    ap.add_argument("--rows-dated-before", metavar="YYYY-MM-DD", help="with a table's folder as --shapes: only its "
+                    "rows exported before this day (the rows that have not raced today's kernels)")
+    ap.add_argument("--rows-below", type=float, metavar="X", help="with a table's folder as --shapes: only its rows "
+                    "where evo's kernel is below X times the best library (1.0: every row evo does not win outright); "
+                    "given with --rows-dated-before, a row either picks")
     ap.add_argument("--limit-shapes", type=int, metavar="K", help="only the first K shapes of the set")
     ap.add_argument("--sample", type=int, metavar="K", help="a random sample of K shapes (seeded by --seed)")
     ap.add_argument("--proposer", help="comma list: mutate, optuna, llm (default mutate)")
@@ -806,7 +811,10 @@ def main(argv: list[str] | None = None) -> int:
                                   "proposers": args.proposer.split(",") if args.proposer else None,
                                   "seed_winners": args.seed_winners})
     apply_llm_flags(cfg, args)
-    shapes = select_shapes(load_shapes(args.shapes), args.limit_shapes, args.sample, cfg.search.seed)
+    rows = RowFilter(args.rows_dated_before, args.rows_below)
+    shapes = select_shapes(load_shapes(args.shapes, rows), args.limit_shapes, args.sample, cfg.search.seed)
+    if rows and not shapes:
+        raise EvoError(f"no row of {args.shapes} is {rows.describe()}: nothing to search")
     llm_preflight(cfg)  # a wrong LLM endpoint ends the sweep before any GPU work
     outcome = run_sweep(shapes, cfg, shapes_file=args.shapes, device_ids=device_ids, ray=args.ray,
                         ray_address=args.ray_address, ray_actors=args.ray_actors or 0,

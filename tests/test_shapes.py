@@ -66,3 +66,69 @@ def test_a_kernel_tables_folder_is_the_set_of_its_rows_shapes(tmp_path):
     (bad / "table.json").write_text(json.dumps({"layout": "TN", "rows": [{"shape": "64x64"}]}))
     with pytest.raises(EvoError, match="malformed shape"):
         load_shapes(bad)
+
+
+def _table(tmp_path, rows):
+    import json
+
+    d = tmp_path / "G"
+    d.mkdir(exist_ok=True)
+    (d / "table.json").write_text(json.dumps({"gpu": "G", "layout": "TN", "rows": rows}))
+    return d
+
+
+def test_a_tables_rows_picked_by_date_or_speedup(tmp_path):
+    """`evo.sweep --shapes <table> --rows-dated-before D --rows-below X`: the rows that most need searching again."""
+    from evo.shapes import RowFilter
+
+    d = _table(tmp_path, [
+        {"shape": "64x64x64", "date": "2026-11-20", "speedup_best_library": 1.20},    # old, a win
+        {"shape": "128x64x64", "date": "2026-11-29", "speedup_best_library": 0.98},   # new, below
+        {"shape": "256x64x64", "date": "2026-11-29", "speedup_best_library": 1.10},   # new, a win
+        {"shape": "512x64x64", "speedup_best_library": 1.30},                          # undated: old
+        {"shape": "1024x64x64", "date": "2026-11-29", "speedup_best_library": 0.0},   # no evo kernel: below
+    ])
+    keys = lambda f: [p.key for p in load_shapes(d, f)]  # noqa: E731
+    assert keys(None) == keys(RowFilter()) == ["64x64x64", "128x64x64", "256x64x64", "512x64x64", "1024x64x64"]
+    assert keys(RowFilter(dated_before="2026-11-29")) == ["64x64x64", "512x64x64"]
+    assert keys(RowFilter(dated_before="2026-11-20")) == ["512x64x64"]
+    assert keys(RowFilter(below=1.0)) == ["128x64x64", "1024x64x64"]
+    assert keys(RowFilter(below=1.15)) == ["128x64x64", "256x64x64", "1024x64x64"]
+    assert keys(RowFilter("2026-11-29", 1.0)) == ["64x64x64", "128x64x64", "512x64x64", "1024x64x64"]
+    assert RowFilter("2026-11-29", 1.0).describe() == "dated before 2026-11-29 or below 1x the best library"
+    for bad in ("29-11-2026", "2026-13-01", "2026-11-31", "yesterday"):
+        with pytest.raises(EvoError, match="YYYY-MM-DD"):
+            RowFilter(dated_before=bad)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(EvoError, match="must be positive"):
+            RowFilter(below=bad)
+    with pytest.raises(EvoError, match="not a kernel table"):
+        load_shapes(SHAPES / "llm.yaml", RowFilter(below=1.0))
+
+
+def test_the_sweep_searches_only_the_picked_rows(tmp_path, monkeypatch, capsys):
+    import evo.sweep as sweep
+
+    d = _table(tmp_path, [{"shape": "64x64x64", "date": "2026-11-20", "speedup_best_library": 1.2},
+                          {"shape": "128x64x64", "date": "2026-11-29", "speedup_best_library": 0.98}])
+    searched = []
+
+    def fake_run(shapes, cfg, **kw):
+        searched.append([p.key for p in shapes])
+        return type("Outcome", (), {"exit_code": 0})()
+
+    monkeypatch.setattr(sweep, "run_sweep", fake_run)
+    db = ["--db", str(tmp_path / "a.db")]
+    assert sweep.main(["--shapes", str(d), "--rows-below", "1"] + db) == 0
+    assert sweep.main(["--shapes", str(d), "--rows-dated-before", "2026-11-29"] + db) == 0
+    assert sweep.main(["--shapes", str(d)] + db) == 0
+    assert searched == [["128x64x64"], ["64x64x64"], ["64x64x64", "128x64x64"]]
+    capsys.readouterr()
+    assert sweep.main(["--shapes", str(d), "--rows-below", "0.5"] + db) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: no row of {d} is below 0.5x the best library: nothing to search"]
+    assert sweep.main(["--shapes", "shapes/llm.yaml", "--rows-dated-before", "2026-11-29"] + db) == 2
+    assert sweep.main(["--shapes", str(d), "--rows-dated-before", "11/29"] + db) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "not a kernel table" in err[0] and "YYYY-MM-DD" in err[1]
+    assert len(searched) == 3
