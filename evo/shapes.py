@@ -65,8 +65,8 @@ class RowFilter:
                ([f"below {self.below:g}x the best library"] if self.below is not None else [])
         return " or ".join(said)
 
-    def takes(self, date: str, speedup: float) -> bool:
-        return ((self.dated_before is not None and (date or "") < self.dated_before)
+    def takes(self, day: str, speedup: float) -> bool:
+        return ((self.dated_before is not None and (day or "") < self.dated_before)
                 or (self.below is not None and (speedup or 0.0) < self.below))
 
 
