@@ -19,6 +19,7 @@ import dataclasses
 import io
 import json
 import os
+import sqlite3
 import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
@@ -119,11 +120,20 @@ def row_for(store: Store, problem: Problem, gpu: str, out_dir: Path, ceilings: t
         **timed_fields(problem, time_us, evo_spread, base, spreads, noise_floor() if floor is None else floor, roof, ds_roof),
         timing_source=source, lineage=" <- ".join(lineage(store, h)) if h else "",
         cuda=best["cuda"] if best else "", driver=best["driver"] if best else "",
-        date=time.strftime("%Y-%m-%d", time.gmtime()), library_algorithms=algos,
+        date=measured_day(store, problem, gpu, conf if best is not None else None), library_algorithms=algos,
     )
     if best is not None and (write or not (out_dir / kernel_path).is_file()):
         write_kernel_files(store, problem, row, out_dir, best)
     return row
+
+
+def measured_day(store: Store, problem: Problem, gpu: str, conf: sqlite3.Row | None) -> str:
+    """The day a row's numbers were measured (UTC): its kernel's side-by-side run with the libraries (the confirm),
+    for a row without an evo kernel its newest library timing; today where the archive kept no time. An export of a
+    kept archive so leaves a row searched last week dated last week (`evo.sweep --rows-dated-before`)."""
+    when = conf["created"] if conf is not None else next(store.rows(
+        "SELECT MAX(created) FROM baselines WHERE shape=? AND layout=? AND gpu=?", (problem.key, problem.layout, gpu)))[0]
+    return time.strftime("%Y-%m-%d", time.gmtime(when) if when else time.gmtime())
 
 
 def timed_fields(problem: Problem, time_us: float, spread: float, libs: dict[str, float], lib_spreads: dict[str, float],

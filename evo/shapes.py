@@ -6,7 +6,7 @@
 
 A kernel table's folder (e.g. kernels_out/NVIDIA_H200) or its table.json is a shape set too: its rows' shapes, so
 that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each against the row's kernel), or,
-with a `RowFilter`, only its rows exported before a day or where evo's kernel is below a speedup over the best
+with a `RowFilter`, only its rows measured before a day or where evo's kernel is below a speedup over the best
 library (the rows a table most needs searched again).
 """
 from __future__ import annotations
@@ -43,7 +43,7 @@ def resolve(path: str | Path) -> Path:
 @dataclass(frozen=True)
 class RowFilter:
     """Which rows of a kernel table a shape set takes (both given: a row passing either)."""
-    dated_before: str | None = None  # YYYY-MM-DD: rows exported before this day (a row without a date counts as old)
+    dated_before: str | None = None  # YYYY-MM-DD: rows measured before this day (a row without a date counts as old)
     below: float | None = None  # rows where evo's kernel is below this speedup over the best library (none: 0)
 
     def __post_init__(self):

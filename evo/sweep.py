@@ -764,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget-gpu-hours", type=float, help="budget of the whole sweep: a first round for every shape, "
                     "the rest to shapes still improving (docs/sweep.md)")
     ap.add_argument("--rows-dated-before", metavar="YYYY-MM-DD", help="with a table's folder as --shapes: only its "
-                    "rows exported before this day (the rows that have not raced today's kernels)")
+                    "rows measured before this day (a row's date: its kernel's side-by-side run with the libraries)")
     ap.add_argument("--rows-below", type=float, metavar="X", help="with a table's folder as --shapes: only its rows "
                     "where evo's kernel is below X times the best library (1.0: every row evo does not win outright); "
                     "given with --rows-dated-before, a row either picks")

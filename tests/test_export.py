@@ -180,3 +180,28 @@ def test_merge_takes_another_tables_rows_and_kernel_files(tmp_path, capsys):
     (other / "table.json").write_text(json.dumps({"gpu": "Other_GPU", "layout": "TN", "rows": []}))
     assert main(["--refresh", str(table), "--merge", str(other)]) == 2  # another GPU's table: one line, exit 2
     assert "table of gpu Other_GPU" in capsys.readouterr().err
+
+
+def test_a_row_is_dated_the_day_its_numbers_were_measured(tmp_path):
+    """A row's date is its confirm's day (for a row without an evo kernel, its newest library timing's), not the
+    export's: exporting a kept archive again leaves a shape searched earlier dated earlier, so
+    `evo.sweep --rows-dated-before` finds the rows that have not raced since."""
+    import time
+
+    cfg, store = swept(tmp_path, ["256x256x256", "512x512x2048"])
+    day = lambda t: time.strftime("%Y-%m-%d", time.gmtime(t))  # noqa: E731
+    earlier, today = time.time() - 9 * 86400, day(time.time())
+    store.db.execute("UPDATE confirms SET created=? WHERE shape='256x256x256'", (earlier,))
+    store.db.execute("UPDATE baselines SET created=? WHERE shape='512x512x2048'", (earlier - 86400,))
+    store.db.execute("UPDATE baselines SET created=? WHERE shape='512x512x2048' AND library='cublas'", (earlier,))
+    store.db.execute("DELETE FROM confirms WHERE shape='512x512x2048'")  # no vetted champion: a library row
+    store.db.commit()
+    fresh = tmp_path / "fresh"  # (the sweep's own table would keep its row with a kernel for 512x512x2048)
+    out, rows = export_table(store, GPU, fresh)
+    by = {r.shape: r for r in rows}
+    assert by["256x256x256"].date == day(earlier) != today and by["256x256x256"].hash
+    assert by["512x512x2048"].date == day(earlier) and not by["512x512x2048"].hash
+    store.db.execute("UPDATE confirms SET created=? WHERE shape='256x256x256'", (time.time(),))  # raced again today
+    store.db.commit()
+    _, rows = export_table(store, GPU, fresh)
+    assert {r.shape: r.date for r in rows} == {"256x256x256": today, "512x512x2048": day(earlier)}
