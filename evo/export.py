@@ -303,7 +303,7 @@ def readme_text(out: Path) -> str:
         lines += [f"`{tj.parent.name}/`: {len(rows)} shapes; evo wins {len(wins)} beyond the noise band: {win_text}."
                   + (f" {len(ties)} within the noise band (ties, served by the library)." if ties else ""),
                   "Winners: " + ", ".join(f"{k} {v}" for k, v in sorted(by_winner.items(), key=lambda kv: -kv[1])) + ".",
-                  f"Exported {', '.join(dates) or '-'}; driver {', '.join(drivers) or '-'}, CUDA {', '.join(cudas) or '-'}.", ""]
+                  f"Measured {', '.join(dates) or '-'}; driver {', '.join(drivers) or '-'}, CUDA {', '.join(cudas) or '-'}.", ""]
     if not found:
         lines += ["No table yet: `python -m evo.sweep --shapes shapes/grid1000.yaml` writes one.", ""]
     return "\n".join(lines)
