@@ -12,7 +12,6 @@ library (the rows a table most needs searched again).
 from __future__ import annotations
 
 import itertools
-import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -47,13 +46,8 @@ class RowFilter:
     below: float | None = None  # rows where evo's kernel is below this speedup over the best library (none: 0)
 
     def __post_init__(self):
-        if self.dated_before is not None:
-            try:
-                ok = bool(re.fullmatch(r"\d{4}-\d{2}-\d{2}", self.dated_before)) and date.fromisoformat(self.dated_before)
-            except ValueError:
-                ok = False
-            if not ok:
-                raise EvoError(f"a row date wants a day as YYYY-MM-DD, not {self.dated_before!r}")
+        if self.dated_before is not None and _iso_day(self.dated_before) != self.dated_before:
+            raise EvoError(f"a row date wants a day as YYYY-MM-DD, not {self.dated_before!r}")
         if self.below is not None and not self.below > 0:
             raise EvoError(f"a speedup to search rows below must be positive, not {self.below}")
 
@@ -68,6 +62,14 @@ class RowFilter:
     def takes(self, day: str, speedup: float) -> bool:
         return ((self.dated_before is not None and (day or "") < self.dated_before)
                 or (self.below is not None and (speedup or 0.0) < self.below))
+
+
+def _iso_day(text: str) -> str:
+    """`text` as a calendar day written YYYY-MM-DD (a row's date compares as a string), or "" where it is none."""
+    try:
+        return date.fromisoformat(text).isoformat()
+    except ValueError:
+        return ""
 
 
 def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem]:

@@ -483,12 +483,10 @@ def _versus_table(r: ShapeResult) -> str:
 
 def _table_rows_line(done: list[ShapeResult]) -> str:
     """The sweep's shapes that had a table row before their search: how many took a faster kernel, by how much."""
-    from .search import versus_table
-
     had = [r for r in done if r.table_hash]
     if not had:
         return ""
-    kept = sum(versus_table(r.best_hash, r.best_us, r.table_hash, r.table_us) == "stays" for r in had)
+    kept = sum(r.best_hash == r.table_hash for r in had)
     faster = [r for r in had if r.best_hash != r.table_hash and r.best_us and r.table_us > r.best_us]
     text = f"Of the {len(had)} shapes the table had a row for, {len(faster)} took a kernel faster than the row's in the same runoff"
     if faster:

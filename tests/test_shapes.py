@@ -96,7 +96,7 @@ def test_a_tables_rows_picked_by_date_or_speedup(tmp_path):
     assert keys(RowFilter(below=1.15)) == ["128x64x64", "256x64x64", "1024x64x64"]
     assert keys(RowFilter("2026-11-29", 1.0)) == ["64x64x64", "128x64x64", "512x64x64", "1024x64x64"]
     assert RowFilter("2026-11-29", 1.0).describe() == "dated before 2026-11-29 or below 1x the best library"
-    for bad in ("29-11-2026", "2026-13-01", "2026-11-31", "yesterday"):
+    for bad in ("29-11-2026", "2026-13-01", "2026-11-31", "yesterday", "20261129"):
         with pytest.raises(EvoError, match="YYYY-MM-DD"):
             RowFilter(dated_before=bad)
     for bad in (0.0, -1.0, float("nan")):
