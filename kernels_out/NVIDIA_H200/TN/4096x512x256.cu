@@ -355,13 +355,10 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
 __device__ __forceinline__ void st_release_gpu(int* p, int v) {
   asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-// STREAMK: a later k range's arrival releases its partial, adding its k blocks
+// An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
+// later k ranges their k blocks
 __device__ __forceinline__ void add_release_gpu(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-// SPLIT_OWNER: a non-reducing split's arrival releases its partial (no return value, no acquire)
-__device__ __forceinline__ void arrive_release_gpu(int* p) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(p) : "memory");
 }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -472,10 +469,10 @@ struct Stream {
   int tiles, dp, nk;
   unsigned iters;  // `requires`: iters * grid < 2^32, so the ranges' bounds take 32-bit divisions (64-bit ones are calls)
 };
-__device__ __forceinline__ Stream stream_of(int Mk, int Nk, int K) {
+__device__ __forceinline__ Stream stream_of(int units, int K) {  // (STREAMK: a unit is a tile, no split, no pairs)
   Stream st{};
   if (STREAMK) {
-    st.tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
+    st.tiles = units;
     const int g = static_cast<int>(gridDim.x), r = st.tiles % g;
     st.dp = r == 0 ? st.tiles : max(st.tiles - r - g, 0);
     st.nk = cdiv(K, BK);
@@ -886,7 +883,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
   const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
-  const Stream sk = stream_of(Mk, Nk, K);
+  const Stream sk = stream_of(units, K);
   const int u_end = unit_end(units, sk);
 
   // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
@@ -1292,7 +1289,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
             } else {
-              arrive_release_gpu(arrivals);
+              add_release_gpu(arrivals, 1);
             }
             s_last = owner;
           } else {
