@@ -13,6 +13,11 @@ the roofline bound of a shape is max(2MNK/P, 2(MK+NK+MN)/BW). Three timing modes
   server  a random idle gap (0-2 ms) on the host before every call, then its device time.
 Every mode interleaves the contenders in a fresh random order per repetition and reports medians. Each table
 also shows what merely reading A and B once costs in the same window (a floor no GEMM on these inputs beats).
+Placements (--placements P, cold and server modes; default 1, one input set as before): a GEMM's time can depend on
+where its buffers lie (cuBLAS on 512x2048x4096: 17.7 to 20.0 us over six buffer sets of one process, each set's time
+repeatable; docs/perf-flush.md), so one set of buffers is one draw. With P > 1 every contender runs on P input sets,
+each allocated after a gap of its own size, in turn (call i on set i mod P; evo checked on every set), and its median
+is over all of them; b2b runs on the first set.
 Writes <out-dir>/bench-<GPU>.md and bench-<GPU>.png; prints the markdown.
 """
 from __future__ import annotations
@@ -153,6 +158,26 @@ def render_markdown(header: str, results: dict[str, list[dict]], noise_floor: fl
     return "\n".join(md) + "\n"
 
 
+def rotating(calls: list):
+    """One contender over several placements: call i runs calls[i % len(calls)]."""
+    if not calls:
+        raise ValueError("rotating() needs at least one call")
+    state = {"i": 0}
+
+    def run() -> None:
+        i = state["i"]
+        state["i"] = i + 1
+        calls[i % len(calls)]()
+
+    return run
+
+
+def pad_bytes(i: int) -> int:
+    """The gap allocated before input set i (a different size per set), so the sets' buffers do not fall into the
+    same pattern of addresses the allocator would give back-to-back sets of equal sizes."""
+    return (2 * i + 1) * (1 << 19)
+
+
 def precompile(compiler, sources: list, arch: str) -> dict:
     """Compile every contender's source on all cores before the first timing; {source hash: CompileResult}. A table
     of SM90 kernels compiles in minutes one after another, in seconds side by side."""
@@ -175,7 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="cold,b2b,server")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out-dir", default="docs")
+    ap.add_argument("--placements", type=int, default=1,
+                    help="input sets at different offsets each contender runs on in turn (cold, server); 1: one set")
     args = ap.parse_args(argv)
+    if args.placements < 1:
+        raise EvoError(f"--placements must be at least 1, not {args.placements}")
     modes = [m for m in args.modes.split(",") if m]
     if not set(modes) <= {"cold", "b2b", "server"}:
         raise EvoError(f"unknown mode in {args.modes!r}; choose from cold, b2b, server")
@@ -208,9 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     header = (f"# Side-by-side HGEMM benchmark on {info.name}\n\n"
               f"Driver {info.driver}, CUDA runtime {info.cuda_runtime}, cupy {info.extra.get('cupy')}; "
               f"{info.sm_count} SMs. Ceilings measured in this run: P = {peak:.0f} TFLOP/s (8192³ cuBLAS fp16), "
-              f"BW = {bw:.0f} GB/s (1 GiB copy). Medians of {args.reps} repetitions per mode, contenders interleaved.\n"
+              f"BW = {bw:.0f} GB/s (1 GiB copy). Medians of {args.reps} repetitions per mode, contenders interleaved"
+              + (f", each over {args.placements} placements of its buffers in turn (b2b: the first).\n"
+                 if args.placements > 1 else ".\n") +
               f"Command: `python -m bench.compare --shapes {args.shapes}{' --table ' + args.table if args.table else ''} "
-              f"--modes {args.modes} --reps {args.reps}`\n")
+              f"--modes {args.modes} --reps {args.reps}{f' --placements {args.placements}' if args.placements > 1 else ''}`\n")
     print(header, flush=True)
     results: dict[str, list[dict]] = {m: [] for m in modes}
     # the vetted winner of each shape (or the table's kernel), all compiled side by side before the first timing
@@ -219,34 +250,44 @@ def main(argv: list[str] | None = None) -> int:
     compiled = precompile(compiler, list(sources.values()), info.arch)
     for p in problems:
         best = picks[p.key]
-        rs = cupy.random.RandomState(rng.randrange(1 << 30))
-        a, b = random_inputs(p, rs)
-        c = cupy.empty((p.m, p.n), dtype=cupy.float16)
-        contenders = {"cublas": lambda: session.cublas(a, b, c)}
-        plan = LtPlan(a, b, cfg.baselines)
-        contenders["cublaslt_heuristic"] = plan.call(plan.heuristic)
-        plan.select(session.timer, args.reps)  # the fastest planned algorithm, chosen in a window of its own
-        contenders["cublaslt_autotune"] = plan.call(plan.tuned)
+        # input sets at different offsets (a gap allocated before each): set 0 is the one b2b runs on
+        sets, pads = [], []
+        for i in range(args.placements):
+            if args.placements > 1:  # (one set: allocated as it always was)
+                pads.append(cupy.empty(pad_bytes(i), dtype=cupy.uint8))
+            a, b = random_inputs(p, cupy.random.RandomState(rng.randrange(1 << 30)))
+            sets.append((a, b, cupy.empty((p.m, p.n), dtype=cupy.float16)))
+        plans = [LtPlan(a, b, cfg.baselines) for a, b, _ in sets]
+        plans[0].select(session.timer, args.reps)  # the fastest planned algorithm, chosen in a window of its own
+        tuned = [plans[0].tuned] + [pl.find(plans[0].tuned) for pl in plans[1:]]  # the same algorithm on every set
+        calls = {"cublas": [lambda a=a, b=b, c=c: session.cublas(a, b, c) for a, b, c in sets],
+                 "cublaslt_heuristic": [pl.call(pl.heuristic) for pl in plans],
+                 "cublaslt_autotune": [pl.call(alg) for pl, alg in zip(plans, tuned) if alg is not None]}
         family = "-"
         if best is not None:
             ks = sources[p.key]
             r = compiled[ks.hash]
             if r.ok:
                 k = load_kernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
-                c_evo = cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16)
-                k(a, b, c_evo)
-                chk = compare(c_evo, reference(a, b), cfg.check, "bench check")
-                if chk.correct:
-                    contenders["evo"] = lambda k=k, c_evo=c_evo: k(a, b, c_evo)
+                outs = [cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16) for _ in sets]
+                why = ""
+                for (a, b, _), c_evo in zip(sets, outs):  # checked on every set it is timed on
+                    k(a, b, c_evo)
+                    chk = compare(c_evo, reference(a, b), cfg.check, "bench check")
+                    why = why or ("" if chk.correct else chk.error or "wrong output")
+                if not why:
+                    calls["evo"] = [lambda k=k, a=a, b=b, c_evo=c_evo: k(a, b, c_evo) for (a, b, _), c_evo in zip(sets, outs)]
                     family = best["family"]
                 else:
-                    print(f"{p.key}: stored kernel failed its check here: {chk.error}", file=sys.stderr)
+                    print(f"{p.key}: stored kernel failed its check here: {why}", file=sys.stderr)
         roof = p.roofline_us(peak, bw)
         # what merely reading A and B once costs in the same window: no GEMM on these inputs can beat it
-        contenders["read_ab"] = lambda: session.timer.read(a, b)
+        calls["read_ab"] = [lambda a=a, b=b: session.timer.read(a, b) for a, b, _ in sets]
         for mode in modes:
             host_bound: set[str] = set()
             spread: dict[str, float] = {}
+            # b2b on the first set (its warm L2 is the point); cold and server over every placement in turn
+            contenders = {n: (fs[0] if mode == "b2b" else rotating(fs)) for n, fs in calls.items()}
             if mode == "cold":
                 timed = session.timer.measure(contenders, args.reps, 3)
                 t = {n: x.median_us for n, x in timed.items()}
@@ -262,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             best_lib = min(t[x] for x in LIBS)
             print(f"{mode:>6} {p.key:>16} evo {evo:9.2f} us  best lib {best_lib:9.2f} us  "
                   f"{(best_lib / evo if evo else 0):.3f}x  roofline {roof:.2f} us", flush=True)
-        plan.close()
+        for pl in plans:
+            pl.close()
     text = render_markdown(header, results, cfg.dispatch.noise_floor)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

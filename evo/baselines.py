@@ -16,7 +16,7 @@ import numpy as np
 
 from .config import BaselineConfig
 from .errors import EvoError
-from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F
+from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F, algorithm_config, same_config
 from .problem import Problem
 
 Call = Callable[[cupy.ndarray, cupy.ndarray, cupy.ndarray], None]
@@ -65,6 +65,11 @@ class LtPlan:
         pick = pick_fastest({n: x.samples for n, x in t.items()})
         self.tuned = algs[pick.name]
         return self.tuned, pick
+
+    def find(self, algorithm):
+        """This plan's algorithm with the configuration of `algorithm` (planned for another input set), or None."""
+        want = algorithm_config(algorithm)
+        return next((alg for alg in self.mm.algorithms if same_config(algorithm_config(alg), want)), None)
 
     def call(self, algorithm) -> Callable[[], None]:
         mm = self.mm

@@ -122,3 +122,30 @@ def test_cold_rows_carry_the_verdict_beyond_the_noise_band():
     assert "| win (2.0 %) |" in md and "| tie (10.0 %) |" in md and "| loss (2.0 %) |" in md
     assert "1 wins, 2 ties, 1 losses" in md
     assert md.count("wins,") == 1  # the b2b table measured no spreads: no verdict line
+
+
+def test_rotating_runs_each_placement_in_turn():
+    from bench.compare import rotating
+
+    ran = []
+    run = rotating([lambda: ran.append(0), lambda: ran.append(1), lambda: ran.append(2)])
+    for _ in range(7):
+        run()
+    assert ran == [0, 1, 2, 0, 1, 2, 0]
+    with pytest.raises(ValueError):
+        rotating([])
+
+
+def test_placement_gaps_differ_from_set_to_set():
+    from bench.compare import pad_bytes
+
+    gaps = [pad_bytes(i) for i in range(8)]
+    assert len(set(gaps)) == 8 and all(g > 0 for g in gaps)
+
+
+def test_placements_below_one_is_a_one_line_error(capsys):
+    from bench.compare import main
+
+    assert main(["--shapes", str(ROOT / "shapes" / "small.yaml"), "--placements", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--placements must be at least 1" in err
