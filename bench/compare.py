@@ -14,7 +14,7 @@ the roofline bound of a shape is max(2MNK/P, 2(MK+NK+MN)/BW). Three timing modes
 Every mode interleaves the contenders in a fresh random order per repetition and reports medians. Each table
 also shows what merely reading A and B once costs in the same window (a floor no GEMM on these inputs beats).
 Placements (--placements P, cold and server modes; default 1, one input set as before): a GEMM's time can depend on
-where its buffers lie (cuBLAS on 512x2048x4096: 17.7 to 20.0 us over six buffer sets of one process, each set's time
+where its buffers lie (cuBLAS on 512x2048x4096: 17.6 to 20.1 us over six buffer sets of one process, each set's time
 repeatable; docs/perf-flush.md), so one set of buffers is one draw. With P > 1 every contender runs on P input sets,
 each allocated after a gap of its own size, in turn (call i on set i mod P; evo checked on every set), and its median
 is over all of them; b2b runs on the first set.
