@@ -14,12 +14,8 @@ from __future__ import annotations
 
 import argparse
 
+from bench.compare import MAX_PLACEMENTS, pad_bytes
 from evo.errors import EvoError, cli_entry
-
-
-def gap_bytes(i: int) -> int:
-    """The gap allocated before set i: 1 to 11 MiB, a different size for each of the first 11 sets."""
-    return ((i * 37) % 11 + 1) << 20
 
 
 @cli_entry
@@ -31,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--windows", type=int, default=2)
     ap.add_argument("--reps", type=int, default=30)
     args = ap.parse_args(argv)
-    if not 2 <= args.sets <= 11:
-        raise EvoError(f"--sets must be 2 to 11, not {args.sets}")
+    if not 2 <= args.sets <= MAX_PLACEMENTS:
+        raise EvoError(f"--sets must be 2 to {MAX_PLACEMENTS}, not {args.sets}")
     from evo.problem import parse_shape
 
     problems = [parse_shape(s) for s in args.shape]  # a malformed shape: one line before the GPU
@@ -59,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in problems:
         sets = []
         for i in range(args.sets):
-            gap = cupy.empty(gap_bytes(i), dtype=cupy.uint8)
+            gap = cupy.empty(pad_bytes(i), dtype=cupy.uint8)
             a, b = random_inputs(p, cupy.random.RandomState(i))
             sets.append((a, b, cupy.empty((p.m, p.n), dtype=cupy.float16), gap))
         contenders = {f"cublas{i}": (lambda a=a, b=b, c=c: s.cublas(a, b, c)) for i, (a, b, c, _) in enumerate(sets)}

@@ -137,15 +137,17 @@ def test_rotating_runs_each_placement_in_turn():
 
 
 def test_placement_gaps_differ_from_set_to_set():
-    from bench.compare import pad_bytes
+    from bench.compare import MAX_PLACEMENTS, pad_bytes
 
-    gaps = [pad_bytes(i) for i in range(8)]
-    assert len(set(gaps)) == 8 and all(g > 0 for g in gaps)
+    gaps = [pad_bytes(i) for i in range(MAX_PLACEMENTS)]
+    assert len(set(gaps)) == MAX_PLACEMENTS
+    assert min(gaps) >= 1 << 20 and max(gaps) <= 11 << 20
 
 
-def test_placements_below_one_is_a_one_line_error(capsys):
+@pytest.mark.parametrize("p", ["0", "12"])
+def test_placements_out_of_range_is_a_one_line_error(capsys, p):
     from bench.compare import main
 
-    assert main(["--shapes", str(ROOT / "shapes" / "small.yaml"), "--placements", "0"]) == 2
+    assert main(["--shapes", str(ROOT / "shapes" / "small.yaml"), "--placements", p]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "--placements must be at least 1" in err
+    assert err.count("\n") == 0 and "--placements must be 1 to 11" in err
