@@ -151,3 +151,110 @@ def test_placements_out_of_range_is_a_one_line_error(capsys, p):
     assert main(["--shapes", str(ROOT / "shapes" / "small.yaml"), "--placements", p]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--placements must be 1 to 11" in err
+
+
+def _fake_gpu(monkeypatch, log):
+    """bench.compare's GPU side as fakes that record which buffers every call ran on: cupy arrays are named tokens."""
+    import sys
+    import types
+
+    import bench.compare as bc
+
+    counter = {"n": 0}
+
+    def token(kind):
+        counter["n"] += 1
+        return f"{kind}{counter['n']}"
+
+    cupy = types.SimpleNamespace(
+        float16="f16", uint8="u8", nan=float("nan"),
+        random=types.SimpleNamespace(RandomState=lambda seed: seed),
+        empty=lambda shape, dtype=None: token("buf" if dtype == "u8" else "c"),
+        full=lambda shape, value, dtype=None: token("out"))
+
+    def random_inputs(p, rs):
+        return token("a"), token("b")
+
+    class Plan:
+        def __init__(self, a, b, cfg):
+            self.a, self.heuristic, self.tuned = a, ("heur", a), None
+
+        def select(self, timer, reps):
+            self.tuned = ("tuned", self.a)
+
+        def find(self, alg):
+            return ("tuned", self.a)
+
+        def call(self, alg):
+            return lambda: log.append((alg[0], alg[1]))
+
+        def close(self):
+            pass
+
+    class Timing:
+        def __init__(self, us):
+            self.median_us, self.spread = us, 0.01
+
+    class Timer:
+        def measure(self, contenders, reps, warmup):
+            for _ in range(warmup + reps):
+                for f in contenders.values():
+                    f()
+            return {n: Timing(10.0 if n != "evo" else 8.0) for n in contenders}
+
+        def read(self, a, b):
+            log.append(("read", a))
+
+    class Session:
+        def __init__(self, cfg):
+            self.timer = Timer()
+
+        def cublas(self, a, b, c):
+            log.append(("cublas", a))
+
+        def handle_ceilings(self):
+            return {"peak_tflops": 700.0, "bw_gbs": 4000.0}
+
+    info = types.SimpleNamespace(name="Fake GPU", key="Fake_GPU", driver="0", cuda_runtime="0", extra={}, sm_count=132,
+                                 smem_per_block_optin=232448, arch="sm_90a")
+
+    def load_kernel(ks, cubin, p, sms, smem):
+        return lambda a, b, c: log.append(("evo", a))
+
+    checks = types.SimpleNamespace(random_inputs=random_inputs, reference=lambda a, b: None,
+                                   compare=lambda c, ref, cfg, what: types.SimpleNamespace(correct=True, error=""))
+    for name, mod in {"cupy": cupy, "evo.gpu.device": types.SimpleNamespace(gpu_info=lambda *a, **k: info),
+                      "evo.baselines": types.SimpleNamespace(LtPlan=Plan), "evo.check": checks,
+                      "evo.gpu.host_launch": types.SimpleNamespace(load_kernel=load_kernel),
+                      "evo.gpu.session": types.SimpleNamespace(Session=Session)}.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(bc, "precompile", lambda compiler, sources, arch: {
+        ks.hash: types.SimpleNamespace(ok=True, cubin_path="k.cubin") for ks in sources})
+    monkeypatch.setattr(bc, "_plot", lambda *a: None)
+    return bc
+
+
+@pytest.mark.parametrize("placements", [1, 3])
+def test_every_contender_runs_on_each_placement_in_turn(monkeypatch, tmp_path, placements):
+    """The main loop with the GPU faked: every contender (cuBLAS, both cuBLASLt picks, evo, the read of A and B) runs
+    on the P input sets in turn, each set as often as the others, evo on the same sets the libraries use."""
+    log: list = []
+    bc = _fake_gpu(monkeypatch, log)
+    shapes = tmp_path / "one.yaml"
+    shapes.write_text("name: one\nlayout: TN\nshapes:\n  - 4096x4096x1024\n")
+    argv = ["--shapes", str(shapes), "--table", str(ROOT / "kernels_out" / "NVIDIA_H200"), "--modes", "cold",
+            "--reps", "6", "--out-dir", str(tmp_path)]
+    assert bc.main(argv + ["--placements", str(placements)]) == 0
+    seen = {}
+    for who, a in log:
+        seen.setdefault(who, []).append(a)
+    assert set(seen) == {"cublas", "heur", "tuned", "evo", "read"}
+    sets = set(seen["cublas"])
+    assert len(sets) == placements
+    for who, calls in seen.items():
+        assert set(calls) == sets, who  # the same input sets for every contender
+        window = calls[-9:]  # the timed window's 3 warm-up and 6 timed calls: the sets in turn
+        assert len(set(window[:placements])) == placements, who
+        assert all(window[i] == window[i + placements] for i in range(len(window) - placements)), who
+    md = (tmp_path / "bench-Fake_GPU.md").read_text()
+    assert "| 4096x4096x1024 |" in md and ("placements" in md) == (placements > 1)
