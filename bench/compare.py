@@ -181,6 +181,22 @@ def pad_bytes(i: int) -> int:
     return ((i * 37) % MAX_PLACEMENTS + 1) << 20
 
 
+def input_sets(p, seeds: list[int]) -> tuple[list, list]:
+    """One input set (A, B, C) per seed; with several, each allocated after a gap of its own size (pad_bytes), so
+    their buffers lie at different addresses. Returns the sets and the gaps (kept alive while the sets are used)."""
+    import cupy
+
+    from evo.check import random_inputs
+
+    sets, gaps = [], []
+    for i, seed in enumerate(seeds):
+        if len(seeds) > 1:  # (one set: allocated as it always was)
+            gaps.append(cupy.empty(pad_bytes(i), dtype=cupy.uint8))
+        a, b = random_inputs(p, cupy.random.RandomState(seed))
+        sets.append((a, b, cupy.empty((p.m, p.n), dtype=cupy.float16)))
+    return sets, gaps
+
+
 def precompile(compiler, sources: list, arch: str) -> dict:
     """Compile every contender's source on all cores before the first timing; {source hash: CompileResult}. A table
     of SM90 kernels compiles in minutes one after another, in seconds side by side."""
@@ -227,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
 
     from evo.baselines import LtPlan
-    from evo.check import compare, random_inputs, reference
+    from evo.check import compare, reference
     from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
 
@@ -253,13 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     compiled = precompile(compiler, list(sources.values()), info.arch)
     for p in problems:
         best = picks[p.key]
-        # input sets at different offsets (a gap allocated before each): set 0 is the one b2b runs on
-        sets, pads = [], []
-        for i in range(args.placements):
-            if args.placements > 1:  # (one set: allocated as it always was)
-                pads.append(cupy.empty(pad_bytes(i), dtype=cupy.uint8))
-            a, b = random_inputs(p, cupy.random.RandomState(rng.randrange(1 << 30)))
-            sets.append((a, b, cupy.empty((p.m, p.n), dtype=cupy.float16)))
+        # input sets at different addresses: set 0 is the one b2b runs on
+        sets, gaps = input_sets(p, [rng.randrange(1 << 30) for _ in range(args.placements)])
         plans = [LtPlan(a, b, cfg.baselines) for a, b, _ in sets]
         plans[0].select(session.timer, args.reps)  # the fastest planned algorithm, chosen in a window of its own
         tuned = [plans[0].tuned] + [pl.find(plans[0].tuned) for pl in plans[1:]]  # the same algorithm on every set

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.compare import MAX_PLACEMENTS, pad_bytes
+from bench.compare import MAX_PLACEMENTS
 from evo.errors import EvoError, cli_entry
 
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     require_gpu()
     import cupy
 
-    from bench.compare import precompile, table_kernels
+    from bench.compare import input_sets, precompile, table_kernels
     from evo.check import random_inputs
     from evo.compile import Compiler
     from evo.config import load_config
@@ -53,23 +53,19 @@ def main(argv: list[str] | None = None) -> int:
     sources = {p.key: KernelSource.parse(published[p.key]["source"]) for p in problems if p.key in published}
     compiled = precompile(Compiler.from_config(cfg.compile), list(sources.values()), s.info.arch)
     for p in problems:
-        sets = []
-        for i in range(args.sets):
-            gap = cupy.empty(pad_bytes(i), dtype=cupy.uint8)
-            a, b = random_inputs(p, cupy.random.RandomState(i))
-            sets.append((a, b, cupy.empty((p.m, p.n), dtype=cupy.float16), gap))
-        contenders = {f"cublas{i}": (lambda a=a, b=b, c=c: s.cublas(a, b, c)) for i, (a, b, c, _) in enumerate(sets)}
+        sets, gaps = input_sets(p, list(range(args.sets)))
+        contenders = {f"cublas{i}": (lambda a=a, b=b, c=c: s.cublas(a, b, c)) for i, (a, b, c) in enumerate(sets)}
         ks = sources.get(p.key)
         if ks is not None and compiled[ks.hash].ok:
             k = load_kernel(ks, compiled[ks.hash].cubin_path, p, s.info.sm_count, s.info.smem_per_block_optin)
-            contenders.update({f"evo{i}": (lambda a=a, b=b, c=c: k(a, b, c)) for i, (a, b, c, _) in enumerate(sets)})
+            contenders.update({f"evo{i}": (lambda a=a, b=b, c=c: k(a, b, c)) for i, (a, b, c) in enumerate(sets)})
         names = sorted({n.rstrip("0123456789") for n in contenders})
         for w in range(args.windows):
             t = s.timer.measure(contenders, args.reps, 3)
             for name in names:
                 print(f"{p.key} window {w} {name:>6} us per set: "
                       + " ".join(f"{t[f'{name}{i}'].median_us:.2f}" for i in range(args.sets)), flush=True)
-        for i, (a, _, _, _) in enumerate(sets):  # same addresses, new values in A
+        for i, (a, _, _) in enumerate(sets):  # same addresses, new values in A
             a[...] = random_inputs(p, cupy.random.RandomState(100 + i))[0]
         cub = {n: f for n, f in contenders.items() if n.startswith("cublas")}
         t = s.timer.measure(cub, args.reps, 3)

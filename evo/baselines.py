@@ -16,7 +16,7 @@ import numpy as np
 
 from .config import BaselineConfig
 from .errors import EvoError
-from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F, algorithm_config, same_config
+from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F, algorithm_config, find_algorithm
 from .problem import Problem
 
 Call = Callable[[cupy.ndarray, cupy.ndarray, cupy.ndarray], None]
@@ -68,8 +68,7 @@ class LtPlan:
 
     def find(self, algorithm):
         """This plan's algorithm with the configuration of `algorithm` (planned for another input set), or None."""
-        want = algorithm_config(algorithm)
-        return next((alg for alg in self.mm.algorithms if same_config(algorithm_config(alg), want)), None)
+        return find_algorithm(self.mm.algorithms, algorithm_config(algorithm))
 
     def call(self, algorithm) -> Callable[[], None]:
         mm = self.mm

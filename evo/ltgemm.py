@@ -59,6 +59,11 @@ def same_config(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return "algorithm_id" in common and all(a[f] == b[f] for f in common)
 
 
+def find_algorithm(algorithms: Any, config: dict[str, Any]) -> Any | None:
+    """The first of `algorithms` with this configuration, or None."""
+    return next((alg for alg in algorithms if same_config(algorithm_config(alg), config)), None)
+
+
 class LtGemm:
     """One shape's cuBLASLt plan; ``bind(alg)`` gives a call ``fn(a, b, c)``."""
 
@@ -82,10 +87,7 @@ class LtGemm:
 
     def find(self, config: dict[str, Any]) -> Any | None:
         """The planned algorithm with this configuration, or None."""
-        for alg in self.mm.algorithms:
-            if same_config(algorithm_config(alg), config):
-                return alg
-        return None
+        return find_algorithm(self.mm.algorithms, config)
 
     def autotune(self, iterations: int = 5) -> Any:
         """nvmath's autotune over the planned algorithms (as the baselines run it); the winner."""
