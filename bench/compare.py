@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from evo.errors import EvoError, cli_entry
+from evo.placements import rotating
 from evo.records import LIBRARIES as LIBS
 from evo.stats import geomean
 
@@ -158,20 +159,6 @@ def render_markdown(header: str, results: dict[str, list[dict]], noise_floor: fl
     return "\n".join(md) + "\n"
 
 
-def rotating(calls: list):
-    """One contender over several placements: call i runs calls[i % len(calls)]."""
-    if not calls:
-        raise ValueError("rotating() needs at least one call")
-    state = {"i": 0}
-
-    def run() -> None:
-        i = state["i"]
-        state["i"] = i + 1
-        calls[i % len(calls)]()
-
-    return run
-
-
 MAX_PLACEMENTS = 11  # pad_bytes gives this many sets gaps of distinct sizes
 
 
@@ -242,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     info = gpu_info()
     import cupy
 
-    from evo.baselines import LtPlan
+    from evo.baselines import LtPlan, select_across
     from evo.check import compare, reference
     from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
@@ -272,11 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         # input sets at different addresses: set 0 is the one b2b runs on
         sets, gaps = input_sets(p, [rng.randrange(1 << 30) for _ in range(args.placements)])
         plans = [LtPlan(a, b, cfg.baselines) for a, b, _ in sets]
-        plans[0].select(session.timer, args.reps)  # the fastest planned algorithm, chosen in a window of its own
-        tuned = [plans[0].tuned] + [pl.find(plans[0].tuned) for pl in plans[1:]]  # the same algorithm on every set
+        # the fastest planned algorithm, chosen in a window of its own over every set in turn (not tuned to one set)
+        select_across(plans, session.timer, args.reps)
         calls = {"cublas": [lambda a=a, b=b, c=c: session.cublas(a, b, c) for a, b, c in sets],
                  "cublaslt_heuristic": [pl.call(pl.heuristic) for pl in plans],
-                 "cublaslt_autotune": [pl.call(alg) for pl, alg in zip(plans, tuned) if alg is not None]}
+                 "cublaslt_autotune": [pl.call(pl.tuned) for pl in plans]}
         family = "-"
         if best is not None:
             ks = sources[p.key]

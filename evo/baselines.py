@@ -17,7 +17,6 @@ import numpy as np
 from .config import BaselineConfig
 from .errors import EvoError
 from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F, algorithm_config, find_algorithm
-from .problem import Problem
 
 Call = Callable[[cupy.ndarray, cupy.ndarray, cupy.ndarray], None]
 
@@ -39,6 +38,41 @@ def cublas_gemm() -> Call:
     return call
 
 
+def select_across(plans: list["LtPlan"], timer, reps: int, warmup: int = 3):
+    """The fastest planned algorithm over the plans' input sets: every algorithm of the first plan that each plan has
+    (by configuration, LtPlan.find) is one contender that runs on the sets in turn (evo.placements.rotating), all
+    interleaved, L2 flushed, chosen on the even repetitions (evo.autotune_pick). Sets each plan's `tuned` to its own
+    copy of the pick; returns (the first plan's, AutotunePick). Time it again to report it: that time then carries no
+    winner's curse, and with several sets no fit to one set's placement either."""
+    from .autotune_pick import pick_fastest
+    from .placements import rotating
+
+    copies = {}
+    for i, alg in enumerate(plans[0].mm.algorithms):
+        found = [alg] + [pl.find(alg) for pl in plans[1:]]
+        if all(f is not None for f in found):
+            copies[f"algorithm_{i}"] = found
+    if not copies:
+        raise EvoError("no planned cuBLASLt algorithm was planned for every input set")
+    p, n = len(plans), max(2, reps)
+    if p > 1:
+        n = 2 * p * -(-n // (2 * p))  # two halves of whole rotations: each covers every set equally often
+    t = timer.measure({n: rotating([pl.call(a) for pl, a in zip(plans, fs)]) for n, fs in copies.items()}, n, warmup)
+
+    def halves(s: list[float]) -> list[float]:
+        """With several sets, the first half chooses and the second reports (pick_fastest reads even / odd
+        repetitions, which on an even number of sets would each see half of the sets)."""
+        if p == 1:
+            return s
+        h = len(s) // 2
+        return [x for pair in zip(s[:h], s[h:]) for x in pair]
+
+    pick = pick_fastest({name: halves(x.samples) for name, x in t.items()})
+    for pl, alg in zip(plans, copies[pick.name]):
+        pl.tuned = alg
+    return plans[0].tuned, pick
+
+
 class LtPlan:
     """A cuBLASLt plan for one problem and one input set, via nvmath-python."""
 
@@ -55,16 +89,8 @@ class LtPlan:
         self.n_algorithms = len(self.mm.algorithms)
 
     def select(self, timer, reps: int, warmup: int = 3):
-        """The fastest planned algorithm by a measurement of its own: every planned algorithm interleaved, L2
-        flushed, chosen on the even repetitions (evo.autotune_pick); (algorithm, AutotunePick). Time the
-        algorithm again to report it: that time then carries no winner's curse."""
-        from .autotune_pick import pick_fastest
-
-        algs = {f"algorithm_{i}": alg for i, alg in enumerate(self.mm.algorithms)}
-        t = timer.measure({n: self.call(alg) for n, alg in algs.items()}, max(2, reps), warmup)
-        pick = pick_fastest({n: x.samples for n, x in t.items()})
-        self.tuned = algs[pick.name]
-        return self.tuned, pick
+        """The fastest planned algorithm by a measurement of its own (select_across with this one plan)."""
+        return select_across([self], timer, reps, warmup)
 
     def find(self, algorithm):
         """This plan's algorithm with the configuration of `algorithm` (planned for another input set), or None."""

@@ -125,7 +125,7 @@ def test_cold_rows_carry_the_verdict_beyond_the_noise_band():
 
 
 def test_rotating_runs_each_placement_in_turn():
-    from bench.compare import rotating
+    from evo.placements import rotating
 
     ran = []
     run = rotating([lambda: ran.append(0), lambda: ran.append(1), lambda: ran.append(2)])
@@ -179,17 +179,15 @@ def _fake_gpu(monkeypatch, log):
         def __init__(self, a, b, cfg):
             self.a, self.heuristic, self.tuned = a, ("heur", a), None
 
-        def select(self, timer, reps):
-            self.tuned = ("tuned", self.a)
-
-        def find(self, alg):
-            return ("tuned", self.a)
-
         def call(self, alg):
             return lambda: log.append((alg[0], alg[1]))
 
         def close(self):
             pass
+
+    def select_across(plans, timer, reps):
+        for pl in plans:
+            pl.tuned = ("tuned", pl.a)
 
     class Timing:
         def __init__(self, us):
@@ -224,7 +222,7 @@ def _fake_gpu(monkeypatch, log):
     checks = types.SimpleNamespace(random_inputs=random_inputs, reference=lambda a, b: None,
                                    compare=lambda c, ref, cfg, what: types.SimpleNamespace(correct=True, error=""))
     for name, mod in {"cupy": cupy, "evo.gpu.device": types.SimpleNamespace(gpu_info=lambda *a, **k: info),
-                      "evo.baselines": types.SimpleNamespace(LtPlan=Plan), "evo.check": checks,
+                      "evo.baselines": types.SimpleNamespace(LtPlan=Plan, select_across=select_across), "evo.check": checks,
                       "evo.gpu.host_launch": types.SimpleNamespace(load_kernel=load_kernel),
                       "evo.gpu.session": types.SimpleNamespace(Session=Session)}.items():
         monkeypatch.setitem(sys.modules, name, mod)

@@ -177,3 +177,83 @@ def test_lt_plan_finds_the_same_algorithm_planned_for_another_input_set(monkeypa
     picked = FakeAlg(21)  # from the first set's plan
     assert plan.find(picked) is plan.mm.algorithms[2]
     assert plan.find(FakeAlg(5)) is None
+
+
+def _baselines_without_cupy(monkeypatch):
+    import importlib
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=object))  # (annotations only)
+    monkeypatch.delitem(sys.modules, "evo.baselines", raising=False)
+    baselines = importlib.import_module("evo.baselines")
+    monkeypatch.delitem(sys.modules, "evo.baselines", raising=False)  # the next import sees the real cupy again
+    return baselines
+
+
+def _plans(baselines, per_set: list[list[int]], ran: list):
+    """One fake plan per input set; set s plans algorithms per_set[s] (ids), and executing one logs (set, id)."""
+    plans = []
+    for s, ids in enumerate(per_set):
+        plan = baselines.LtPlan.__new__(baselines.LtPlan)
+        plan.mm = types.SimpleNamespace(algorithms=[FakeAlg(i) for i in ids],
+                                        execute=lambda algorithm, s=s: ran.append((s, algorithm.algorithm_id)))
+        plan.tuned = None
+        plans.append(plan)
+    return plans
+
+
+class SetTimer:
+    """Runs every contender warm-up + reps times, one after another, and times each call by what it ran:
+    us[(set, algorithm id)]."""
+
+    def __init__(self, us: dict, ran: list):
+        self.us, self.ran = us, ran
+
+    def measure(self, contenders, reps, warmup):
+        out = {}
+        for name, run in contenders.items():
+            for _ in range(warmup):
+                run()
+            samples = []
+            for _ in range(reps):
+                run()
+                samples.append(self.us[self.ran[-1]])
+            out[name] = types.SimpleNamespace(samples=samples)
+        return out
+
+
+@pytest.mark.parametrize("sets", [2, 4])
+@pytest.mark.parametrize("fast_on", [{0}, {1, 3}])
+def test_autotune_pick_is_the_fastest_over_every_input_set_not_on_one(monkeypatch, sets, fast_on):
+    """Algorithm 7 is the fastest on some sets (the first; or the odd ones, which after 3 warm-ups are the ones the
+    even repetitions run on), algorithm 9 over all of them: chosen across the sets, 9 wins, and every plan's `tuned` is
+    its own copy; an algorithm one set did not plan (5) is never timed; each half of the repetitions (choice, report)
+    sees every set equally often."""
+    baselines = _baselines_without_cupy(monkeypatch)
+    ran: list = []
+    plans = _plans(baselines, [[7, 9, 5]] + [[9, 7]] * (sets - 1), ran)
+    us = {(s, 7): (10.0 if s in fast_on else 20.0) for s in range(sets)}
+    us.update({(s, 9): 12.0 for s in range(sets)})
+    first, pick = baselines.select_across(plans, SetTimer(us, ran), reps=6, warmup=3)
+    assert pick.name == "algorithm_1" and first is plans[0].mm.algorithms[1]
+    assert [pl.tuned.algorithm_id for pl in plans] == [9] * sets
+    assert all(pl.tuned is pl.mm.algorithms[[a.algorithm_id for a in pl.mm.algorithms].index(9)] for pl in plans)
+    assert {a for _, a in ran} == {7, 9}
+    timed = [s for s, a in ran if a == 7][3:]  # algorithm 7's timed calls, after its 3 warm-ups
+    half = len(timed) // 2
+    assert len(timed) % (2 * sets) == 0
+    for part in (timed[:half], timed[half:]):
+        assert sorted(part) == sorted(list(range(sets)) * (half // sets))
+    # one set alone: the set's own fastest, as LtPlan.select always chose
+    ran.clear()
+    alone = _plans(baselines, [[7, 9, 5]], ran)
+    us1 = {(0, 7): 10.0, (0, 9): 12.0, (0, 5): 30.0}
+    alg, _ = alone[0].select(SetTimer(us1, ran), reps=6)
+    assert alg.algorithm_id == 7
+
+
+def test_autotune_pick_needs_an_algorithm_every_set_planned(monkeypatch):
+    baselines = _baselines_without_cupy(monkeypatch)
+    ran: list = []
+    plans = _plans(baselines, [[7], [9]], ran)
+    with pytest.raises(baselines.EvoError, match="every input set"):
+        baselines.select_across(plans, SetTimer({}, ran), reps=4)
