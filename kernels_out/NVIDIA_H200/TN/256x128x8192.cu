@@ -1,13 +1,13 @@
 /*---evo
 family: wgmma_skinny_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 64, CLK: 8, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, PUSH: 1, STAGES: 8,
+params: {BM: 64, BN: 48, CLK: 8, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, PUSH: 1, STAGES: 8,
   SWAP_AB: 1}
 block: ["128 * CONSUMERS + 32", 1, 1]
 grid: ["CLK * MC * NC * G * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(cdiv(M if SWAP_AB else N, BN), NC)", 1, 1]
 smem: "max(STAGES * (BM + BN) * 128, (BN if SWAP_AB else BM) * ((BM + 4) if SWAP_AB else (BN + 8)) * 4) + (PUSH if CLK > 1 else 0) * BM * BN * 4 + 1024"
 workspace: "(round_up(MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * CLK * 4, 256) + MC * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * NC * cdiv(cdiv(M if SWAP_AB else N, BN), NC) * G * BM * BN * 4) if G > 1 else 0"
-requires: "K % 8 == 0"
+requires: "K % 8 == 0 and cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(cdiv(M if SWAP_AB else N, BN), NC) < 4194304"   # tile groups < 2^22: the prologue's float division (div_small)
 tensor_maps:
   - {operand: A, box: ["(BN // MC) if SWAP_AB else (BM // NC)", 64], swizzle: 128}
   - {operand: B, box: ["(BM // NC) if SWAP_AB else (BN // MC)", 64], swizzle: 128}
@@ -55,7 +55,7 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 namespace evo_skinny {
 
 constexpr int BM = 64;            // tile rows (kernel view), CONSUMERS * 64 * MT
-constexpr int BN = 64;            // tile cols = wgmma N
+constexpr int BN = 48;            // tile cols = wgmma N
 constexpr int BK = 64;                // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 8;
 constexpr int CONSUMERS = 1;
@@ -98,6 +98,14 @@ static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte align
 static_assert(CC % 4 == 0 && P % 4 == 0, "16-byte slices");
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
+// a / b for 0 <= a < 2^22 and 0 < b (`requires` keeps the tile-group count below 2^22) through a float reciprocal,
+// corrected by the remainder's sign: the integer division's sequence delays the producer's first TMA load (the same
+// helper as wgmma_sm90's raster, docs/perf-hopper.md Run 35)
+__device__ __forceinline__ int div_small(int a, int b) {
+  const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
+  const int r = a - q * b;
+  return q + (r >= b) - (r < 0);
+}
 
 // ---------------------------------------------------------------- shared memory / mbarrier / cluster
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -299,7 +307,8 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
   int cid = blockIdx.x / CS;
   const int g = cid % G;
   cid /= G;
-  const int tmg = cid % tmg_count, tn = (cid / tmg_count) * NC + nc;
+  const int cq = div_small(cid, tmg_count);
+  const int tmg = cid - cq * tmg_count, tn = cq * NC + nc;
   const int tm = tmg * MC + nr;
   const int tile = tm * (NC * tng_count) + tn;  // over padded tiles (MC * tmg_count x NC * tng_count)
   const int m0 = tm * BM, n0 = tn * BN;         // kernel-view origin
