@@ -232,17 +232,19 @@ def _fake_gpu(monkeypatch, log):
     return bc
 
 
-@pytest.mark.parametrize("placements", [1, 3])
-def test_every_contender_runs_on_each_placement_in_turn(monkeypatch, tmp_path, placements):
+@pytest.mark.parametrize("flag", [1, 3, None])
+def test_every_contender_runs_on_each_placement_in_turn(monkeypatch, tmp_path, flag):
     """The main loop with the GPU faked: every contender (cuBLAS, both cuBLASLt picks, evo, the read of A and B) runs
-    on the P input sets in turn, each set as often as the others, evo on the same sets the libraries use."""
+    on the P input sets in turn, each set as often as the others, evo on the same sets the libraries use; without the
+    option, on 4 sets; the page's command names P."""
+    placements = 4 if flag is None else flag
     log: list = []
     bc = _fake_gpu(monkeypatch, log)
     shapes = tmp_path / "one.yaml"
     shapes.write_text("name: one\nlayout: TN\nshapes:\n  - 4096x4096x1024\n")
     argv = ["--shapes", str(shapes), "--table", str(ROOT / "kernels_out" / "NVIDIA_H200"), "--modes", "cold",
             "--reps", "6", "--out-dir", str(tmp_path)]
-    assert bc.main(argv + ["--placements", str(placements)]) == 0
+    assert bc.main(argv + ([] if flag is None else ["--placements", str(flag)])) == 0
     seen = {}
     for who, a in log:
         seen.setdefault(who, []).append(a)
@@ -255,4 +257,5 @@ def test_every_contender_runs_on_each_placement_in_turn(monkeypatch, tmp_path, p
         assert len(set(window[:placements])) == placements, who
         assert all(window[i] == window[i + placements] for i in range(len(window) - placements)), who
     md = (tmp_path / "bench-Fake_GPU.md").read_text()
-    assert "| 4096x4096x1024 |" in md and ("placements" in md) == (placements > 1)
+    assert "| 4096x4096x1024 |" in md and ("placements of its buffers" in md) == (placements > 1)
+    assert f"--reps 6 --placements {placements}`" in md
