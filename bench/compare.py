@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from evo.errors import EvoError, cli_entry
-from evo.placements import rotating
+from evo.placements import MAX_PLACEMENTS, input_sets, rotating
 from evo.records import LIBRARIES as LIBS
 from evo.stats import geomean
 
@@ -158,31 +158,6 @@ def render_markdown(header: str, results: dict[str, list[dict]], noise_floor: fl
                       f"median, at least {100 * noise_floor:.0f} %): {counts.get('win', 0)} wins, {counts.get('tie', 0)} ties, "
                       f"{counts.get('loss', 0)} losses.")
     return "\n".join(md) + "\n"
-
-
-MAX_PLACEMENTS = 11  # pad_bytes gives this many sets gaps of distinct sizes
-
-
-def pad_bytes(i: int) -> int:
-    """The gap allocated before input set i: 1 to 11 MiB, a different size for each of the first MAX_PLACEMENTS sets
-    (the gaps bench.placement_probe measured with), so the sets' buffers do not repeat one pattern of addresses."""
-    return ((i * 37) % MAX_PLACEMENTS + 1) << 20
-
-
-def input_sets(p, seeds: list[int]) -> tuple[list, list]:
-    """One input set (A, B, C) per seed; with several, each allocated after a gap of its own size (pad_bytes), so
-    their buffers lie at different addresses. Returns the sets and the gaps (kept alive while the sets are used)."""
-    import cupy
-
-    from evo.check import random_inputs
-
-    sets, gaps = [], []
-    for i, seed in enumerate(seeds):
-        if len(seeds) > 1:  # (one set: allocated as it always was)
-            gaps.append(cupy.empty(pad_bytes(i), dtype=cupy.uint8))
-        a, b = random_inputs(p, cupy.random.RandomState(seed))
-        sets.append((a, b, cupy.empty((p.m, p.n), dtype=cupy.float16)))
-    return sets, gaps
 
 
 def precompile(compiler, sources: list, arch: str) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.compare import MAX_PLACEMENTS
+from evo.placements import MAX_PLACEMENTS
 from evo.errors import EvoError, cli_entry
 
 
@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     require_gpu()
     import cupy
 
-    from bench.compare import input_sets, precompile, table_kernels
+    from bench.compare import precompile, table_kernels
+    from evo.placements import input_sets
     from evo.check import random_inputs
     from evo.compile import Compiler
     from evo.config import load_config

@@ -45,7 +45,7 @@ def select_across(plans: list["LtPlan"], timer, reps: int, warmup: int = 3):
     copy of the pick; returns (the first plan's, AutotunePick). Time it again to report it: that time then carries no
     winner's curse, and with several sets no fit to one set's placement either."""
     from .autotune_pick import pick_fastest
-    from .placements import rotating
+    from .placements import choice_then_report, rotating, whole_rotations
 
     copies = {}
     for i, alg in enumerate(plans[0].mm.algorithms):
@@ -54,20 +54,10 @@ def select_across(plans: list["LtPlan"], timer, reps: int, warmup: int = 3):
             copies[f"algorithm_{i}"] = found
     if not copies:
         raise EvoError("no planned cuBLASLt algorithm was planned for every input set")
-    p, n = len(plans), max(2, reps)
-    if p > 1:
-        n = 2 * p * -(-n // (2 * p))  # two halves of whole rotations: each covers every set equally often
-    t = timer.measure({n: rotating([pl.call(a) for pl, a in zip(plans, fs)]) for n, fs in copies.items()}, n, warmup)
-
-    def halves(s: list[float]) -> list[float]:
-        """With several sets, the first half chooses and the second reports (pick_fastest reads even / odd
-        repetitions, which on an even number of sets would each see half of the sets)."""
-        if p == 1:
-            return s
-        h = len(s) // 2
-        return [x for pair in zip(s[:h], s[h:]) for x in pair]
-
-    pick = pick_fastest({name: halves(x.samples) for name, x in t.items()})
+    p = len(plans)
+    t = timer.measure({n: rotating([pl.call(a) for pl, a in zip(plans, fs)]) for n, fs in copies.items()},
+                      whole_rotations(reps, p), warmup)
+    pick = pick_fastest({name: choice_then_report(x.samples, p) for name, x in t.items()})
     for pl, alg in zip(plans, copies[pick.name]):
         pl.tuned = alg
     return plans[0].tuned, pick

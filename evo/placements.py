@@ -2,11 +2,15 @@
 
 A GEMM's time can depend on where its buffers lie (cuBLAS on 512x2048x4096: 17.6 to 20.1 us over six input sets of
 one process, each set's time repeatable; docs/perf-flush.md), so a time taken on one input set is one draw. A contender
-built with `rotating` runs call i on input set i mod P, so its median is over all P sets.
+built with `rotating` runs call i on input set i mod P, so its median is over all P sets; `input_sets` allocates the P
+sets at different addresses; a choice among contenders timed so (the cuBLASLt autotune's) is made on whole rotations
+(`whole_rotations`, `choice_then_report`).
 """
 from __future__ import annotations
 
 from typing import Callable
+
+MAX_PLACEMENTS = 11  # pad_bytes gives this many sets gaps of distinct sizes
 
 
 def rotating(calls: list[Callable[[], None]]) -> Callable[[], None]:
@@ -21,3 +25,42 @@ def rotating(calls: list[Callable[[], None]]) -> Callable[[], None]:
         calls[i % len(calls)]()
 
     return run
+
+
+def pad_bytes(i: int) -> int:
+    """The gap allocated before input set i: 1 to 11 MiB, a different size for each of the first MAX_PLACEMENTS sets
+    (the gaps bench.placement_probe measured with), so the sets' buffers do not repeat one pattern of addresses."""
+    return ((i * 37) % MAX_PLACEMENTS + 1) << 20
+
+
+def input_sets(p, seeds: list[int]) -> tuple[list, list]:
+    """One input set (A, B, C) per seed; with several, each allocated after a gap of its own size (pad_bytes), so
+    their buffers lie at different addresses. Returns the sets and the gaps (kept alive while the sets are used)."""
+    import cupy
+
+    from .check import random_inputs
+
+    sets, gaps = [], []
+    for i, seed in enumerate(seeds):
+        if len(seeds) > 1:  # (one set: allocated as it always was)
+            gaps.append(cupy.empty(pad_bytes(i), dtype=cupy.uint8))
+        a, b = random_inputs(p, cupy.random.RandomState(seed))
+        sets.append((a, b, cupy.empty((p.m, p.n), dtype=cupy.float16)))
+    return sets, gaps
+
+
+def whole_rotations(reps: int, p: int) -> int:
+    """At least `reps` (and 2) repetitions; with several sets, two halves of whole rotations, so that each half of a
+    rotating contender's samples covers every set equally often."""
+    n = max(2, reps)
+    return n if p == 1 else 2 * p * -(-n // (2 * p))
+
+
+def choice_then_report(samples: list[float], p: int) -> list[float]:
+    """Samples reordered for evo.autotune_pick.pick_fastest (which chooses on the even repetitions and reports the odd
+    ones): with several sets, the first half chooses and the second reports, each whole rotations (even / odd
+    repetitions would each see half of the sets when P is even). One set: as timed."""
+    if p == 1:
+        return samples
+    h = len(samples) // 2
+    return [x for pair in zip(samples[:h], samples[h:]) for x in pair]

@@ -137,7 +137,7 @@ def test_rotating_runs_each_placement_in_turn():
 
 
 def test_placement_gaps_differ_from_set_to_set():
-    from bench.compare import MAX_PLACEMENTS, pad_bytes
+    from evo.placements import MAX_PLACEMENTS, pad_bytes
 
     gaps = [pad_bytes(i) for i in range(MAX_PLACEMENTS)]
     assert len(set(gaps)) == MAX_PLACEMENTS
