@@ -104,6 +104,7 @@ class BaselineConfig:
     cublaslt_autotune: bool
     autotune_algorithms: int
     reps: int
+    placements: int
 
 
 @dataclass
@@ -284,6 +285,10 @@ def _validate(cfg: Config) -> None:
         raise EvoError(f"unknown proposer {', '.join(bad)}; known: {', '.join(sorted(known))}")
     if cfg.timing.reps < 1:
         raise EvoError("config timing.reps must be at least 1")
+    from .placements import MAX_PLACEMENTS
+
+    if not 1 <= cfg.baselines.placements <= MAX_PLACEMENTS:
+        raise EvoError(f"config baselines.placements must be 1 to {MAX_PLACEMENTS}, not {cfg.baselines.placements}")
     if cfg.timing.flush_mode not in FLUSH_MODES:
         raise EvoError(f"config timing.flush_mode must be one of {', '.join(FLUSH_MODES)}, not {cfg.timing.flush_mode!r}")
     if cfg.check.seeds < 1:

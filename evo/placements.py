@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 MAX_PLACEMENTS = 11  # pad_bytes gives this many sets gaps of distinct sizes
+MAX_PAD = MAX_PLACEMENTS << 20  # the largest gap pad_bytes allocates before a set
 
 
 def rotating(calls: list[Callable[[], None]]) -> Callable[[], None]:

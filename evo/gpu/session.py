@@ -32,6 +32,7 @@ from .gpu_state import GpuState, describe_state, query_gpu_state  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
+from ..placements import MAX_PAD, choice_then_report, input_sets, rotating, whole_rotations  # noqa: E402
 from .module import FreshKernel  # noqa: E402
 
 _FATAL_MARKERS = ("illegal", "misaligned", "launch failure", "unspecified launch", "exception", "ECC", "hardware",
@@ -76,33 +77,40 @@ class Session:
         Extra kernels run on inputs generated anew before every call (evo.fresh.FreshInputs: C poisoned, every
         call checked by checksum and sampled rows/cols, random calls compared in full); a kernel that fails
         that, or is faster than the roofline bound, is marked WRONG in its detail."""
-        rs = cupy.random.RandomState(self._next_seed())
-        a, b = random_inputs(problem, rs)
-        c = cupy.empty((problem.m, problem.n), dtype=cupy.float16)
+        bc = self.cfg.baselines
+        # the libraries over `placements` input sets at different addresses in turn (a library's time can follow where
+        # its buffers lie: evo/placements.py); the autotune's algorithm is chosen over all of them, not fitted to one
+        sets, gaps = input_sets(problem, [self._next_seed() for _ in range(self._placements(problem))])
+        a, b, _ = sets[0]  # the candidates' check after timing
         contenders: dict = {}
         notes: dict[str, str] = {}
-        bc = self.cfg.baselines
         if bc.cublas:
-            contenders["cublas"] = lambda: self.cublas(a, b, c)
-        plan = None
-        lt_algs: dict = {}  # contender name -> planned cuBLASLt algorithm (the autotune's pool)
+            contenders["cublas"] = rotating([lambda a=a, b=b, c=c: self.cublas(a, b, c) for a, b, c in sets])
+        plans: list = []
+        lt_algs: dict = {}  # contender name -> plan 0's planned cuBLASLt algorithm (the autotune's pool)
         if bc.cublaslt_heuristic or bc.cublaslt_autotune:
             try:
-                plan = LtPlan(a, b, bc)
+                plans = [LtPlan(sa, sb, bc) for sa, sb, _ in sets]
+                plan = plans[0]
+                # each set's own top-1; it doubles as the pool's algorithm 0 where every set's top-1 is plan 0's
+                same_top = all(pl.find(plan.heuristic) is pl.heuristic for pl in plans[1:])
                 if bc.cublaslt_heuristic:
-                    contenders["cublaslt_heuristic"] = plan.call(plan.heuristic)
+                    contenders["cublaslt_heuristic"] = rotating([pl.call(pl.heuristic) for pl in plans])
                     notes["cublaslt_heuristic"] = f"top-1 of {plan.n_algorithms} planned" + algorithm_note(plan.heuristic)
                 if bc.cublaslt_autotune:  # every planned algorithm a contender; the fastest chosen after timing
                     for i, alg in enumerate(plan.mm.algorithms):
-                        if i == 0 and "cublaslt_heuristic" in contenders:
+                        copies = [alg] + [pl.find(alg) for pl in plans[1:]]
+                        if any(x is None for x in copies):
+                            continue  # not planned for every set
+                        if i == 0 and same_top and "cublaslt_heuristic" in contenders:
                             lt_algs["cublaslt_heuristic"] = alg  # the heuristic's top-1 is planned algorithm 0
                         else:
                             lt_algs[f"{_LT_ALG}{i}"] = alg
-                            contenders[f"{_LT_ALG}{i}"] = plan.call(alg)
+                            contenders[f"{_LT_ALG}{i}"] = rotating([pl.call(x) for pl, x in zip(plans, copies)])
             except EvoError as e:
                 notes["cublaslt"] = str(e)
         kernels = {}
-        reps = reps or max(self.cfg.baselines.reps, self.cfg.timing.reps)
+        reps = whole_rotations(reps or max(self.cfg.baselines.reps, self.cfg.timing.reps), len(sets))
         for name, (source, cubin) in (extra or {}).items():
             k = self._launcher(KernelSource.parse(source), cubin, problem)
             rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup, reps, self.off,
@@ -111,11 +119,13 @@ class Session:
             contenders[name] = Contender(run=lambda k=k, rot=rot: k(*rot.args()), before=rot.before, after=rot.after)
         timings = self.timer.measure(contenders, reps, self.cfg.timing.warmup)
         if lt_algs:
-            pick = pick_fastest({n: timings[n].samples for n in lt_algs})
+            pick = pick_fastest({n: choice_then_report(timings[n].samples, len(sets)) for n in lt_algs})
             timings["cublaslt_autotune"] = summarize("cublaslt_autotune", pick.samples)
             notes["cublaslt_autotune"] = (
-                f"fastest of {len(lt_algs)} planned algorithms, each timed here interleaved (chosen on the even "
-                f"repetitions, timed on the odd ones)" + algorithm_note(lt_algs[pick.name]))
+                f"fastest of {len(lt_algs)} planned algorithms, each timed here interleaved "
+                + (f"over {len(sets)} input sets in turn (chosen on the first half of the repetitions, timed on the "
+                   f"second)" if len(sets) > 1 else "(chosen on the even repetitions, timed on the odd ones)")
+                + algorithm_note(lt_algs[pick.name]))
             for n in lt_algs:
                 if n.startswith(_LT_ALG):
                     del timings[n]
@@ -132,10 +142,22 @@ class Session:
             if why:
                 notes[name] = "WRONG: " + why
             k.close()
-        if plan:
-            plan.close()
+        for pl in plans:
+            pl.close()
+        del gaps
         out = {name: BaselineResult(name, t.median_us, t.spread, notes.get(name, "")) for name, t in timings.items()}
         return {"results": out, "notes": notes, "samples": {n: t.samples for n, t in timings.items()}}
+
+    def _placements(self, problem: Problem) -> int:
+        """baselines.placements, or fewer where the sets would not leave the candidates' check and timing (_fits)
+        their memory: the largest shapes fall back towards one set rather than fail."""
+        p = self.cfg.baselines.placements
+        if p == 1:
+            return 1
+        cupy.get_default_memory_pool().free_all_blocks()
+        free, _ = cupy.cuda.runtime.memGetInfo()
+        spare = free - (8 * problem.min_bytes + 40.0 * problem.m * problem.n)
+        return max(1, min(p, 1 + int(spare // (problem.min_bytes + MAX_PAD))))
 
     def _impossible(self, time_us: float, bound_us: float) -> str:
         if "roofline" in self.off:
