@@ -41,7 +41,8 @@ def cublas_gemm() -> Call:
 def select_across(plans: list["LtPlan"], timer, reps: int, warmup: int = 3):
     """The fastest planned algorithm over the plans' input sets: every algorithm of the first plan that each plan has
     (by configuration, LtPlan.find) is one contender that runs on the sets in turn (evo.placements.rotating), all
-    interleaved, L2 flushed, chosen on the even repetitions (evo.autotune_pick). Sets each plan's `tuned` to its own
+    interleaved, L2 flushed, chosen on the even repetitions with one set, on the first half (whole rotations) with
+    several (evo.placements.choice_then_report, evo.autotune_pick). Sets each plan's `tuned` to its own
     copy of the pick; returns (the first plan's, AutotunePick). Time it again to report it: that time then carries no
     winner's curse, and with several sets no fit to one set's placement either."""
     from .autotune_pick import pick_fastest

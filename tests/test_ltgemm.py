@@ -166,12 +166,7 @@ def test_cublas_gemm_is_capture_safe_on_the_current_stream(fakes, monkeypatch):
 def test_lt_plan_finds_the_same_algorithm_planned_for_another_input_set(monkeypatch):
     """bench.compare --placements plans cuBLASLt once per input set and times the autotune's pick on each: LtPlan.find
     names it among another plan's algorithms by configuration (distinct objects, same fields), None where absent."""
-    import importlib
-
-    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(ndarray=object))  # (annotations only)
-    monkeypatch.delitem(sys.modules, "evo.baselines", raising=False)
-    baselines = importlib.import_module("evo.baselines")
-    monkeypatch.delitem(sys.modules, "evo.baselines", raising=False)  # the next import sees the real cupy again
+    baselines = _baselines_without_cupy(monkeypatch)
     plan = baselines.LtPlan.__new__(baselines.LtPlan)
     plan.mm = types.SimpleNamespace(algorithms=[FakeAlg(3), FakeAlg(21, tile=(128, 256)), FakeAlg(21)])
     picked = FakeAlg(21)  # from the first set's plan
