@@ -19,13 +19,15 @@ docs/perf-flush.md), so one set of buffers is one draw. Every contender runs on 
 gap of its own size, in turn (call i on set i mod P; evo checked on every set), and its median is over all of them;
 the cuBLASLt autotune's algorithm is chosen over the P sets in turn too (evo.baselines.select_across), not tuned to
 one set's placement; b2b runs on the first set. --placements 1 is the one-set method of the judges before 2026-11-29.
-Writes <out-dir>/bench-<GPU>.md and bench-<GPU>.png; prints the markdown.
+Writes <out-dir>/bench-<GPU>.md and bench-<GPU>.png (with --name NAME: bench-NAME-<GPU>.*; --note puts a line of
+provenance under the command); prints the markdown.
 """
 from __future__ import annotations
 
 import argparse
 import math
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -182,10 +184,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="cold,b2b,server")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out-dir", default="docs")
+    ap.add_argument("--name", default="", help="the page's name: bench-NAME-<GPU>.md and .png (default bench-<GPU>.md), "
+                    "e.g. large for shapes/large.yaml")
+    ap.add_argument("--note", default="", help="a line printed under the command: where and on what the page was measured")
     ap.add_argument("--placements", type=int, default=4,
                     help="input sets at different offsets each contender runs on in turn (cold, server); 1 (one set) to 11, "
                          "default 4")
     args = ap.parse_args(argv)
+    if args.name and not re.fullmatch(r"[A-Za-z0-9_-]+", args.name):
+        raise EvoError(f"--name must be letters, digits, - or _ (it names a file), not {args.name!r}")
     if not 1 <= args.placements <= MAX_PLACEMENTS:
         raise EvoError(f"--placements must be 1 to {MAX_PLACEMENTS}, not {args.placements}")
     modes = [m for m in args.modes.split(",") if m]
@@ -224,7 +231,8 @@ def main(argv: list[str] | None = None) -> int:
               + (f", each over {args.placements} placements of its buffers in turn (b2b: the first).\n"
                  if args.placements > 1 else ".\n") +
               f"Command: `python -m bench.compare --shapes {args.shapes}{' --table ' + args.table if args.table else ''} "
-              f"--modes {args.modes} --reps {args.reps} --placements {args.placements}`\n")
+              f"--modes {args.modes} --reps {args.reps} --placements {args.placements}"
+              f"{' --name ' + args.name if args.name else ''}`\n" + (f"{' '.join(args.note.split())}\n" if args.note.strip() else ""))
     print(header, flush=True)
     results: dict[str, list[dict]] = {m: [] for m in modes}
     # the vetted winner of each shape (or the table's kernel), all compiled side by side before the first timing
@@ -286,8 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     text = render_markdown(header, results, cfg.dispatch.noise_floor)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"bench-{info.key}.md").write_text(text)
-    _plot(results, out / f"bench-{info.key}.png", info.name)
+    stem = f"bench-{args.name + '-' if args.name else ''}{info.key}"
+    (out / f"{stem}.md").write_text(text)
+    _plot(results, out / f"{stem}.png", info.name)
     print(text)
     return 0
 

@@ -259,3 +259,28 @@ def test_every_contender_runs_on_each_placement_in_turn(monkeypatch, tmp_path, f
     md = (tmp_path / "bench-Fake_GPU.md").read_text()
     assert "| 4096x4096x1024 |" in md and ("placements of its buffers" in md) == (placements > 1)
     assert f"--reps 6 --placements {placements}`" in md
+
+
+def test_a_named_page_carries_its_note_under_the_command(monkeypatch, tmp_path):
+    """--name large writes bench-large-<GPU>.md (the judge pages' names) and the command that reproduces it names it too;
+    --note is one line of provenance under the command."""
+    log: list = []
+    bc = _fake_gpu(monkeypatch, log)
+    shapes = tmp_path / "one.yaml"
+    shapes.write_text("name: one\nlayout: TN\nshapes:\n  - 4096x4096x1024\n")
+    argv = ["--shapes", str(shapes), "--table", str(ROOT / "kernels_out" / "NVIDIA_H200"), "--modes", "cold",
+            "--reps", "4", "--out-dir", str(tmp_path), "--name", "large", "--note", "The table as of\n commit abc."]
+    assert bc.main(argv) == 0
+    assert not (tmp_path / "bench-Fake_GPU.md").exists()
+    lines = (tmp_path / "bench-large-Fake_GPU.md").read_text().splitlines()
+    i = next(j for j, ln in enumerate(lines) if ln.startswith("Command:"))
+    assert lines[i].endswith("--placements 4 --name large`") and lines[i + 1] == "The table as of commit abc."
+
+
+@pytest.mark.parametrize("name", ["../x", "a b", "x.md"])
+def test_a_page_name_that_is_not_a_plain_word_is_a_one_line_error(capsys, name):
+    from bench.compare import main
+
+    assert main(["--shapes", str(ROOT / "shapes" / "small.yaml"), "--name", name]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--name must be letters" in err
