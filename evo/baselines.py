@@ -38,28 +38,41 @@ def cublas_gemm() -> Call:
     return call
 
 
-def select_across(plans: list["LtPlan"], timer, reps: int, warmup: int = 3):
-    """The fastest planned algorithm over the plans' input sets: every algorithm of the first plan that each plan has
-    (by configuration, LtPlan.find) is one contender that runs on the sets in turn (evo.placements.rotating), all
-    interleaved, L2 flushed, chosen on the even repetitions with one set, on the first half (whole rotations) with
-    several (evo.placements.choice_then_report, evo.autotune_pick). Sets each plan's `tuned` to its own
-    copy of the pick; returns (the first plan's, AutotunePick). Time it again to report it: that time then carries no
-    winner's curse, and with several sets no fit to one set's placement either."""
-    from .autotune_pick import pick_fastest
-    from .placements import choice_then_report, rotating, whole_rotations
-
-    copies = {}
+def pool_across(plans: list["LtPlan"]) -> dict[int, list]:
+    """The autotune's pool over several input sets: index i of the first plan's algorithms -> its copy in every plan
+    (by configuration, LtPlan.find), for the algorithms every plan has."""
+    pool = {}
     for i, alg in enumerate(plans[0].mm.algorithms):
-        found = [alg] + [pl.find(alg) for pl in plans[1:]]
-        if all(f is not None for f in found):
-            copies[f"algorithm_{i}"] = found
-    if not copies:
+        copies = [alg] + [pl.find(alg) for pl in plans[1:]]
+        if all(c is not None for c in copies):
+            pool[i] = copies
+    return pool
+
+
+def call_across(plans: list["LtPlan"], algorithms: list) -> Callable[[], None]:
+    """One contender: plan i's algorithms[i] on its input set, the sets in turn (evo.placements.rotating)."""
+    from .placements import rotating
+
+    return rotating([pl.call(alg) for pl, alg in zip(plans, algorithms)])
+
+
+def select_across(plans: list["LtPlan"], timer, reps: int, warmup: int = 3):
+    """The fastest planned algorithm over the plans' input sets: every algorithm of the pool (pool_across) is one
+    contender over the sets in turn, all interleaved, L2 flushed, chosen without a winner's curse on whole rotations
+    (evo.autotune_pick). Sets each plan's `tuned` to its own copy of the pick; returns (the first plan's,
+    AutotunePick). Time it again to report it: that time then carries no winner's curse, and with several sets no fit
+    to one set's placement either."""
+    from .autotune_pick import pick_fastest
+    from .placements import whole_rotations
+
+    pool = pool_across(plans)
+    if not pool:
         raise EvoError("no planned cuBLASLt algorithm was planned for every input set")
-    p = len(plans)
-    t = timer.measure({n: rotating([pl.call(a) for pl, a in zip(plans, fs)]) for n, fs in copies.items()},
-                      whole_rotations(reps, p), warmup)
-    pick = pick_fastest({name: choice_then_report(x.samples, p) for name, x in t.items()})
-    for pl, alg in zip(plans, copies[pick.name]):
+    named = {f"algorithm_{i}": copies for i, copies in pool.items()}
+    t = timer.measure({n: call_across(plans, copies) for n, copies in named.items()}, whole_rotations(reps, len(plans)),
+                      warmup)
+    pick = pick_fastest({n: x.samples for n, x in t.items()}, sets=len(plans))
+    for pl, alg in zip(plans, named[pick.name]):
         pl.tuned = alg
     return plans[0].tuned, pick
 

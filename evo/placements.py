@@ -4,7 +4,7 @@ A GEMM's time can depend on where its buffers lie (cuBLAS on 512x2048x4096: 17.6
 one process, each set's time repeatable; docs/perf-flush.md), so a time taken on one input set is one draw. A contender
 built with `rotating` runs call i on input set i mod P, so its median is over all P sets; `input_sets` allocates the P
 sets at different addresses; a choice among contenders timed so (the cuBLASLt autotune's) is made on whole rotations
-(`whole_rotations`, `choice_then_report`).
+(`whole_rotations` here, `evo.autotune_pick.pick_fastest(..., sets=P)`).
 """
 from __future__ import annotations
 
@@ -55,13 +55,3 @@ def whole_rotations(reps: int, p: int) -> int:
     rotating contender's samples covers every set equally often."""
     n = max(2, reps)
     return n if p == 1 else 2 * p * -(-n // (2 * p))
-
-
-def choice_then_report(samples: list[float], p: int) -> list[float]:
-    """Samples reordered for evo.autotune_pick.pick_fastest (which chooses on the even repetitions and reports the odd
-    ones): with several sets, the first half chooses and the second reports, each whole rotations (even / odd
-    repetitions would each see half of the sets when P is even). One set: as timed."""
-    if p == 1:
-        return samples
-    h = len(samples) // 2
-    return [x for pair in zip(samples[:h], samples[h:]) for x in pair]

@@ -36,3 +36,18 @@ def test_ties_and_edges():
         pick_fastest({})
     with pytest.raises(ValueError):
         pick_fastest({"a": []})
+
+
+@pytest.mark.parametrize("sets", [2, 4])
+def test_over_sets_the_first_half_chooses_and_the_second_reports(sets):
+    """Repetition r ran on set r mod sets. "b" is fast on the even sets only, which with an even number of sets are
+    exactly the even repetitions: chosen on even repetitions it would win; over halves of whole rotations "a" (11 on
+    every set) beats b's median of 10s and 20s."""
+    reps = 4 * sets
+    samples = {"a": [11.0] * reps, "b": [10.0 if (r % sets) % 2 == 0 else 20.0 for r in range(reps)]}
+    pick = pick_fastest(samples, sets=sets)
+    assert pick.name == "a" and pick.samples == [11.0] * (reps // 2)
+    assert pick_fastest(samples).name == "b"  # the even / odd split sees b on its fast sets only
+    b = [float(r) for r in range(reps)]
+    assert pick_fastest({"b": b}, sets=sets).samples == b[reps // 2:]  # the second half reports
+    assert pick_fastest({"only": [7.0]}, sets=sets).samples == [7.0]

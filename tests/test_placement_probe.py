@@ -1,4 +1,4 @@
-"""bench.placement_probe: one-line errors before the GPU (its gaps are bench.compare's pad_bytes, tested there)."""
+"""bench.placement_probe: one-line errors before the GPU (its gaps are evo.placements.pad_bytes, tested in test_bench_compare)."""
 import pytest
 
 from bench.placement_probe import main

@@ -16,7 +16,7 @@ os.environ.setdefault("CUPY_TF32", "0")  # the fp32 reference must be real fp32
 import cupy  # noqa: E402
 
 from ..autotune_pick import pick_fastest  # noqa: E402
-from ..baselines import LtPlan, cublas_gemm  # noqa: E402
+from ..baselines import LtPlan, call_across, cublas_gemm, pool_across  # noqa: E402
 from ..check import check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
 from ..defences import defences_off  # noqa: E402
 from ..drift import corrected_us, retimed  # noqa: E402
@@ -32,7 +32,7 @@ from .gpu_state import GpuState, describe_state, query_gpu_state  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
-from ..placements import MAX_PAD, choice_then_report, input_sets, rotating, whole_rotations  # noqa: E402
+from ..placements import MAX_PAD, input_sets, rotating, whole_rotations  # noqa: E402
 from .module import FreshKernel  # noqa: E402
 
 _FATAL_MARKERS = ("illegal", "misaligned", "launch failure", "unspecified launch", "exception", "ECC", "hardware",
@@ -92,21 +92,17 @@ class Session:
             try:
                 plans = [LtPlan(sa, sb, bc) for sa, sb, _ in sets]
                 plan = plans[0]
-                # each set's own top-1; it doubles as the pool's algorithm 0 where every set's top-1 is plan 0's
-                same_top = all(pl.find(plan.heuristic) is pl.heuristic for pl in plans[1:])
+                tops = [pl.heuristic for pl in plans]  # each set's own top-1
                 if bc.cublaslt_heuristic:
-                    contenders["cublaslt_heuristic"] = rotating([pl.call(pl.heuristic) for pl in plans])
+                    contenders["cublaslt_heuristic"] = call_across(plans, tops)
                     notes["cublaslt_heuristic"] = f"top-1 of {plan.n_algorithms} planned" + algorithm_note(plan.heuristic)
                 if bc.cublaslt_autotune:  # every planned algorithm a contender; the fastest chosen after timing
-                    for i, alg in enumerate(plan.mm.algorithms):
-                        copies = [alg] + [pl.find(alg) for pl in plans[1:]]
-                        if any(x is None for x in copies):
-                            continue  # not planned for every set
-                        if i == 0 and same_top and "cublaslt_heuristic" in contenders:
-                            lt_algs["cublaslt_heuristic"] = alg  # the heuristic's top-1 is planned algorithm 0
+                    for i, copies in pool_across(plans).items():
+                        if i == 0 and copies == tops and "cublaslt_heuristic" in contenders:
+                            lt_algs["cublaslt_heuristic"] = copies[0]  # the heuristic's top-1 is planned algorithm 0
                         else:
-                            lt_algs[f"{_LT_ALG}{i}"] = alg
-                            contenders[f"{_LT_ALG}{i}"] = rotating([pl.call(x) for pl, x in zip(plans, copies)])
+                            lt_algs[f"{_LT_ALG}{i}"] = copies[0]
+                            contenders[f"{_LT_ALG}{i}"] = call_across(plans, copies)
             except EvoError as e:
                 notes["cublaslt"] = str(e)
         kernels = {}
@@ -119,7 +115,7 @@ class Session:
             contenders[name] = Contender(run=lambda k=k, rot=rot: k(*rot.args()), before=rot.before, after=rot.after)
         timings = self.timer.measure(contenders, reps, self.cfg.timing.warmup)
         if lt_algs:
-            pick = pick_fastest({n: choice_then_report(timings[n].samples, len(sets)) for n in lt_algs})
+            pick = pick_fastest({n: timings[n].samples for n in lt_algs}, sets=len(sets))
             timings["cublaslt_autotune"] = summarize("cublaslt_autotune", pick.samples)
             notes["cublaslt_autotune"] = (
                 f"fastest of {len(lt_algs)} planned algorithms, each timed here interleaved "
