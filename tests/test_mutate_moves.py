@@ -8,7 +8,7 @@ from evo.kernel import KernelSource
 from evo.prior import GpuSpec, Prior
 from evo.problem import Problem
 from evo.proposers.base import ProposalContext
-from evo.proposers.mutate import MutateProposer, coordinated, deepest_ring, nearest_instance, repair
+from evo.proposers.mutate import MutateProposer, coordinated, deepest_ring, nearest_instance, repair, ring_neighbours
 from evo.records import Individual
 from evo.select import Selector
 
@@ -206,6 +206,51 @@ def test_the_fastest_instance_switches_are_flipped_once(fams):
     # off: no flips
     none = MutateProposer(Selector(16, 4, 3), 0.3, 0).propose(ctx, 4)
     assert not [p for p in none if p.idea.startswith("switch ")]
+
+
+def test_the_fastest_instance_ring_is_moved_each_way_and_to_the_deepest(fams):
+    """The ring depth has too many values to be a switch and is one of many parameters a mutation picks from: on
+    512x2048x4096 the table's one-wave 64 x 128 kernel ran 7 stages for 93 instances until the full ring, 4 % faster,
+    was tried by hand (docs/perf-hopper.md Run 54). Every generation moves the fastest instances' STAGES one step
+    deeper, one shallower and to the deepest that fits, nothing else moved, once per instance."""
+    fam = fams["cutlass_sm90"]
+    params = fam.complete({"TILE_M": 64, "TILE_N": 128, "SCHEDULE": 0, "CLUSTER_M": 1, "CLUSTER_N": 1, "STAGES": 7,
+                           "SWIZZLE": 2})  # (not a start of the family: generation 0 proposes those first)
+    fast = Individual(fam.render(params).hash, fam.name, params, "", correct=True, time_us=17.7)
+    slow_params = fam.complete({"TILE_M": 128, "TILE_N": 64, "SCHEDULE": 1, "CLUSTER_M": 1, "STAGES": 5})
+    slow = Individual(fam.render(slow_params).hash, fam.name, slow_params, "", correct=True, time_us=19.0)
+    prop = MutateProposer(Selector(16, 4, 3), 0.3, 0, switch_best=1)
+    ctx = _ctx([fast, slow], [fam], random.Random(0))
+    out = prop.propose(ctx, 4)
+    rings = [p for p in out if p.idea.startswith("ring ")]
+    assert sorted(KernelSource.parse(p.source).meta.params["STAGES"] for p in rings) == [0, 6, 8]
+    for p in rings:  # the fastest one's, the ring alone moved
+        child = KernelSource.parse(p.source).meta.params
+        assert p.parents == (fast.hash,) and fam.valid(child)
+        assert [k for k in params if child[k] != params[k]] == ["STAGES"]
+    later = _ctx([fast, slow], [fam], random.Random(1))
+    later.known |= {KernelSource.parse(p.source).hash for p in out}
+    assert not [p for p in prop.propose(later, 4) if p.idea.startswith("ring ")]  # once per instance
+    none = MutateProposer(Selector(16, 4, 3), 0.3, 0).propose(ctx, 4)
+    assert not [p for p in none if p.idea.startswith("ring ")]
+
+
+def test_ring_neighbours_stay_inside_shared_memory(fams):
+    """Only depths the family's constraints allow: from the full ring (0) the deepest explicit depth that fits and the
+    one below; a wgmma_sm90 128 x 64 tile fits 8 stages beside two consumers' staging, not 10; no ring, no move."""
+    cut = fams["cutlass_sm90"]
+    p = cut.complete({"TILE_M": 64, "TILE_N": 128, "SCHEDULE": 0, "CLUSTER_M": 1, "CLUSTER_N": 1, "STAGES": 0})
+    assert ring_neighbours(cut, p) == [8, 7]
+    w = fams["wgmma_sm90"]
+    q = w.complete({"BM": 128, "BN": 64, "CONSUMERS": 2, "SPLIT_K": 4, "STAGES": 7, "PERSISTENT": 1, "GROUP": 16})
+    assert ring_neighbours(w, q) == [8, 6]
+    assert ring_neighbours(w, {**q, "STAGES": 8}) == [7]
+    assert all(w.valid({**q, "STAGES": v}) for v in ring_neighbours(w, {**q, "STAGES": 3}))
+    sk = fams["wgmma_skinny_sm90"]
+    r = sk.complete({"BM": 64, "BN": 48, "CLK": 16, "CONSUMERS": 1, "STAGES": 8, "SWAP_AB": 1})
+    assert ring_neighbours(sk, r) == [10, 6, 12]
+    gemv = fams["gemv_sm80"]
+    assert "STAGES" not in gemv.space and ring_neighbours(gemv, gemv.default_params()) == []
 
 
 def _picks(out, kind):
