@@ -1,13 +1,13 @@
 """The cuBLASLt autotune baseline: the fastest planned algorithm, chosen and timed without a winner's curse.
 
-Every planned cuBLASLt algorithm runs as its own contender in the baselines' interleaved, L2-flushed measurement.
-The fastest is chosen by the medians of the even-numbered repetitions and reported by the median of the odd-numbered
-ones, so the reported time is not the minimum of several noisy medians (which would be biased low, by about one
-median's noise where algorithms tie). Where each contender ran on several input sets in turn (evo.placements), the
-choice is made on the first half of the repetitions and reported by the second, each half whole rotations, so both
-see every set (even / odd repetitions would each see half of the sets when their number is even). nvmath-python's own autotune (5 unflushed iterations) picked different
-algorithms from run to run on one shape, and its pick was up to 10 % slower than the fastest planned algorithm
-(docs/evaluator.md, docs/perf-hopper.md Run 24).
+Every planned cuBLASLt algorithm runs as its own contender in the baselines' interleaved, L2-flushed measurement. The
+fastest is chosen by the medians of the even-numbered repetitions and reported by the median of the odd-numbered ones,
+so the reported time is not the minimum of several noisy medians (which would be biased low, by about one median's
+noise where algorithms tie). Where each contender ran on several input sets in turn (evo.placements), the choice is
+made on the first half of the repetitions and reported by the second, each half whole rotations, so both see every set
+(even / odd repetitions would each see half of the sets when their number is even). nvmath-python's own autotune (5
+unflushed iterations) picked different algorithms from run to run on one shape, and its pick was up to 10 % slower
+than the fastest planned algorithm (docs/evaluator.md, docs/perf-hopper.md Run 24).
 """
 from __future__ import annotations
 

@@ -14,9 +14,11 @@ from typing import Callable
 import cupy
 import numpy as np
 
+from .autotune_pick import pick_fastest
 from .config import BaselineConfig
 from .errors import EvoError
 from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F, algorithm_config, find_algorithm
+from .placements import rotating, whole_rotations
 
 Call = Callable[[cupy.ndarray, cupy.ndarray, cupy.ndarray], None]
 
@@ -51,8 +53,6 @@ def pool_across(plans: list["LtPlan"]) -> dict[int, list]:
 
 def call_across(plans: list["LtPlan"], algorithms: list) -> Callable[[], None]:
     """One contender: plan i's algorithms[i] on its input set, the sets in turn (evo.placements.rotating)."""
-    from .placements import rotating
-
     return rotating([pl.call(alg) for pl, alg in zip(plans, algorithms)])
 
 
@@ -62,9 +62,6 @@ def select_across(plans: list["LtPlan"], timer, reps: int, warmup: int = 3):
     (evo.autotune_pick). Sets each plan's `tuned` to its own copy of the pick; returns (the first plan's,
     AutotunePick). Time it again to report it: that time then carries no winner's curse, and with several sets no fit
     to one set's placement either."""
-    from .autotune_pick import pick_fastest
-    from .placements import whole_rotations
-
     pool = pool_across(plans)
     if not pool:
         raise EvoError("no planned cuBLASLt algorithm was planned for every input set")
