@@ -97,10 +97,16 @@ class Compiler:
         if arch not in ks.meta.archs:
             return CompileResult(ks.hash, arch, False, error=f"family {ks.meta.family} does not claim {arch}")
         key = self.key(ks, arch)
-        with self._key_lock(key):  # two candidates with the same code compile once
+        lock = self._key_lock(key)  # two candidates with the same code compile once
+        while not lock.acquire(timeout=0.2):  # held by another thread compiling the same code (evo.compile_ahead)
+            if cancel is not None and cancel.is_set():  # a stopped search does not wait for that compile to finish
+                return CompileResult(ks.hash, arch, False, error=CANCELLED)
+        try:
             if cancel is not None and cancel.is_set():
                 return CompileResult(ks.hash, arch, False, error=CANCELLED)
             res = self._compile(ks, arch, key, cancel)
+        finally:
+            lock.release()
         res.hash = ks.hash  # a cache entry may have been made for another candidate with the same code
         return res
 

@@ -64,6 +64,7 @@ class CompileConfig:
     max_registers: int
     reject_spills: bool
     cache_dir: str
+    ahead: bool
 
 
 @dataclass

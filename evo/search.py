@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from .cli import config_from_args, parser, require_positive
 from .compile import Compiler, stored_cubin
+from .compile_ahead import CompileAhead
 from .config import Config
 from .drift import DriftReference, drifted, retimed
 from .errors import EvoError, cli_entry
@@ -27,7 +29,8 @@ from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.library_tiles import library_tile_proposals
 from .proposers.transposed import transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
-from .records import LIBRARIES, CompileResult, EvalResult, Individual, Sample
+from .ltgemm import ALGO_MARK
+from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual, Sample
 from .select import Diversity, Selector
 from .store import Store
 
@@ -128,10 +131,16 @@ def split_children(cfg: Config, proposers: list, n: int) -> list[int]:
 
 class Search:
     def __init__(self, problem: Problem, cfg: Config, out=sys.stdout, worker_factory=GpuWorker, compiler=None,
-                 seed_sources: list[str] | None = None, worker: GpuWorker | None = None, enumerations=None):
+                 seed_sources: list[str] | None = None, worker: GpuWorker | None = None, enumerations=None,
+                 ahead: CompileAhead | None = None, next_problems: list[Problem] | None = None):
         """seed_sources: full kernel texts (e.g. winners of neighbouring shapes) evaluated before anything new is proposed.
         worker: an already started GPU worker to reuse (a sweep keeps one per GPU); otherwise one is started.
-        enumerations: evo.space.Enumerations shared by a sweep's searches (each family's space enumerated once)."""
+        enumerations: evo.space.Enumerations shared by a sweep's searches (each family's space enumerated once).
+        ahead: a sweep's background compiles (evo.compile_ahead), kept across its shapes; None: the search runs its own
+        while `compile.ahead` is on. next_problems: shapes searched after this one, whose starts (and library-tile
+        seeds, where the table records the library's algorithm) compile ahead once this shape's are queued."""
+        self.ahead = ahead
+        self.next_problems = list(next_problems or [])
         self.enumerations = enumerations
         self.seed_sources = list(seed_sources or [])
         self.neighbour_seeds: list[str] = []  # kernels of other shapes this run offered (seed_sources, the table's nearest rows)
@@ -190,14 +199,24 @@ class Search:
         print(f"  database: {Path(cfg.paths.db).resolve()}\n  output:   {Path(cfg.paths.out).resolve()}", file=self.out, flush=True)
         proposers = build_proposers(cfg, self.selector, store=self.store, check_llm=not self.llm_checked,
                                     say=lambda line: print(line, file=self.out, flush=True))
-        if self.shared_worker is not None:
-            return self._run(self.shared_worker, self.shared_worker.info, proposers, t_start)
-        worker = self.worker_factory(cfg)
-        info = worker.start()
+        owned = None
+        if self.ahead is None and cfg.compile.ahead:
+            self.ahead = owned = CompileAhead(self.compiler, cfg.compile.jobs)
         try:
-            return self._run(worker, info, proposers, t_start)
+            if self.shared_worker is not None:
+                return self._run(self.shared_worker, self.shared_worker.info, proposers, t_start)
+            worker = self.worker_factory(cfg)
+            info = worker.start()
+            try:
+                return self._run(worker, info, proposers, t_start)
+            finally:
+                worker.stop()
         finally:
-            worker.stop()
+            if self.ahead is not None:
+                print(f"  {self.ahead.counts.line()}" + (" (this sweep so far)" if owned is None else ""), file=self.out)
+            if owned is not None:
+                owned.close()
+                self.ahead = None
 
     def _run(self, worker: GpuWorker, info: GpuInfo, proposers: list, t_start: float) -> SearchSummary:
         cfg, p, store = self.cfg, self.problem, self.store
@@ -233,6 +252,8 @@ class Search:
         print(f"  roofline bound {p.roofline_us(peak, bw):.2f} us (P={peak:.0f} TFLOP/s, BW={bw:.0f} GB/s measured)", file=self.out, flush=True)
 
         guide = self._start_guide(fams, info, proposers)
+        if self.ahead is not None:
+            self._compile_ahead(fams, info, proposers)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
         # the budget is the search's own time (propose, compile, check, time): it starts here, after the one-off
@@ -333,6 +354,25 @@ class Search:
         prog.line(f"stopping: {stop}")
         summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers, table_hash)
         return summary
+
+    def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> None:
+        """Queue the background compiles: this shape's family starts (the first generation compiles them; the seeds,
+        timed before it, may take a minute of CUTLASS compiles), then the next shapes' starts and, where the table
+        records the library's algorithm for them, their library-tile seeds."""
+        mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
+        for i, q in enumerate([self.problem] + self.next_problems):
+            known = {x.hash for x in self.store.individuals(q.key, q.layout, info.key, info.arch)}
+            ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=known)
+            sources = [x.source for x in mut.starts(ctx)] if mut is not None else []
+            if i and self.cfg.search.library_seeds:
+                sources += [x.source for x in library_tile_proposals(q, self._table_baselines(info, q), fams)]
+            self.ahead.submit(sources, info.arch)
+
+    def _table_baselines(self, info: GpuInfo, q: Problem) -> list[BaselineResult]:
+        """The cuBLASLt algorithms the table recorded for shape q, as baselines carrying them (none without a row)."""
+        row, _ = self._published_row(Path(self.cfg.paths.out) / info.key, q.key)
+        algos = (row.library_algorithms or {}) if row is not None else {}
+        return [BaselineResult(lib, 0.0, detail=ALGO_MARK + json.dumps(a)) for lib, a in algos.items() if isinstance(a, dict)]
 
     def _start_guide(self, fams: list[Family], info: GpuInfo, proposers: list):
         """The prior, the cost model (trained on the archive now), the bandit and the convergence rule (evo.guide);

@@ -39,6 +39,7 @@ from .stats import geomean
 from .store import Store
 from .sweep_budget import first_round, header_estimate, measured_overhead, per_shape_seconds
 from .sweep_due import other_gpus_finds
+from .compile_ahead import CompileAhead
 from .sweep_order import longest_first, order_pending
 
 # --- the sweep's own table in the archive ---------------------------------------------------------------
@@ -196,9 +197,11 @@ class CountingCompiler:
 
 def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_dir: Path,
                  worker_name: str = "", seeds: list[str] | None = None,
-                 enumerations: Enumerations | None = None) -> ShapeResult:
+                 enumerations: Enumerations | None = None, ahead: Any = None,
+                 next_problems: list[Problem] | None = None) -> ShapeResult:
     """One shape's search with a started worker; never raises for a failed search (KeyboardInterrupt passes).
-    enumerations: the families' valid instances, kept by the caller across its shapes."""
+    enumerations: the families' valid instances, kept by the caller across its shapes. ahead, next_problems: the
+    caller's background compiles (evo.compile_ahead) and the shapes it searches next, whose kernels they compile."""
     from .search import Search
 
     info: GpuInfo = worker.info
@@ -214,7 +217,7 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{info.key}_{problem.key}.log", "a") as out:
             search = Search(problem, cfg, out=out, compiler=counting, seed_sources=seeds, worker=worker,
-                            enumerations=enumerations)
+                            enumerations=enumerations, ahead=ahead, next_problems=next_problems)
             search.llm_checked = True  # evo.sweep sends the LLM preflight once, before any GPU work, not per shape
             try:
                 summary = search.run()
@@ -267,6 +270,9 @@ class InlineBackend:
         self.enumerations = Enumerations()  # each family's space enumerated once for all shapes
         self.todo: deque[tuple[Problem, float | None]] = deque()
         self.slots = self.n_gpus = 1
+        # the next shape's kernels compile while this one is searched (evo.compile_ahead); next_of: the sweep's order
+        self.ahead = CompileAhead(compiler, cfg.compile.jobs) if cfg.compile.ahead else None
+        self.next_of: dict[str, Problem] = {}
 
     def start(self) -> list[GpuInfo]:
         return [self.worker.start()]
@@ -276,10 +282,13 @@ class InlineBackend:
 
     def next_result(self) -> ShapeResult:
         p, minutes = self.todo.popleft()
+        nxt = [self.next_of[p.key]] if p.key in self.next_of else []
         return search_shape(p, with_budget(self.cfg, minutes), self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}",
-                            enumerations=self.enumerations)
+                            enumerations=self.enumerations, ahead=self.ahead, next_problems=nxt)
 
     def stop(self) -> None:
+        if self.ahead is not None:
+            self.ahead.close()
         self.worker.stop()
 
 
@@ -666,6 +675,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             return stopped
 
         def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
+            if hasattr(backend, "next_of"):  # one GPU: the shape after each, whose kernels compile ahead
+                backend.next_of.update({a.key: b for (a, _), (b, _) in zip(items, items[1:])})
             it = iter(items)
             in_flight = 0
             n_round = 0

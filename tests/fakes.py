@@ -88,7 +88,7 @@ class FakeCompiler:
         self.compiled = []
         self.cache_dir = cache_dir  # None: every cubin is /dev/null; else one (empty) file per kernel there
 
-    def compile(self, ks, arch):
+    def compile(self, ks, arch, cancel=None):
         self.compiled.append(ks.hash)
         if ks.meta.params.get("TILE") == 32:
             return CompileResult(ks.hash, arch, False, error="error: too many resources requested", log="ptxas error")

@@ -25,13 +25,14 @@ did not touch first) instead of being dropped; ``summary_lines`` counts repairs 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from typing import Any
 
 from ..families import Family
 from ..select import Selector
-from .base import Proposal, ProposalContext, known_hashes
+from .base import Proposal, ProposalContext, is_start, known_hashes
 
 TILE_PAIRS = (("BM", "BN"), ("TILE_M", "TILE_N"))
 SPLITS = ("SPLIT_K", "G", "KS", "CLK", "SPLITS")
@@ -82,6 +83,14 @@ class MutateProposer:
         if not self._model_orders():
             return {}
         return {"order": lambda ps: self.predict([(family, q) for q in ps], ctx.problem), "ties": self.prior_ties}
+
+    def starts(self, ctx: ProposalContext) -> list[Proposal]:
+        """The family starts the first generation on ctx.problem brings (defaults, known-good starts and the
+        `fit_starts` refitted to the shape), as this proposer would make them, without using up its once-per-shape
+        refits: nothing measured on the GPU decides them, so they can compile ahead (evo.compile_ahead)."""
+        twin = MutateProposer(self.selector, 0.0, 0, prior=self.prior, fit_starts=self.fit_starts,
+                              predict=self.predict, prior_ties=self.prior_ties)
+        return [p for p in twin.propose(dataclasses.replace(ctx, population=[], failures=[]), 0) if is_start(p)]
 
     def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         fams = {f.name: f for f in ctx.families}

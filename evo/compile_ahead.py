@@ -1,0 +1,90 @@
+"""Compiles ahead of the search: kernels a search is going to time, compiled in the background into the shared cache.
+
+Why: a CUTLASS SM90 instance takes 40-70 s of nvcc, and a shape's search met two of those waits one after the other
+with the GPU idle: the library-tile seeds (compiled when the seeds are timed) and then the family starts refitted to
+the shape (compiled in the first generation). At 0.3 minutes of budget a sweep spent 1.4-3.1 minutes per shape, most
+of it in those two waits (docs/perf-search.md). The starts of a shape, refitted or not, do not depend on anything
+the GPU measures, so they can compile while the seeds do, and those of the sweep's next shape while this one is
+searched. A compile here goes through the same `Compiler` (one cache, one lock per kernel): a search that reaches a
+kernel still compiling here waits for that compile instead of starting a second one.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+
+from .compile import CANCELLED
+from .kernel import KernelSource
+
+
+@dataclass
+class AheadCounts:
+    """What the background compiles did: submitted (distinct kernels), compiled anew, found in the cache, failed."""
+
+    submitted: int = 0
+    compiled: int = 0
+    cached: int = 0
+    failed: int = 0
+
+    def line(self) -> str:
+        return (f"compiled ahead: {self.submitted} kernels submitted, {self.compiled} compiled, {self.cached} already "
+                f"cached, {self.failed} failed")
+
+
+class CompileAhead:
+    """A bounded background queue of compiles into a compiler's cache. Nothing is evaluated here; what finishes is
+    cached for whoever compiles the same kernel next. `close` drops the queue and kills the running compiles.
+    Half the compile jobs (`compile.jobs`, 0: the CPUs) run here, so the search's own compiles keep most of the CPUs."""
+
+    def __init__(self, compiler, jobs: int = 0):
+        self.compiler = compiler
+        self.workers = max(1, (jobs or os.cpu_count() or 1) // 2)
+        self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ahead")
+        self.cancel = threading.Event()
+        self.seen: set[tuple[str, str]] = set()
+        self.futures: list[Future] = []
+        self.counts = AheadCounts()
+        self.lock = threading.Lock()
+
+    def submit(self, sources: list[str], arch: str) -> int:
+        """Queue the kernels (full texts) not queued before, in order; returns how many were new."""
+        n = 0
+        for text in sources:
+            ks = KernelSource.parse(text)
+            if arch not in ks.meta.archs or (ks.hash, arch) in self.seen or self.cancel.is_set():
+                continue
+            self.seen.add((ks.hash, arch))
+            self.futures.append(self.pool.submit(self._one, ks, arch))
+            n += 1
+        with self.lock:
+            self.counts.submitted += n
+        return n
+
+    def _one(self, ks: KernelSource, arch: str) -> None:
+        if self.cancel.is_set():
+            return
+        res = self.compiler.compile(ks, arch, cancel=self.cancel)
+        if res.error == CANCELLED:
+            return
+        with self.lock:
+            if not res.ok:
+                self.counts.failed += 1
+            elif res.cached:
+                self.counts.cached += 1
+            else:
+                self.counts.compiled += 1
+
+    def pending(self) -> int:
+        return sum(not f.done() for f in self.futures)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until every queued compile has finished (tests; a caller that wants the cache filled)."""
+        wait(self.futures, timeout=timeout)
+
+    def close(self) -> None:
+        self.cancel.set()
+        for f in self.futures:
+            f.cancel()
+        self.pool.shutdown(wait=True)

@@ -1,0 +1,226 @@
+"""Compiles ahead of the search (evo.compile_ahead): the background queue, the shared cache and lock, what a search
+and a one-GPU sweep queue there."""
+import io
+import random
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from evo.compile import CANCELLED, Compiler
+from evo.compile_ahead import CompileAhead
+from evo.config import load_config
+from evo.families import load_families
+from evo.kernel import KernelSource
+from evo.prior import GpuSpec, Prior
+from evo.problem import Problem, parse_shape
+from evo.proposers.base import ProposalContext, is_start
+from evo.proposers.mutate import MutateProposer
+from evo.records import CompileResult
+from evo.select import Selector
+
+from fakes import FakeCompiler, FakeWorker
+
+DATA = Path(__file__).parent / "data"
+TOY = DATA / "families"
+
+
+def _compiler(tmp_path, nvcc="/bin/false") -> Compiler:
+    return Compiler(nvcc=nvcc, flags=(), include_dirs=(), cache_dir=tmp_path / "cache", timeout_s=60, memory_mb=0,
+                    reject_spills=True, ptx_checks=False)
+
+
+def test_a_compile_waiting_for_another_threads_compile_of_the_same_code_stops_when_cancelled(tmp_path, naive_source):
+    # the search's compile of a kernel the background is compiling waits for it (one nvcc run), but a search whose
+    # budget is spent does not: its cancel ends the wait at once
+    comp = _compiler(tmp_path)
+    ks = KernelSource.parse(naive_source)
+    lock = comp._key_lock(comp.key(ks, "sm_80"))
+    lock.acquire()  # the background's compile of the same code, still running
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    got = []
+    t = threading.Thread(target=lambda: got.append(comp.compile(ks, "sm_80", cancel=cancel)), daemon=True)
+    t.start()
+    t.join(3)
+    returned = list(got)  # while the other compile still holds the lock
+    lock.release()
+    t.join(3)
+    assert returned and returned[0].error == CANCELLED
+    assert not list((tmp_path / "cache").rglob("*.json"))  # returned before compiling anything
+
+
+def test_the_background_compiles_once_per_kernel_and_fills_the_cache(tmp_path, naive_source):
+    calls = []
+
+    class Counting(Compiler):
+        def _compile(self, ks, arch, key, cancel=None):
+            calls.append(key)
+            return CompileResult(ks.hash, arch, True, cubin_path="x", cached=len(calls) > 1)
+
+    comp = Counting(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                    reject_spills=True, ptx_checks=False)
+    other = naive_source.replace("---*/", "# another launch rule\nworkspace: 16\n---*/", 1)
+    ahead = CompileAhead(comp, jobs=4)
+    assert ahead.workers == 2  # half the compile jobs
+    assert ahead.submit([naive_source, naive_source, other], "sm_80") == 2  # a text queued before is not again
+    assert ahead.submit([naive_source], "sm_80") == 0
+    assert ahead.submit([naive_source], "sm_70") == 0  # an arch the family does not claim
+    ahead.wait(10)
+    assert ahead.counts.submitted == 2 and ahead.counts.compiled + ahead.counts.cached == 2
+    ahead.close()
+    assert "2 kernels submitted" in ahead.counts.line()
+
+
+def test_close_kills_the_running_compile_and_drops_the_queue(tmp_path, naive_source):
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text("#!/bin/sh\nsleep 30\n")  # a compile that would run 30 s
+    nvcc.chmod(0o755)
+    ahead = CompileAhead(_compiler(tmp_path, str(nvcc)), jobs=2)  # one worker
+    other = naive_source.replace("---*/", "# another\nworkspace: 16\n---*/", 1).replace("evo_gemm", "evo_gemm ")
+    ahead.submit([naive_source, other], "sm_80")
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    ahead.close()
+    assert time.monotonic() - t0 < 5
+    assert ahead.counts.compiled == ahead.counts.cached == ahead.counts.failed == 0
+    assert not list((tmp_path / "cache").rglob("*.json"))  # nothing cached from a killed compile
+
+
+@pytest.fixture(scope="module")
+def fams():
+    return [f for f in load_families() if "sm_90a" in f.archs]
+
+
+def test_starts_are_those_of_the_first_generation_and_leave_the_refits_for_it(fams):
+    prior = Prior(fams, GpuSpec(), sample=50)
+    prop = MutateProposer(Selector(16, 4, 3), 0.3, 1, prior=prior, prior_top=4, fit_starts=3)
+    problem = Problem(384, 1536, 6144)
+
+    def ctx():
+        return ProposalContext(problem, "sm_90a", None, fams, [], [], random.Random(0))
+
+    ahead = prop.starts(ctx())
+    assert ahead and all(is_start(p) for p in ahead)
+    assert any("fitted to the shape" in p.idea for p in ahead)
+    first = prop.propose(ctx(), 12)  # the search's first generation still refits: starts() used up nothing
+    first_starts = {KernelSource.parse(p.source).hash for p in first if is_start(p)}
+    assert {KernelSource.parse(p.source).hash for p in ahead} == first_starts
+    assert any(p.idea.startswith("prior ") for p in first) and not any(p.idea.startswith("prior ") for p in ahead)
+    # what the shape has already timed is not compiled again
+    known = {KernelSource.parse(p.source).hash for p in ahead[:2]}
+    again = prop.starts(ProposalContext(problem, "sm_90a", None, fams, [], [], random.Random(0), known=known))
+    assert len(again) == len(ahead) - 2
+
+
+class Recording:
+    """A CompileAhead stand-in that records what a search queues."""
+
+    def __init__(self):
+        self.queued: list[tuple[str, str]] = []
+
+    def submit(self, sources, arch):
+        self.queued += [(KernelSource.parse(s).hash, arch) for s in sources]
+        return len(sources)
+
+    @property
+    def counts(self):
+        from evo.compile_ahead import AheadCounts
+
+        return AheadCounts(submitted=len(self.queued))
+
+
+def _cfg(tmp_path, **search):
+    return load_config(overrides={
+        "search": {"budget_minutes": 0, "max_candidates": 6, "children": 3, "seed": 0, **search},
+        "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": str(TOY)},
+        "check": {"sanitize": False}})
+
+
+def test_a_search_queues_its_starts_then_the_next_shapes(tmp_path):
+    from evo.search import Search
+
+    rec = Recording()
+    cfg = _cfg(tmp_path)
+    this, nxt = parse_shape("256x256x256"), parse_shape("512x256x128")
+    Search(this, cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
+           next_problems=[nxt]).run()
+    fams = load_families(TOY)
+
+    def starts(q):
+        return [ks.hash for f in fams for ks in (f.render(p, q) for p in f.start_instances()) if ks.accepts(q)]
+
+    queued = [h for h, _ in rec.queued]
+    assert starts(this) and set(starts(this)) | set(starts(nxt)) <= set(queued)
+    # this shape's first, then the next one's
+    assert set(queued[:len(set(starts(this)))]) == set(starts(this))
+
+
+def test_the_next_shapes_library_tiles_come_from_the_table(tmp_path):
+    # where the table records cuBLASLt's algorithm for the next shape, that tile's instance compiles ahead too
+    import json
+
+    from evo.search import Search
+
+    cfg = _cfg(tmp_path)
+    this, nxt = parse_shape("256x256x256"), parse_shape("512x256x128")
+    Search(nxt, cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler()).run()  # its table row
+    (table,) = Path(cfg.paths.out).glob("*/table.json")
+
+    def record_algorithm():  # (each search exports the table again, from the archive's baselines, which carry none)
+        doc = json.loads(table.read_text())
+        (row,) = [r for r in doc["rows"] if r["shape"] == nxt.key]
+        row["library_algorithms"] = {"cublaslt_heuristic": {"tile": [8, 64], "cluster_shape": [1, 1, 1], "split_k": 1}}
+        table.write_text(json.dumps(doc))
+
+    (toy,) = load_families(TOY)
+    tile8 = toy.render({"TILE": 8, "UNROLL": 4, "PAD": 0}).hash  # the toy family's instance of an 8-wide tile
+
+    def queued(problem, config, nexts):
+        record_algorithm()
+        rec = Recording()
+        Search(problem, config, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
+               next_problems=nexts).run()
+        return {h for h, _ in rec.queued}
+
+    assert tile8 in queued(this, cfg, [nxt])
+    assert tile8 not in queued(nxt, cfg, [])  # not for the shape itself: its seeds compile as the search times them
+    assert tile8 not in queued(parse_shape("128x256x256"), _cfg(tmp_path, library_seeds=False), [nxt])  # seeds off
+
+
+def test_a_search_without_compile_ahead_queues_nothing(tmp_path):
+    from evo.search import Search
+
+    cfg = load_config(overrides={
+        "search": {"budget_minutes": 0, "max_candidates": 4, "children": 3, "seed": 0},
+        "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": str(TOY)},
+        "check": {"sanitize": False}, "compile": {"ahead": False}})
+    comp = FakeCompiler()
+    out = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp).run()
+    assert "compiled ahead" not in out.getvalue()
+    on = _cfg(tmp_path / "on")
+    out = io.StringIO()
+    Search(parse_shape("256x256x256"), on, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "compiled ahead:" in out.getvalue()  # its own queue, closed with the search
+
+
+def test_a_one_gpu_sweep_hands_each_search_the_shape_after_it(tmp_path, monkeypatch):
+    import evo.sweep as sweep
+
+    seen = []
+
+    def fake_search_shape(problem, cfg, worker, compiler, log_dir, name="", seeds=None, enumerations=None,
+                          ahead=None, next_problems=None):
+        seen.append((problem.key, [q.key for q in next_problems or []], ahead is not None))
+        return sweep.ShapeResult(problem.key, problem.layout, worker.info.key, "done", best_us=1.0, best_lib_us=1.0,
+                                 winner="cublas")
+
+    monkeypatch.setattr(sweep, "search_shape", fake_search_shape)
+    shapes = [parse_shape(s) for s in ("256x256x256", "512x256x128", "128x128x64")]
+    cfg = _cfg(tmp_path)
+    sweep.run_sweep(shapes, cfg, device_ids=[0], worker_factory=FakeWorker, compiler=FakeCompiler(), out=io.StringIO(),
+                    order="longest")
+    order = [k for k, _, _ in seen]
+    assert [n for _, n, _ in seen] == [[order[1]], [order[2]], []] and all(a for _, _, a in seen)
