@@ -1,8 +1,8 @@
 /*---evo
 family: mma_small_sm80
 archs: [sm_80, sm_90a]
-params: {BK: 64, BM: 16, BN: 32, CLK: 8, EPI: 0, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 8,
-  WARPS_K: 1, WARPS_M: 1, WARPS_N: 2}
+params: {BK: 64, BM: 32, BN: 32, CLK: 8, EPI: 0, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 8,
+  WARPS_K: 1, WARPS_M: 2, WARPS_N: 2}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
 smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4) + (CLK > 1) * PUSH * BM * BN * 4"
@@ -70,10 +70,10 @@ namespace {
 constexpr int kM = 64;
 constexpr int kN = 128;
 constexpr int kK = 2048;
-constexpr int BM = 16;
+constexpr int BM = 32;
 constexpr int BN = 32;
 constexpr int BK = 64;
-constexpr int WARPS_M = 1;
+constexpr int WARPS_M = 2;
 constexpr int WARPS_N = 2;
 constexpr int WARPS_K = 1;
 constexpr int STAGES_MAX = 8;   // ring depth asked for; STAGES: what a split's K tiles can use
@@ -484,8 +484,8 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
                 }
         }
         const uint32_t rank = cluster_rank();            // == blockIdx.z % CL (cluster dims 1 x 1 x CL)
-        const uint32_t recv = smem_u32(smem) + RECV_OFF;  // PUSH: [CL][RS][BN] fp32 receive slots
         if constexpr (PUSH) {
+            const uint32_t recv = smem_u32(smem) + RECV_OFF;  // [CL][RS][BN] fp32 receive slots
             __syncthreads();                             // the staged partial is complete
             cluster_wait_acquire();                      // every rank's receive barrier is initialised and armed
             // float4 q of the partial (row lr, columns 4 * c4..) goes to owner lr / RS, into slot `rank`
