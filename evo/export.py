@@ -18,7 +18,6 @@ import csv
 import dataclasses
 import io
 import json
-import os
 import sqlite3
 import time
 from dataclasses import dataclass, asdict

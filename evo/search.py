@@ -253,7 +253,10 @@ class Search:
 
         guide = self._start_guide(fams, info, proposers)
         if self.ahead is not None:
-            self._compile_ahead(fams, info, proposers)
+            try:
+                self._compile_ahead(fams, info, proposers)
+            except Exception as e:  # noqa: BLE001 - compiling ahead only saves time; it never ends a search
+                print(f"  compiling ahead skipped: {' '.join(f'{type(e).__name__}: {e}'.split())[:200]}", file=self.out)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
         # the budget is the search's own time (propose, compile, check, time): it starts here, after the one-off

@@ -206,6 +206,19 @@ def test_a_search_without_compile_ahead_queues_nothing(tmp_path):
     assert "compiled ahead:" in out.getvalue()  # its own queue, closed with the search
 
 
+def test_a_failure_while_queueing_never_ends_the_search(tmp_path, monkeypatch):
+    from evo.search import Search
+
+    def broken(self, ctx):
+        raise ValueError("a start that does not render")
+
+    monkeypatch.setattr(MutateProposer, "starts", broken)
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), _cfg(tmp_path), out=out, worker_factory=FakeWorker,
+                     compiler=FakeCompiler(), ahead=Recording()).run()
+    assert summary.best_us > 0 and "compiling ahead skipped: ValueError: a start that does not render" in out.getvalue()
+
+
 def test_a_one_gpu_sweep_hands_each_search_the_shape_after_it(tmp_path, monkeypatch):
     import evo.sweep as sweep
 
