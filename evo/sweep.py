@@ -741,6 +741,11 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             current = None if keep_stale or not templates else templates
             text = summarize(store, gpu, shapes, results, time.monotonic() - t0, backend.n_gpus,
                              shapes_file or "the shape set", cfg.paths.out, interrupted, current)
+            ahead = getattr(backend, "ahead", None)
+            if ahead is not None and ahead.counts.submitted:  # their cache hits are among the "compiles reused" above
+                line = ahead.counts.line()
+                text += (f" {line[:1].upper()}{line[1:]} in the background (the starts and library tiles of each "
+                         "shape's successor; a search that met one counts it as reused).")
             print("\n" + text, file=out, flush=True)
             if results:
                 print(ship_measurements(store, gpu, cfg.paths.out), file=out, flush=True)

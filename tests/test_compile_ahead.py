@@ -237,3 +237,21 @@ def test_a_one_gpu_sweep_hands_each_search_the_shape_after_it(tmp_path, monkeypa
                     order="longest")
     order = [k for k, _, _ in seen]
     assert [n for _, n, _ in seen] == [[order[1]], [order[2]], []] and all(a for _, _, a in seen)
+
+
+def test_a_one_gpu_sweep_says_what_it_compiled_ahead(tmp_path):
+    import evo.sweep as sweep
+
+    out = io.StringIO()
+    cfg = _cfg(tmp_path)
+    outcome = sweep.run_sweep([parse_shape(s) for s in ("256x256x256", "512x256x128")], cfg, device_ids=[0],
+                              worker_factory=FakeWorker, compiler=FakeCompiler(), out=out)
+    assert "Compiled ahead: " in outcome.summary and "kernels submitted" in outcome.summary
+    off = load_config(overrides={"search": {"budget_minutes": 0, "max_candidates": 4, "children": 3, "seed": 0},
+                                 "paths": {"db": str(tmp_path / "off.db"), "out": str(tmp_path / "off"),
+                                           "templates": str(TOY)},
+                                 "check": {"sanitize": False}, "compile": {"ahead": False}})
+    outcome = sweep.run_sweep([parse_shape("256x256x256")], off, device_ids=[0], worker_factory=FakeWorker,
+                              compiler=FakeCompiler(), out=io.StringIO())
+    assert outcome.summary and "Compiled ahead" not in outcome.summary
+
