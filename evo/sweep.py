@@ -260,6 +260,13 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
 
 # --- where the searches run: in this process, one process per GPU, or Ray actors --------------------------
 
+def successors(problems: list[Problem], gpus: int) -> dict[str, Problem]:
+    """Each shape's likely successor on its GPU: with every GPU taking the next shape in the order as it finishes
+    one, the shape `gpus` places later (the compile cache is shared, so whichever GPU takes it finds its kernels)."""
+    step = max(1, gpus)
+    return {a.key: b for a, b in zip(problems, problems[step:])}
+
+
 class InlineBackend:
     """One GPU, searched in this process."""
 
@@ -295,7 +302,7 @@ class InlineBackend:
 def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler: Any, log_dir: Path,
                  tasks: Any, results: Any) -> None:
     """A GPU's process in a multi-GPU sweep: one started worker, shapes in, ShapeResults out."""
-    worker = None
+    worker = ahead = None
     try:
         worker = worker_factory(cfg, device_id)
         try:
@@ -305,17 +312,21 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
             return
         results.put(("hello", device_id, info))
         enumerations = Enumerations()  # each family's space enumerated once for this GPU's shapes
+        ahead = CompileAhead(compiler, cfg.compile.jobs) if cfg.compile.ahead else None  # this GPU's share of the CPUs
         while True:
             task = tasks.get()
             if task is None:
                 break
-            p, minutes = task
+            p, minutes, nxt = task
             results.put(("start", device_id, p.key))
             results.put(("result", device_id, search_shape(p, with_budget(cfg, minutes), worker, compiler, log_dir,
-                                                           f"gpu{device_id}", enumerations=enumerations)))
+                                                           f"gpu{device_id}", enumerations=enumerations, ahead=ahead,
+                                                           next_problems=[nxt] if nxt is not None else [])))
     except KeyboardInterrupt:
         pass
     finally:
+        if ahead is not None:
+            ahead.close()
         if worker is not None:
             worker.stop()
 
@@ -332,6 +343,7 @@ class ProcessBackend:
         self.running: dict[int, str] = {}
         self.slots = self.n_gpus = len(device_ids)
         self.layout = "TN"
+        self.next_of: dict[str, Problem] = {}  # each shape's likely successor on its GPU, compiled ahead there
 
     def start(self) -> list[GpuInfo]:
         for p in self.procs.values():
@@ -356,7 +368,7 @@ class ProcessBackend:
 
     def submit(self, problem: Problem, minutes: float | None = None) -> None:
         self.layout = problem.layout
-        self.tasks.put((problem, minutes))
+        self.tasks.put((problem, minutes, self.next_of.get(problem.key)))
 
     def next_result(self) -> ShapeResult:
         while True:
@@ -675,8 +687,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             return stopped
 
         def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
-            if hasattr(backend, "next_of"):  # one GPU: the shape after each, whose kernels compile ahead
-                backend.next_of.update({a.key: b for (a, _), (b, _) in zip(items, items[1:])})
+            if hasattr(backend, "next_of"):  # the shape each GPU likely takes after each, whose kernels compile ahead
+                backend.next_of.update(successors([q for q, _ in items], backend.slots))
             it = iter(items)
             in_flight = 0
             n_round = 0

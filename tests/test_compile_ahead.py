@@ -255,3 +255,43 @@ def test_a_one_gpu_sweep_says_what_it_compiled_ahead(tmp_path):
                               compiler=FakeCompiler(), out=io.StringIO())
     assert outcome.summary and "Compiled ahead" not in outcome.summary
 
+
+def test_each_gpu_compiles_ahead_the_shape_it_likely_takes_next():
+    from evo.sweep import successors
+
+    shapes = [parse_shape(s) for s in ("64x64x64", "128x64x64", "256x64x64", "512x64x64", "1024x64x64")]
+    one = successors(shapes, 1)
+    assert [one[a.key].key for a in shapes[:4]] == [b.key for b in shapes[1:]] and shapes[4].key not in one
+    two = successors(shapes, 2)  # GPU 0 takes shapes 0, 2, 4 and GPU 1 shapes 1, 3 while they keep pace
+    assert {k: v.key for k, v in two.items()} == {shapes[0].key: shapes[2].key, shapes[1].key: shapes[3].key,
+                                                  shapes[2].key: shapes[4].key}
+
+
+def test_a_multi_gpu_sweep_sends_each_shape_with_its_successor():
+    import queue
+
+    from evo.sweep import ProcessBackend, successors
+
+    backend = ProcessBackend.__new__(ProcessBackend)  # no GPU processes: what goes on the task queue
+    backend.tasks, backend.layout = queue.Queue(), "TN"
+    shapes = [parse_shape(s) for s in ("64x64x64", "128x64x64", "256x64x64")]
+    backend.next_of = successors(shapes, 2)
+    for p in shapes:
+        backend.submit(p, 0.5)
+    sent = [backend.tasks.get_nowait() for _ in shapes]
+    assert [(p.key, m, n.key if n else None) for p, m, n in sent] == [
+        (shapes[0].key, 0.5, shapes[2].key), (shapes[1].key, 0.5, None), (shapes[2].key, 0.5, None)]
+
+
+def test_a_two_gpu_sweep_compiles_ahead_in_each_gpus_process(tmp_path):
+    import evo.sweep as sweep
+
+    cfg = _cfg(tmp_path)
+    shapes = [parse_shape(s) for s in ("256x256x256", "512x256x128", "128x128x64")]
+    outcome = sweep.run_sweep(shapes, cfg, device_ids=[0, 1], worker_factory=FakeWorker, compiler=FakeCompiler(),
+                              out=io.StringIO())
+    assert outcome.done == 3
+    logs = list(Path(cfg.paths.db).parent.rglob("*.log"))
+    assert len(logs) == 3 and all("compiled ahead:" in f.read_text() and "(this sweep so far)" in f.read_text()
+                                  for f in logs)
+
