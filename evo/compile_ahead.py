@@ -76,9 +76,6 @@ class CompileAhead:
             else:
                 self.counts.compiled += 1
 
-    def pending(self) -> int:
-        return sum(not f.done() for f in self.futures)
-
     def wait(self, timeout: float | None = None) -> None:
         """Block until every queued compile has finished (tests; a caller that wants the cache filled)."""
         wait(self.futures, timeout=timeout)

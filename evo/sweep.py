@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .cli import config_from_args, parser, require_positive
+from .compile_ahead import CompileAhead
 from .config import Config
 from .errors import EvoError, NoGpuError, cli_entry
 from .cost_model import history
@@ -39,7 +40,6 @@ from .stats import geomean
 from .store import Store
 from .sweep_budget import first_round, header_estimate, measured_overhead, per_shape_seconds
 from .sweep_due import other_gpus_finds
-from .compile_ahead import CompileAhead
 from .sweep_order import longest_first, order_pending
 
 # --- the sweep's own table in the archive ---------------------------------------------------------------
@@ -688,7 +688,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
 
         def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
             if hasattr(backend, "next_of"):  # the shape each GPU likely takes after each, whose kernels compile ahead
-                backend.next_of.update(successors([q for q, _ in items], backend.slots))
+                backend.next_of = successors([q for q, _ in items], backend.slots)  # this round's order only
             it = iter(items)
             in_flight = 0
             n_round = 0

@@ -295,3 +295,26 @@ def test_a_two_gpu_sweep_compiles_ahead_in_each_gpus_process(tmp_path):
     assert len(logs) == 3 and all("compiled ahead:" in f.read_text() and "(this sweep so far)" in f.read_text()
                                   for f in logs)
 
+
+
+def test_a_later_round_compiles_ahead_in_its_own_order(tmp_path, monkeypatch):
+    # --budget-gpu-hours: shapes still improving get a second round, longest first; each shape's successor is the
+    # one after it in that round, and the round's last shape has none (not its successor of the first round)
+    import evo.sweep as sweep
+
+    seen = []
+
+    def fake_search_shape(problem, cfg, worker, compiler, log_dir, name="", seeds=None, enumerations=None,
+                          ahead=None, next_problems=None):
+        seen.append((problem.key, [q.key for q in next_problems or []]))
+        stop = "converged" if problem.key == "64x64x64" else "time budget spent"  # the others still improve
+        return sweep.ShapeResult(problem.key, problem.layout, worker.info.key, "done", best_us=1.0, best_lib_us=1.0,
+                                 winner="cublas", stop=stop, seconds=1.0)
+
+    monkeypatch.setattr(sweep, "search_shape", fake_search_shape)
+    shapes = [parse_shape(s) for s in ("64x64x64", "8192x8192x8192", "1024x1024x1024")]
+    sweep.run_sweep(shapes, _cfg(tmp_path), device_ids=[0], worker_factory=FakeWorker, compiler=FakeCompiler(),
+                    out=io.StringIO(), budget_gpu_hours=0.05, order="likely-wins")
+    first, second = seen[:3], seen[3:5]
+    assert first == [("8192x8192x8192", ["1024x1024x1024"]), ("1024x1024x1024", ["64x64x64"]), ("64x64x64", [])]
+    assert second == [("8192x8192x8192", ["1024x1024x1024"]), ("1024x1024x1024", [])]  # not 64x64x64, done
