@@ -1,5 +1,5 @@
 """Compiles ahead of the search (evo.compile_ahead): the background queue, the shared cache and lock, what a search
-and a one-GPU sweep queue there."""
+and a sweep (one GPU or several) queue there."""
 import io
 import random
 import threading
