@@ -240,6 +240,7 @@ class Prior:
         self.sample = sample
         self.seed = seed
         self._ranked: dict[str, list[Ranked]] = {}
+        self._fits: dict[tuple, Ranked | None] = {}  # fit's answers: a start is refitted once per shape (evo.compile_ahead asks first)
 
     def space(self, family: str) -> FamilySpace | None:
         return self.spaces.get(family)
@@ -279,7 +280,15 @@ class Prior:
         ``margin`` of the best (or nothing fits). Starts are measured winners of one shape; this carries them to
         the shapes of their class (a swap-AB start's column tile to M = 96, a split to the SM count's wave).
         Candidates within ``ties`` of the best estimate are a tie: ``order`` (the cost model's times for a list of
-        parameter sets) picks among them where given, else the fewest moved parameters do."""
+        parameter sets) picks among them where given, else the fewest moved parameters do. Answers are kept per
+        (start, shape, margin, ties, whether `order` is given): one prior serves one search, whose `order` is one model."""
+        key = (family, tuple(sorted(params.items())), problem.key, problem.layout, margin, ties, order is not None)
+        if key not in self._fits:
+            self._fits[key] = self._fit(family, params, problem, margin, order, ties)
+        return self._fits[key]
+
+    def _fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float,
+             order: Callable[[list[dict[str, Any]]], Sequence[float]] | None, ties: float) -> Ranked | None:
         sp = self.spaces.get(family)
         if sp is None:
             return None

@@ -8,6 +8,7 @@ import contextlib
 import json
 import random
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +141,7 @@ class Search:
         while `compile.ahead` is on. next_problems: shapes searched after this one, whose starts (and library-tile
         seeds, where the table records the library's algorithm) compile ahead once this shape's are queued."""
         self.ahead = ahead
+        self.ahead_queue: threading.Thread | None = None  # the thread queueing this search's compiles ahead
         self.next_problems = list(next_problems or [])
         self.enumerations = enumerations
         self.seed_sources = list(seed_sources or [])
@@ -212,6 +214,9 @@ class Search:
             finally:
                 worker.stop()
         finally:
+            if self.ahead_queue is not None:
+                self.ahead_queue.join(timeout=120)  # (seconds of Python at most; its submits land before the count)
+                self.ahead_queue = None
             if self.ahead is not None:
                 print(f"  {self.ahead.counts.line()}" + (" (this sweep so far)" if owned is None else ""), file=self.out)
             if owned is not None:
@@ -253,10 +258,7 @@ class Search:
 
         guide = self._start_guide(fams, info, proposers)
         if self.ahead is not None:
-            try:
-                self._compile_ahead(fams, info, proposers)
-            except Exception as e:  # noqa: BLE001 - compiling ahead only saves time; it never ends a search
-                print(f"  compiling ahead skipped: {' '.join(f'{type(e).__name__}: {e}'.split())[:200]}", file=self.out)
+            self.ahead_queue = self._compile_ahead(fams, info, proposers)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
         # the budget is the search's own time (propose, compile, check, time): it starts here, after the one-off
@@ -358,18 +360,37 @@ class Search:
         summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers, table_hash)
         return summary
 
-    def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> None:
-        """Queue the background compiles: this shape's family starts (the first generation compiles them; the seeds,
-        timed before it, may take a minute of CUTLASS compiles), then the next shapes' starts and, where the table
-        records the library's algorithm for them, their library-tile seeds."""
+    def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> threading.Thread | None:
+        """Queue the background compiles, from a thread of its own (refitting the starts is seconds of Python that
+        the seeds' timing need not wait for): this shape's family starts (the first generation compiles them; the
+        seeds, timed before it, may take a minute of CUTLASS compiles), then the next shapes' starts and, where the
+        table records the library's algorithm for them, their library-tile seeds. A failure is one log line: compiling
+        ahead only saves time, it never ends a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
-        for i, q in enumerate([self.problem] + self.next_problems):
-            known = {x.hash for x in self.store.individuals(q.key, q.layout, info.key, info.arch)}
-            ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=known)
-            sources = [x.source for x in mut.starts(ctx)] if mut is not None else []
-            if i and self.cfg.search.library_seeds:
-                sources += [x.source for x in library_tile_proposals(q, self._table_baselines(info, q), fams)]
-            self.ahead.submit(sources, info.arch)
+        problems = [self.problem] + self.next_problems
+        try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
+            known = [{x.hash for x in self.store.individuals(q.key, q.layout, info.key, info.arch)} for q in problems]
+        except Exception as e:  # noqa: BLE001
+            self._ahead_skipped(e)
+            return None
+
+        def queue() -> None:
+            try:
+                for i, (q, seen) in enumerate(zip(problems, known)):
+                    ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
+                    sources = [x.source for x in mut.starts(ctx)] if mut is not None else []
+                    if i and self.cfg.search.library_seeds:
+                        sources += [x.source for x in library_tile_proposals(q, self._table_baselines(info, q), fams)]
+                    self.ahead.submit(sources, info.arch)
+            except Exception as e:  # noqa: BLE001
+                self._ahead_skipped(e)
+
+        t = threading.Thread(target=queue, name="evo-compile-ahead", daemon=True)
+        t.start()
+        return t
+
+    def _ahead_skipped(self, e: Exception) -> None:
+        print(f"  compiling ahead skipped: {' '.join(f'{type(e).__name__}: {e}'.split())[:200]}", file=self.out)
 
     def _table_baselines(self, info: GpuInfo, q: Problem) -> list[BaselineResult]:
         """The cuBLASLt algorithms the table recorded for shape q, as baselines carrying them (none without a row)."""

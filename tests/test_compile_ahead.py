@@ -219,6 +219,42 @@ def test_a_failure_while_queueing_never_ends_the_search(tmp_path, monkeypatch):
     assert summary.best_us > 0 and "compiling ahead skipped: ValueError: a start that does not render" in out.getvalue()
 
 
+def test_the_search_waits_for_its_queueing_thread_before_it_returns(tmp_path, monkeypatch):
+    # the starts are refitted on a thread of their own (seconds of Python the seeds need not wait for); the search
+    # returns only once that thread has queued them, so its "compiled ahead" count holds them
+    from evo.search import Search
+
+    real = MutateProposer.starts
+
+    def slow(self, ctx):
+        time.sleep(0.5)
+        return real(self, ctx)
+
+    monkeypatch.setattr(MutateProposer, "starts", slow)
+    rec = Recording()
+    out = io.StringIO()
+    Search(parse_shape("256x256x256"), _cfg(tmp_path), out=out, worker_factory=FakeWorker, compiler=FakeCompiler(),
+           ahead=rec).run()
+    assert rec.queued and f"compiled ahead: {len(rec.queued)} kernels submitted" in out.getvalue()
+
+
+def test_a_start_is_refitted_once_per_shape(fams):
+    # evo.compile_ahead refits a shape's starts before its first generation does: the prior keeps its answers
+    prior = Prior(fams, GpuSpec(), sample=50)
+    calls = []
+    real = prior._fit
+    prior._fit = lambda *a: calls.append(a) or real(*a)
+    fam = next(f for f in fams if f.name == "wgmma_sm90")
+    start = fam.start_instances()[0]
+    a = prior.fit(fam.name, start, Problem(384, 1536, 6144))
+    b = prior.fit(fam.name, start, Problem(384, 1536, 6144))
+    assert len(calls) == 1 and a is b
+    prior.fit(fam.name, start, Problem(384, 1536, 4096))  # another shape
+    prior.fit(fam.name, start, Problem(384, 1536, 6144), margin=0.1)  # another question
+    prior.fit(fam.name, start, Problem(384, 1536, 6144), order=lambda ps: [1.0] * len(ps), ties=0.02)
+    assert len(calls) == 4
+
+
 def test_a_one_gpu_sweep_hands_each_search_the_shape_after_it(tmp_path, monkeypatch):
     import evo.sweep as sweep
 
