@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import sys
 import threading
@@ -27,11 +26,10 @@ from .kernel import KernelSource
 from .problem import GpuInfo, Problem, log_distance, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
-from .proposers.library_tiles import library_tile_proposals
+from .proposers.library_tiles import algorithm_proposals, library_tile_proposals
 from .proposers.transposed import transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
-from .ltgemm import ALGO_MARK
-from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual, Sample
+from .records import LIBRARIES, CompileResult, EvalResult, Individual, Sample
 from .select import Diversity, Selector
 from .store import Store
 
@@ -380,7 +378,7 @@ class Search:
                     ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
                     sources = [x.source for x in mut.starts(ctx)] if mut is not None else []
                     if i and self.cfg.search.library_seeds:
-                        sources += [x.source for x in library_tile_proposals(q, self._table_baselines(info, q), fams)]
+                        sources += [x.source for x in algorithm_proposals(q, self._table_algorithms(info, q), fams)]
                     self.ahead.submit(sources, info.arch)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
@@ -392,11 +390,10 @@ class Search:
     def _ahead_skipped(self, e: Exception) -> None:
         print(f"  compiling ahead skipped: {' '.join(f'{type(e).__name__}: {e}'.split())[:200]}", file=self.out)
 
-    def _table_baselines(self, info: GpuInfo, q: Problem) -> list[BaselineResult]:
-        """The cuBLASLt algorithms the table recorded for shape q, as baselines carrying them (none without a row)."""
+    def _table_algorithms(self, info: GpuInfo, q: Problem) -> list[tuple[str, dict]]:
+        """The (library, cuBLASLt algorithm) pairs the table recorded for shape q (none without a row)."""
         row, _ = self._published_row(Path(self.cfg.paths.out) / info.key, q.key)
-        algos = (row.library_algorithms or {}) if row is not None else {}
-        return [BaselineResult(lib, 0.0, detail=ALGO_MARK + json.dumps(a)) for lib, a in algos.items() if isinstance(a, dict)]
+        return list(((row.library_algorithms or {}) if row is not None else {}).items())
 
     def _start_guide(self, fams: list[Family], info: GpuInfo, proposers: list):
         """The prior, the cost model (trained on the archive now), the bandit and the convergence rule (evo.guide);

@@ -41,12 +41,18 @@ def algorithm_tile(algo: dict[str, Any]) -> dict[str, int] | None:
 def library_tile_proposals(problem: Problem, baselines: Iterable[BaselineResult], families: list[Family]) -> list[Proposal]:
     """One seed per distinct instance the families map the libraries' recorded algorithms to (none where no
     baseline carries an algorithm or no family declares `library_tiles`)."""
+    return algorithm_proposals(problem, ((b.library, algorithm_from_detail(b.detail)) for b in baselines
+                                         if b.library.startswith("cublaslt")), families)
+
+
+def algorithm_proposals(problem: Problem, algorithms: Iterable[tuple[str, dict[str, Any]]],
+                        families: list[Family]) -> list[Proposal]:
+    """The same seeds from (library, recorded cuBLASLt algorithm) pairs, e.g. a kernel table row's
+    ``library_algorithms`` (what evo.compile_ahead compiles for a sweep's next shape)."""
     out: list[Proposal] = []
     seen: set[str] = set()
-    for b in baselines:
-        if not b.library.startswith("cublaslt"):
-            continue
-        t = algorithm_tile(algorithm_from_detail(b.detail))
+    for library, algo in algorithms:
+        t = algorithm_tile(algo) if isinstance(algo, dict) else None
         if t is None:
             continue
         for fam in families:
@@ -55,6 +61,6 @@ def library_tile_proposals(problem: Problem, baselines: Iterable[BaselineResult]
                 if ks.hash in seen:
                     continue
                 seen.add(ks.hash)
-                out.append(Proposal(ks.text, "seed", (), f"{b.library}'s tile {t['TM']}x{t['TN']}, cluster "
+                out.append(Proposal(ks.text, "seed", (), f"{library}'s tile {t['TM']}x{t['TN']}, cluster "
                                     f"{t['CM']}x{t['CN']}, split {t['SPLIT']} as a {fam.name} instance"))
     return out
