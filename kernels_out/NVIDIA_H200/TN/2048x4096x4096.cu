@@ -1,7 +1,7 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 0,
+params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 1,
   EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1,
   SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 3, STREAMK: 0,
   SWAP_AB: 0}
@@ -87,7 +87,7 @@ constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
 constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
+constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice

@@ -1,7 +1,7 @@
 /*---evo
 family: wgmma_skinny_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 32, CLK: 8, CONSUMERS: 2, G: 1, KI: 0, MC: 1, NC: 1, PUSH: 1, STAGES: 4,
+params: {BM: 128, BN: 64, CLK: 8, CONSUMERS: 1, G: 1, KI: 0, MC: 1, NC: 1, PUSH: 1, STAGES: 8,
   SWAP_AB: 1}
 block: ["128 * CONSUMERS + 32", 1, 1]
 grid: ["CLK * MC * NC * G * cdiv(cdiv(N if SWAP_AB else M, BM), MC) * cdiv(cdiv(M if SWAP_AB else N, BN), NC)", 1, 1]
@@ -55,10 +55,10 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 namespace evo_skinny {
 
 constexpr int BM = 128;            // tile rows (kernel view), CONSUMERS * 64 * MT
-constexpr int BN = 32;            // tile cols = wgmma N
+constexpr int BN = 64;            // tile cols = wgmma N
 constexpr int BK = 64;                // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 4;
-constexpr int CONSUMERS = 2;
+constexpr int STAGES = 8;
+constexpr int CONSUMERS = 1;
 constexpr int CLK = 8;          // CTAs of a cluster that split one tile's K (DSMEM reduce)
 constexpr int MC = 1;            // CTAs of a cluster on consecutive row tiles (column operand multicast)
 constexpr int NC = 1;            // CTAs of a cluster on consecutive column tiles (row operand multicast)
