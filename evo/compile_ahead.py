@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 from .compile import CANCELLED
 from .kernel import KernelSource
@@ -27,6 +27,9 @@ class AheadCounts:
     compiled: int = 0
     cached: int = 0
     failed: int = 0
+
+    def __add__(self, other: "AheadCounts") -> "AheadCounts":
+        return AheadCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
     def line(self) -> str:
         return (f"compiled ahead: {self.submitted} kernels submitted, {self.compiled} compiled, {self.cached} already "
@@ -75,6 +78,11 @@ class CompileAhead:
                 self.counts.cached += 1
             else:
                 self.counts.compiled += 1
+
+    def snapshot(self) -> AheadCounts:
+        """The counts as they stand (a copy: the background threads keep counting)."""
+        with self.lock:
+            return replace(self.counts)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every queued compile has finished (tests; a caller that wants the cache filled)."""

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from .cli import config_from_args, parser, require_positive
-from .compile_ahead import CompileAhead
+from .compile_ahead import AheadCounts, CompileAhead
 from .config import Config
 from .errors import EvoError, NoGpuError, cli_entry
 from .cost_model import history
@@ -284,6 +284,10 @@ class InlineBackend:
     def start(self) -> list[GpuInfo]:
         return [self.worker.start()]
 
+    def ahead_counts(self) -> AheadCounts | None:
+        """What compiled ahead so far (None: compile-ahead is off)."""
+        return self.ahead.snapshot() if self.ahead is not None else None
+
     def submit(self, problem: Problem, minutes: float | None = None) -> None:
         self.todo.append((problem, minutes))
 
@@ -319,9 +323,11 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
                 break
             p, minutes, nxt = task
             results.put(("start", device_id, p.key))
-            results.put(("result", device_id, search_shape(p, with_budget(cfg, minutes), worker, compiler, log_dir,
-                                                           f"gpu{device_id}", enumerations=enumerations, ahead=ahead,
-                                                           next_problems=[nxt] if nxt is not None else [])))
+            res = search_shape(p, with_budget(cfg, minutes), worker, compiler, log_dir, f"gpu{device_id}",
+                               enumerations=enumerations, ahead=ahead, next_problems=[nxt] if nxt is not None else [])
+            if ahead is not None:  # this GPU's counts so far, ahead of the result that the sweep waits for
+                results.put(("ahead", device_id, ahead.snapshot()))
+            results.put(("result", device_id, res))
     except KeyboardInterrupt:
         pass
     finally:
@@ -344,6 +350,7 @@ class ProcessBackend:
         self.slots = self.n_gpus = len(device_ids)
         self.layout = "TN"
         self.next_of: dict[str, Problem] = {}  # each shape's likely successor on its GPU, compiled ahead there
+        self.ahead_by_gpu: dict[int, AheadCounts] = {}  # each GPU process's compile-ahead counts, as last reported
 
     def start(self) -> list[GpuInfo]:
         for p in self.procs.values():
@@ -386,9 +393,16 @@ class ProcessBackend:
                 continue
             if kind == "start":
                 self.running[dev] = payload
+            elif kind == "ahead":
+                self.ahead_by_gpu[dev] = payload
             elif kind == "result":
                 self.running.pop(dev, None)
                 return payload
+
+    def ahead_counts(self) -> AheadCounts | None:
+        """What the GPU processes compiled ahead, summed over their last reports (None: none reported)."""
+        counts = list(self.ahead_by_gpu.values())
+        return sum(counts[1:], counts[0]) if counts else None
 
     def stop(self) -> None:
         for _ in self.procs:
@@ -753,9 +767,9 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             current = None if keep_stale or not templates else templates
             text = summarize(store, gpu, shapes, results, time.monotonic() - t0, backend.n_gpus,
                              shapes_file or "the shape set", cfg.paths.out, interrupted, current)
-            ahead = getattr(backend, "ahead", None)
-            if ahead is not None and ahead.counts.submitted:  # their cache hits are among the "compiles reused" above
-                line = ahead.counts.line()
+            counts = backend.ahead_counts() if hasattr(backend, "ahead_counts") else None
+            if counts is not None and counts.submitted:  # their cache hits are among the "compiles reused" above
+                line = counts.line()
                 text += (f" {line[:1].upper()}{line[1:]} in the background (the starts and library tiles of each "
                          "shape's successor; a search that met one counts it as reused).")
             print("\n" + text, file=out, flush=True)

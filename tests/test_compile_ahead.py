@@ -330,6 +330,24 @@ def test_a_two_gpu_sweep_compiles_ahead_in_each_gpus_process(tmp_path):
     logs = list(Path(cfg.paths.db).parent.rglob("*.log"))
     assert len(logs) == 3 and all("compiled ahead:" in f.read_text() and "(this sweep so far)" in f.read_text()
                                   for f in logs)
+    assert "Compiled ahead: " in outcome.summary and "kernels submitted" in outcome.summary  # the GPUs' counts
+
+
+def test_a_multi_gpu_sweep_sums_each_gpus_latest_compile_ahead_counts():
+    import queue
+
+    from evo.compile_ahead import AheadCounts
+    from evo.sweep import ProcessBackend
+
+    backend = ProcessBackend.__new__(ProcessBackend)  # no GPU processes: the messages they send
+    backend.results, backend.running, backend.procs, backend.ahead_by_gpu = queue.Queue(), {}, {}, {}
+    assert backend.ahead_counts() is None
+    done = object()
+    for msg in [("start", 0, "a"), ("ahead", 0, AheadCounts(3, 2, 1, 0)), ("ahead", 1, AheadCounts(2, 1, 0, 1)),
+                ("ahead", 0, AheadCounts(5, 3, 2, 0)), ("result", 0, done)]:
+        backend.results.put(msg)
+    assert backend.next_result() is done
+    assert backend.ahead_counts() == AheadCounts(7, 4, 2, 1)  # GPU 0's later report replaces its earlier one
 
 
 
