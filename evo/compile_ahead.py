@@ -49,6 +49,7 @@ class CompileAhead:
         self.seen: set[tuple[str, str]] = set()
         self.futures: list[Future] = []
         self.counts = AheadCounts()
+        self.failures: list[str] = []  # "hash family: error" of the failed compiles not yet reported (take_failures)
         self.lock = threading.Lock()
 
     def submit(self, sources: list[str], arch: str) -> int:
@@ -74,10 +75,17 @@ class CompileAhead:
         with self.lock:
             if not res.ok:
                 self.counts.failed += 1
+                self.failures.append(f"{ks.hash[:10]} {ks.meta.family}: {(res.error or 'failed').splitlines()[0][:200]}")
             elif res.cached:
                 self.counts.cached += 1
             else:
                 self.counts.compiled += 1
+
+    def take_failures(self) -> list[str]:
+        """The failed compiles since the last call, one line each (a shared queue's failures reach one log only)."""
+        with self.lock:
+            out, self.failures = self.failures, []
+        return out
 
     def snapshot(self) -> AheadCounts:
         """The counts as they stand (a copy: the background threads keep counting)."""

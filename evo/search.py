@@ -217,6 +217,8 @@ class Search:
                 self.ahead_queue = None
             if self.ahead is not None:
                 print(f"  {self.ahead.counts.line()}" + (" (this sweep so far)" if owned is None else ""), file=self.out)
+                for line in self.ahead.take_failures():
+                    print(f"  compiled ahead, failed: {line}", file=self.out)
             if owned is not None:
                 owned.close()
                 self.ahead = None

@@ -73,6 +73,27 @@ def test_the_background_compiles_once_per_kernel_and_fills_the_cache(tmp_path, n
     assert "2 kernels submitted" in ahead.counts.line()
 
 
+def test_a_failed_background_compile_is_named_once_in_the_log_of_the_search_that_follows(tmp_path):
+    from evo.search import Search
+
+    (toy,) = load_families(TOY)
+    bad, good = toy.render({"TILE": 32, "UNROLL": 1, "PAD": 0}), toy.render({"TILE": 8, "UNROLL": 1, "PAD": 0})
+    ahead = CompileAhead(FakeCompiler(), jobs=2)  # FakeCompiler fails TILE 32
+    ahead.submit([bad.text, good.text], "sm_80")
+    ahead.wait(10)
+    assert ahead.counts.failed == 1 and ahead.counts.compiled == 1
+    logs = []
+    for shape in ("256x256x256", "512x256x128"):
+        out = io.StringIO()
+        Search(parse_shape(shape), _cfg(tmp_path / shape), out=out, worker_factory=FakeWorker, compiler=FakeCompiler(),
+               ahead=ahead).run()
+        logs.append(out.getvalue())
+    ahead.close()
+    line = f"compiled ahead, failed: {bad.hash[:10]} toy: error: too many resources requested"
+    assert line in logs[0] and "compiled ahead, failed" not in logs[1]  # named once, by the next log written
+    assert good.hash[:10] not in logs[0]
+
+
 def test_close_kills_the_running_compile_and_drops_the_queue(tmp_path, naive_source):
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\nsleep 30\n")  # a compile that would run 30 s
@@ -129,6 +150,9 @@ class Recording:
         from evo.compile_ahead import AheadCounts
 
         return AheadCounts(submitted=len(self.queued))
+
+    def take_failures(self):
+        return []
 
 
 def _cfg(tmp_path, **search):
