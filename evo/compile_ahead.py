@@ -28,7 +28,7 @@ class AheadCounts:
     cached: int = 0
     failed: int = 0
 
-    def __add__(self, other: "AheadCounts") -> "AheadCounts":
+    def __add__(self, other: AheadCounts) -> AheadCounts:
         return AheadCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
     def line(self) -> str:

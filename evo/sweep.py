@@ -770,8 +770,9 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             counts = backend.ahead_counts() if hasattr(backend, "ahead_counts") else None
             if counts is not None and counts.submitted:  # their cache hits are among the "compiles reused" above
                 line = counts.line()
-                text += (f" {line[:1].upper()}{line[1:]} in the background (the starts and library tiles of each "
-                         "shape's successor; a search that met one counts it as reused).")
+                text += (f" {line[:1].upper()}{line[1:]} in the background (each shape's starts while its seeds "
+                         "were timed, its successor's starts and library tiles; a search that met one counts it as "
+                         "reused).")
             print("\n" + text, file=out, flush=True)
             if results:
                 print(ship_measurements(store, gpu, cfg.paths.out), file=out, flush=True)
