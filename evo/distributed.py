@@ -201,6 +201,11 @@ class RayBackend:
         self.gpu = ""
         self.log_dir = Path(cfg.paths.db).parent / "sweep_logs"
         self._owns_ray = False
+        self.next_of: dict[str, Problem] = {}  # set by the sweep like any backend's; the actors do not compile ahead
+
+    def ahead_counts(self) -> None:
+        """Nothing compiled ahead: the actors compile as they search."""
+        return None
 
     def start(self) -> list[GpuInfo]:
         ray = self.ray

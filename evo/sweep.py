@@ -701,8 +701,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             return stopped
 
         def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
-            if hasattr(backend, "next_of"):  # the shape each GPU likely takes after each, whose kernels compile ahead
-                backend.next_of = successors([q for q, _ in items], backend.slots)  # this round's order only
+            # the shape each GPU likely takes after each, whose kernels compile ahead; this round's order only
+            backend.next_of = successors([q for q, _ in items], backend.slots)
             it = iter(items)
             in_flight = 0
             n_round = 0
@@ -767,7 +767,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             current = None if keep_stale or not templates else templates
             text = summarize(store, gpu, shapes, results, time.monotonic() - t0, backend.n_gpus,
                              shapes_file or "the shape set", cfg.paths.out, interrupted, current)
-            counts = backend.ahead_counts() if hasattr(backend, "ahead_counts") else None
+            counts = backend.ahead_counts()
             if counts is not None and counts.submitted:  # their cache hits are among the "compiles reused" above
                 line = counts.line()
                 text += (f" {line[:1].upper()}{line[1:]} in the background (each shape's starts while its seeds "
