@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from .compile_ahead import AheadCounts
 from .config import Config, load_config
 from .errors import EvoError, NoGpuError
 from .kernel import KernelSource
@@ -203,9 +204,9 @@ class RayBackend:
         self._owns_ray = False
         self.next_of: dict[str, Problem] = {}  # set by the sweep like any backend's; the actors do not compile ahead
 
-    def ahead_counts(self) -> None:
+    def ahead_counts(self) -> AheadCounts:
         """Nothing compiled ahead: the actors compile as they search."""
-        return None
+        return AheadCounts()
 
     def start(self) -> list[GpuInfo]:
         ray = self.ray

@@ -284,9 +284,9 @@ class InlineBackend:
     def start(self) -> list[GpuInfo]:
         return [self.worker.start()]
 
-    def ahead_counts(self) -> AheadCounts | None:
-        """What compiled ahead so far (None: compile-ahead is off)."""
-        return self.ahead.snapshot() if self.ahead is not None else None
+    def ahead_counts(self) -> AheadCounts:
+        """What compiled ahead so far (nothing where compile-ahead is off)."""
+        return self.ahead.snapshot() if self.ahead is not None else AheadCounts()
 
     def submit(self, problem: Problem, minutes: float | None = None) -> None:
         self.todo.append((problem, minutes))
@@ -399,10 +399,9 @@ class ProcessBackend:
                 self.running.pop(dev, None)
                 return payload
 
-    def ahead_counts(self) -> AheadCounts | None:
-        """What the GPU processes compiled ahead, summed over their last reports (None: none reported)."""
-        counts = list(self.ahead_by_gpu.values())
-        return sum(counts[1:], counts[0]) if counts else None
+    def ahead_counts(self) -> AheadCounts:
+        """What the GPU processes compiled ahead, summed over their last reports."""
+        return sum(self.ahead_by_gpu.values(), AheadCounts())
 
     def stop(self) -> None:
         for _ in self.procs:
@@ -768,7 +767,7 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             text = summarize(store, gpu, shapes, results, time.monotonic() - t0, backend.n_gpus,
                              shapes_file or "the shape set", cfg.paths.out, interrupted, current)
             counts = backend.ahead_counts()
-            if counts is not None and counts.submitted:  # their cache hits are among the "compiles reused" above
+            if counts.submitted:  # their cache hits are among the "compiles reused" above
                 line = counts.line()
                 text += (f" {line[:1].upper()}{line[1:]} in the background (each shape's starts while its seeds "
                          "were timed, its successor's starts and library tiles; a search that met one counts it as "

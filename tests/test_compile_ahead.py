@@ -365,7 +365,7 @@ def test_a_multi_gpu_sweep_sums_each_gpus_latest_compile_ahead_counts():
 
     backend = ProcessBackend.__new__(ProcessBackend)  # no GPU processes: the messages they send
     backend.results, backend.running, backend.procs, backend.ahead_by_gpu = queue.Queue(), {}, {}, {}
-    assert backend.ahead_counts() is None
+    assert backend.ahead_counts() == AheadCounts()  # none reported yet
     done = object()
     for msg in [("start", 0, "a"), ("ahead", 0, AheadCounts(3, 2, 1, 0)), ("ahead", 1, AheadCounts(2, 1, 0, 1)),
                 ("ahead", 0, AheadCounts(5, 3, 2, 0)), ("result", 0, done)]:
