@@ -195,14 +195,15 @@ def test_split_reduce_scatter_compiles_clean(fam, tmp_path, params):
 
 @pytest.mark.nvcc
 def test_split_reduce_scatter_ptx(fam, tmp_path):
-    # the barrier of a tile's splits: an acq_rel arrival, a release of the generation word, acquire polls; no
-    # sequentially consistent fence anywhere
+    # the barrier of a tile's splits: one count per tile, a relaxed read before arriving, a release arrival that
+    # steps it (wrapping), acquire polls; no ticket round trip, no second word, no sequentially consistent fence
     from evo.testing.ptx import ptx_of
 
     text = ptx_of(fam.render({"BM": 128, "BN": 128, "SPLIT_K": 8, "SPLIT_RS": 1, "PERSISTENT": 0,
                               "STAGES": 6}).text, tmp_path)
-    assert "atom.add.acq_rel.gpu.global.s32" in text or "atom.acq_rel.gpu.global.add.s32" in text
-    assert "st.release.gpu.global.s32" in text and "ld.acquire.gpu.global.s32" in text
+    assert "ld.relaxed.gpu.global.u32" in text and "ld.acquire.gpu.global.u32" in text
+    assert "red.release.gpu.global.inc.u32" in text
+    assert "atom." not in text and "st.release" not in text
     assert "fence.sc" not in text and "membar.gl" not in text
 
 
