@@ -8,7 +8,7 @@ params: {BM: 128, BN: 96, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI:
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
@@ -172,8 +172,9 @@ static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
               "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
 static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
-// split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
-constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
+// split-K: one counter per tile in the workspace, the arrivals (SPLIT_RS: a count that wraps at RS_WRAP)
+// SPLIT_RS: each launch adds SPLIT_K to a tile's count, which `red.inc` wraps to 0 at this multiple of SPLIT_K
+constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
 constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
@@ -341,19 +342,24 @@ __device__ __forceinline__ int ticket_acq_rel(int* p) {
   asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
 }
-// SPLIT_RS: the generation word of a tile's barrier (relaxed before arriving, acquire while waiting, release to open).
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// SPLIT_RS: an arrival that releases its partial and steps the tile's count, wrapping at RS_WRAP (0 after RS_WRAP - 1)
+__device__ __forceinline__ void inc_release_gpu(unsigned* p) {
+  asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(RS_WRAP - 1) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu_u32(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned ld_relaxed_gpu_u32(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 // An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
 // later k ranges their k blocks
@@ -1261,7 +1267,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
+        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
@@ -1280,11 +1286,18 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
-          int* arrivals = counters + COUNTER_INTS * w.tile;
-          // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
-          // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
-          const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {
+          int* arrivals = counters + w.tile;
+          if (SPLIT_RS) {
+            // the tile's splits wait for each other (the grid is one wave, `requires`) on one count: read before our
+            // own arrival it lies in [n, n + SPLIT_K - 1] for the launch's base n (a multiple of SPLIT_K: earlier
+            // launches completed), so the tile is complete when it reads n + SPLIT_K (mod RS_WRAP). Every split
+            // arrives with a release and polls with acquire loads: no split waits on another's second hop.
+            unsigned* count = reinterpret_cast<unsigned*>(arrivals);
+            const unsigned seen = ld_relaxed_gpu_u32(count);
+            const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
+            inc_release_gpu(count);
+            while (ld_acquire_gpu_u32(count) != done) __nanosleep(32);
+          } else if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
@@ -1295,11 +1308,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           } else {
             s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
             if (s_last) *arrivals = 0;
-          }
-          if (SPLIT_RS) {
-            if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
-            else
-              while (ld_acquire_gpu(arrivals + 1) == g0) __nanosleep(32);
           }
         }
         consumer_sync();
