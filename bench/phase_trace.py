@@ -40,9 +40,11 @@ def _stamp_macro(name: str, cond: str, row: str = "0") -> str:
     """`name(i)`: the thread for which `cond` holds writes %globaltimer into slot i of row `row` (0 or 1) of its CTA's
     two rows of 8. The reader takes the later row per slot, so consumer c stamping row c (`row` =
     "threadIdx.x / 128 - 1") gives whichever consumer ran the CTA's last unit. Plain stores, no atomics: an atomic
-    after the kernel's stores is what the compile gate rejects as an unordered publication."""
+    after the kernel's stores is what the compile gate rejects as an unordered publication. The timer read clobbers
+    memory, so the compiler keeps it between the barriers and memory operations around it: without, a stamp after a
+    named barrier was read before it (a consumer's stamp after the reduce-scatter's wait, 2 us early)."""
     return (f"#define {name}(i) do {{ if ({cond}) {{ unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" "
-            f": \"=l\"(t_)); evo_trace[blockIdx.x * 16 + 8 * ({row}) + (i)] = t_; }} }} while (0)\n")
+            f": \"=l\"(t_) :: \"memory\"); evo_trace[blockIdx.x * 16 + 8 * ({row}) + (i)] = t_; }} }} while (0)\n")
 
 
 # at entry: the stamps go to the workspace's first TRACE_BYTES, the kernel's own use starts after them

@@ -113,3 +113,11 @@ def test_per_cta_lines_are_medians_over_launches():
     lines = per_cta_lines(rel, ["entry", "exit"])
     assert lines[0].split() == ["CTA", "entry", "exit"]
     assert lines[1].split() == ["0", "0.00", "2.00"] and lines[2].split() == ["1", "0.20", "5.00"]
+
+
+@pytest.mark.parametrize("family", sorted(TRACES))
+def test_every_stamp_is_ordered_against_the_memory_operations_around_it(tmp_path, family):
+    # a timer read the compiler may move is a stamp on the wrong side of a barrier: each macro clobbers memory
+    text = (instrumented_templates(tmp_path, family) / family / "kernel.cu").read_text()
+    macros = [line for line in text.splitlines() if line.startswith("#define EVO_") and "globaltimer" in line]
+    assert macros and all(':: "memory")' in m for m in macros), macros
