@@ -32,6 +32,9 @@ tensor_maps:
 //   release arrivals and adds theirs in order. Deadlock-free: a split waits only for lower-numbered units, which a
 //   persistent grid takes in increasing order and a one-unit-per-CTA grid dispatches first (pairs: GPC stripes, so at
 //   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
+// SPLIT_RS (one wave, one unit per CTA): each split owns BN / SPLIT_K columns; it publishes the slices the others own,
+//   arrives on its tile's count (a release increment that wraps at RS_WRAP, never reset) and polls it until the
+//   launch's last arrival, then sums its own slice over the splits in order (deterministic) and stores it.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
 //   own slots, sums splits in order and stores its slice. No workspace, no ticket.
