@@ -8,8 +8,9 @@ Every candidate defines
 
 A is M x K row-major, B is N x K row-major, C is M x N row-major: C = A @ B^T with
 fp32 accumulation. ``workspace`` is a device buffer of ``workspace`` bytes that the
-harness zeroes once after allocation; a kernel that uses it (e.g. split-K counters)
-must leave any counters back at zero when it returns.
+harness zeroes once after allocation and gives to this kernel on this shape alone; a kernel
+that uses it (e.g. split-K counters) must leave any counters as its next launch expects them:
+back at zero, or a count each launch advances by the same step (read relative to where it is).
 
 The source starts with a YAML block in a C comment:
 

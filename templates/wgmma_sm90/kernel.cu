@@ -1276,6 +1276,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
         // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
+        // SPLIT_RS: no ticket; every split arrives with a release on the tile's count and waits for the last (below).
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
