@@ -32,9 +32,8 @@ tensor_maps:
 //   release arrivals and adds theirs in order. Deadlock-free: a split waits only for lower-numbered units, which a
 //   persistent grid takes in increasing order and a one-unit-per-CTA grid dispatches first (pairs: GPC stripes, so at
 //   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
-// SPLIT_RS (one wave, one unit per CTA): each split owns BN / SPLIT_K columns; it publishes the slices the others own,
-//   arrives on its tile's count (a release increment that wraps at RS_WRAP, never reset) and polls it until the
-//   launch's last arrival, then sums its own slice over the splits in order (deterministic) and stores it.
+// SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
+//   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
 //   own slots, sums splits in order and stores its slice. No workspace, no ticket.
@@ -172,8 +171,7 @@ static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
               "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
 static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
-// split-K: one counter per tile in the workspace, the arrivals (SPLIT_RS: a count that wraps at RS_WRAP)
-// SPLIT_RS: each launch adds SPLIT_K to a tile's count, which `red.inc` wraps to 0 at this multiple of SPLIT_K
+// split-K: one counter per tile in the workspace (SPLIT_RS: +SPLIT_K per launch, wrapped by `red.inc` at RS_WRAP)
 constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
@@ -1276,7 +1274,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
         // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
-        // SPLIT_RS: no ticket; every split arrives with a release on the tile's count and waits for the last (below).
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -1289,10 +1286,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (threadIdx.x == 128) {
           int* arrivals = counters + w.tile;
           if (SPLIT_RS) {
-            // the tile's splits wait for each other (the grid is one wave, `requires`) on one count: read before our
-            // own arrival it lies in [n, n + SPLIT_K - 1] for the launch's base n (a multiple of SPLIT_K: earlier
-            // launches completed), so the tile is complete when it reads n + SPLIT_K (mod RS_WRAP). Every split
-            // arrives with a release and polls with acquire loads: no split waits on another's second hop.
+            // read before our arrival, the count is in [n, n + SPLIT_K) for the launch's base n (a multiple of
+            // SPLIT_K): the tile is complete at n + SPLIT_K (mod RS_WRAP)
             unsigned* count = reinterpret_cast<unsigned*>(arrivals);
             const unsigned seen = ld_relaxed_gpu_u32(count);
             const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
