@@ -201,7 +201,7 @@ def test_split_reduce_scatter_ptx(fam, tmp_path):
 
     text = ptx_of(fam.render({"BM": 128, "BN": 128, "SPLIT_K": 8, "SPLIT_RS": 1, "PERSISTENT": 0,
                               "STAGES": 6}).text, tmp_path)
-    assert "ld.relaxed.gpu.global.u32" in text and "ld.acquire.gpu.global.u32" in text
+    assert "ld.relaxed.gpu.global.s32" in text and "ld.acquire.gpu.global.s32" in text
     assert "red.release.gpu.global.inc.u32" in text
     assert "atom." not in text and "st.release" not in text
     assert "fence.sc" not in text and "membar.gl" not in text

@@ -346,17 +346,12 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   return v;
 }
 // SPLIT_RS: an arrival that releases its partial and steps the tile's count, wrapping at RS_WRAP (0 after RS_WRAP - 1)
-__device__ __forceinline__ void inc_release_gpu(unsigned* p) {
+__device__ __forceinline__ void inc_release_gpu(int* p) {
   asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(RS_WRAP - 1) : "memory");
 }
-__device__ __forceinline__ unsigned ld_acquire_gpu_u32(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned ld_relaxed_gpu_u32(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 // An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
@@ -1288,11 +1283,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           if (SPLIT_RS) {
             // read before our arrival, the count is in [n, n + SPLIT_K) for the launch's base n (a multiple of
             // SPLIT_K): the tile is complete at n + SPLIT_K (mod RS_WRAP)
-            unsigned* count = reinterpret_cast<unsigned*>(arrivals);
-            const unsigned seen = ld_relaxed_gpu_u32(count);
+            const unsigned seen = static_cast<unsigned>(ld_relaxed_gpu(arrivals));
             const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
-            inc_release_gpu(count);
-            while (ld_acquire_gpu_u32(count) != done) __nanosleep(32);
+            inc_release_gpu(arrivals);
+            while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32);
           } else if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
