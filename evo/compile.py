@@ -8,6 +8,7 @@ same command runs in CI without a GPU. The cubin is loaded with cupy.RawModule(p
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -31,6 +32,7 @@ _SMEM = re.compile(r"(\d+) bytes smem")
 _STACK = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _C7510 = re.compile(r"C7510|wgmma\.mma_async instructions are serialized")
 CANCELLED = "cancelled: the caller stopped the compiles (a search's budget was spent)"
+_USES_HEADERS = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:cute|cutlass)/', re.M)  # code built against include_dirs
 _CANCELLED_RC = -2
 
 
@@ -46,6 +48,7 @@ class Compiler:
     memory_mb: int
     reject_spills: bool
     ptx_checks: bool = True  # evo.ptx_checks on the PTX nvcc -keep leaves (off only through EVO_TEST_DEFENCES_OFF)
+    headers: str = ""  # the release the include dirs hold (nvidia-cutlass's version): keys the code that includes them
     locks: dict = field(default_factory=dict, compare=False, repr=False)  # cache key -> lock, per compiler
 
     @staticmethod
@@ -63,13 +66,19 @@ class Compiler:
             memory_mb=cfg.memory_mb,
             reject_spills=cfg.reject_spills,
             ptx_checks=_ptx_checks_on(),
+            headers=cutlass_headers_release(),
         )
 
     def key(self, ks: KernelSource, arch: str) -> str:
-        """The cache key: the code nvcc compiles (not the front matter), the target and the flags."""
+        """The cache key: the code nvcc compiles (not the front matter), the target and the flags; for code that
+        includes CUTLASS / CuTe headers also where they are and which release, so a result got without them (a
+        machine where the wheel was missing: "cute/tensor.hpp: No such file") or from another release is not
+        replayed once they change."""
+        headers = (f"|headers={self.headers}@{';'.join(self.include_dirs)}"
+                   if _USES_HEADERS.search(ks.text) else "")
         h = hashlib.sha256((f"{ks.code_hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}"
                             + ("" if self.ptx_checks else "|no-ptx-checks")
-                            + ("|host-so" if ks.meta.launch == "host" else "")).encode())
+                            + ("|host-so" if ks.meta.launch == "host" else "") + headers).encode())
         return h.hexdigest()[:20]
 
     def _key_lock(self, key: str) -> threading.Lock:
@@ -293,6 +302,14 @@ def cutlass_include_dirs() -> list[str]:
         return []
     inc = Path(cutlass_library.__file__).parent / "source" / "include"
     return [str(inc)] if inc.is_dir() else []
+
+
+def cutlass_headers_release() -> str:
+    """The installed nvidia-cutlass release ("" without it): part of the cache key of code built on its headers."""
+    try:
+        return importlib.metadata.version("nvidia-cutlass")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
 
 
 def parse_ptxas(h: str, arch: str, log: str) -> CompileResult:

@@ -226,3 +226,35 @@ def test_an_interrupted_compile_many_returns_without_compiling_the_rest(tmp_path
         comp.compile_many([("quick", "sm_90a"), ("slow1", "sm_90a"), ("slow2", "sm_90a"), ("queued", "sm_90a")],
                           jobs=2, on_done=interrupt, stop=lambda: False)
     assert time.monotonic() - t0 < 5 and "queued" not in started
+
+
+def test_code_on_cutlass_headers_is_keyed_by_where_they_are_and_their_release(tmp_path):
+    """A compile that failed because the CUTLASS headers were missing ("cute/tensor.hpp: No such file") is not
+    replayed from the cache once they are installed, nor a result built on another release; code that includes no
+    CUTLASS header keeps one key whatever the include dirs."""
+    from evo.compile import Compiler
+    from evo.kernel import KernelSource
+
+    nvcc = tmp_path / "nvcc"  # fails without an -I, as nvcc does on a machine without the nvidia-cutlass wheel
+    nvcc.write_text("#!/usr/bin/env python3\nimport sys\na = sys.argv[1:]\n"
+                    "if not any(x.startswith('-I') for x in a):\n"
+                    "    print('k.cu:35:10: fatal error: cute/tensor.hpp: No such file or directory'); sys.exit(1)\n"
+                    "open(a[a.index('-o') + 1], 'wb').write(b'cubin')\n")
+    nvcc.chmod(0o755)
+    src = (Path(__file__).parent / "data" / "naive.cu").read_text()
+    cute = KernelSource.parse(src.replace("extern \"C\"", "#include \"cute/tensor.hpp\"\nextern \"C\"", 1))
+    plain = KernelSource.parse(src)
+    assert cute.code_hash != plain.code_hash
+
+    def comp(dirs, release):
+        return Compiler(nvcc=str(nvcc), flags=(), include_dirs=dirs, cache_dir=tmp_path / "cache", timeout_s=30,
+                        memory_mb=0, reject_spills=False, ptx_checks=False, headers=release)
+
+    bare, inc, newer = comp((), ""), comp((str(tmp_path),), "4.2.0.0"), comp((str(tmp_path),), "4.3.0.0")
+    first = bare.compile(cute, "sm_80")
+    assert not first.ok and "No such file" in first.error
+    assert bare.compile(cute, "sm_80").cached                     # the failure is cached for the same headers...
+    again = inc.compile(cute, "sm_80")
+    assert again.ok and not again.cached                          # ...and not replayed once they are there
+    assert len({bare.key(cute, "sm_80"), inc.key(cute, "sm_80"), newer.key(cute, "sm_80")}) == 3
+    assert bare.key(plain, "sm_80") == inc.key(plain, "sm_80") == newer.key(plain, "sm_80")
