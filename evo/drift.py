@@ -10,7 +10,9 @@ slower kernels timed in quiet ones (docs/evaluator.md, "Timing drift").
 something slowing the GPU makes cuBLAS slower, never faster). A window whose cuBLAS ran more than `tol` slower than
 that is drifted: the worker times the candidate again (`retimed`) and keeps the less drifted window; if that one
 drifted too, it reports the candidate's median scaled by reference / cuBLAS (its raw median kept as `measured_us`).
-The search's final runoff is timed again by the same rule. After a slow window the worker also asks what the GPU
+The search's final runoff is timed again by the same rule. On a shape where one window's own repetitions of cuBLAS
+scatter wider than `tol` (4-8 us shapes: 20-30 %), the tolerance is that spread (`tolerance`): there window medians
+20 % apart are the launch's noise, not a slow GPU. After a slow window the worker also asks what the GPU
 reports (clocks, power, clock limits, other processes: evo/gpu/gpu_state.py); the search's log shows it. The default tolerance (20 %) is above what a quiet GPU's
 windows scatter (0.9 % of the H100 archive's windows exceed it, on 4-8 us shapes; a second window is then likely
 quiet and the raw time kept): docs/evaluator.md, "Timing drift".
@@ -26,6 +28,12 @@ W = TypeVar("W")  # one timing window's result
 def drifted(cublas_us: float, ref_us: float, tol: float) -> bool:
     """cuBLAS, timed beside a candidate, ran more than `tol` slower than the reference (0 = no reference, or off)."""
     return tol > 0 and ref_us > 0 and cublas_us > ref_us * (1.0 + tol)
+
+
+def tolerance(tol: float, cublas_spread: float) -> float:
+    """The drift tolerance of one shape: `tol` (timing.drift_tol), or cuBLAS's own spread on the shape ((p90 - min) /
+    median of its baseline's repetitions) where that is wider; 0 (off) stays off."""
+    return max(tol, cublas_spread) if tol > 0 else 0.0
 
 
 def corrected_us(time_us: float, cublas_us: float, ref_us: float, tol: float) -> float:

@@ -16,7 +16,7 @@ from .cli import config_from_args, parser, require_positive
 from .compile import Compiler, stored_cubin
 from .compile_ahead import CompileAhead
 from .config import Config
-from .drift import DriftReference, drifted, retimed
+from .drift import DriftReference, drifted, retimed, tolerance
 from .errors import EvoError, cli_entry
 from .families import Family, load_families, rerendered
 from .gpu.device import COMPILE_ONLY_HINT, require_gpu
@@ -265,7 +265,9 @@ class Search:
         # setup above (the GPU's ceilings, the baselines with cuBLASLt autotune, the prior's ranking), so a short
         # budget is not spent before any candidate is compiled
         t_search = time.monotonic()
-        prog = Progress(budget_s=budget_s, stream=self.out, started=t_search, drift=DriftReference(cfg.timing.drift_tol))
+        cublas_spread = next((b.spread for b in baselines if b.library == "cublas"), 0.0)  # its own noise on the shape
+        prog = Progress(budget_s=budget_s, stream=self.out, started=t_search,
+                        drift=DriftReference(tolerance(cfg.timing.drift_tol, cublas_spread)))
         prog.best_lib_us = best_lib
         if measured_now:  # cuBLAS timed a moment ago: a first estimate of the GPU's quiet speed (evo/drift.py)
             prog.drift.observe(next((b.time_us for b in baselines if b.library == "cublas"), 0.0))
@@ -476,7 +478,8 @@ class Search:
                 ev = worker.call("evaluate", timeout_s=self.cfg.timing.timeout_s, problem=p, source=ks.text,
                                  cubin=r.cubin_path, h=ks.hash, bound_us=info.extra.get("roofline_us", 0.0),
                                  screen_reps=self.cfg.search.screen_reps, screen_vs_us=prog.best_us,  # staged timing
-                                 cublas_ref_us=prog.drift.ref_us)  # a window where the GPU ran slow: timed again
+                                 cublas_ref_us=prog.drift.ref_us,  # a window where the GPU ran slow: timed again
+                                 drift_tol=prog.drift.tol)
             except WorkerFault as e:
                 ev = EvalResult(ks.hash, False, "crash" if "crash" in str(e) else "timeout", str(e))
             except EvoError as e:
@@ -620,14 +623,16 @@ class Search:
             text = ""
         return row, text
 
-    def _runoff(self, worker, info: GpuInfo, run_id: int, table_hash: str, quiet_cublas_us: float = 0.0) -> tuple[dict, list[str]]:
+    def _runoff(self, worker, info: GpuInfo, run_id: int, table_hash: str, quiet_cublas_us: float = 0.0,
+                drift_tol: float | None = None) -> tuple[dict, list[str]]:
         """The archive's search.runoff fastest kernels of the shape, the fastest of this run and the kernel the table
         publishes for the shape now (`table_hash`, if the archive holds it), timed side by side with every baseline in one window
         (search.confirm_reps flushed repetitions, every call checked): stored times come from different runs, and a
         lucky one must not keep a kernel that is slower here. A contender whose output is wrong there is recorded
-        as rejected. A window where cuBLAS ran more than timing.drift_tol slower than `quiet_cublas_us` (this run's
-        quiet cuBLAS time, evo/drift.py) is timed once more, and the less drifted of the two is kept. Returns the
-        window's results (by hash and library) and the correct contenders' hashes, fastest first."""
+        as rejected. A window where cuBLAS ran more than `drift_tol` (the shape's tolerance, evo.drift.tolerance;
+        None: timing.drift_tol) slower than `quiet_cublas_us` (this run's quiet cuBLAS time) is timed once more, and
+        the less drifted of the two is kept. Returns the window's results (by hash and library) and the correct
+        contenders' hashes, fastest first."""
         p, store = self.problem, self.store
         n = max(1, self.cfg.search.runoff)
         rows = store.fastest(p.key, p.layout, info.key, n)
@@ -661,12 +666,13 @@ class Search:
             return w["cublas"].time_us if "cublas" in w else 0.0
 
         windows = [timings]  # a contender wrong in any window is rejected, whichever window's times are kept
-        if drifted(cublas_us(timings), quiet_cublas_us, self.cfg.timing.drift_tol):
+        tol = self.cfg.timing.drift_tol if drift_tol is None else drift_tol
+        if drifted(cublas_us(timings), quiet_cublas_us, tol):
             print(f"  cuBLAS ran {cublas_us(timings) / quiet_cublas_us:.2f}x its quiet time of this run in that window (the "
                   "GPU ran slow): timed once more", file=self.out, flush=True)
             print(f"  the GPU after the slow window: {describe_state(gpu_state_now(worker))}", file=self.out, flush=True)
             try:
-                windows = retimed(timings, window, cublas_us, quiet_cublas_us, self.cfg.timing.drift_tol)
+                windows = retimed(timings, window, cublas_us, quiet_cublas_us, tol)
             except (WorkerFault, EvoError) as e:
                 print(f"  the second window failed ({e}); the first is kept", file=self.out)
         timings = windows[0]
@@ -689,7 +695,7 @@ class Search:
 
         p, store, gpu = self.problem, self.store, info.key
         summary = SearchSummary(p, info.name, generations=prog.generation, stop_reason=stop)
-        timings, ranked = self._runoff(worker, info, run_id, table_hash, prog.drift.ref_us)
+        timings, ranked = self._runoff(worker, info, run_id, table_hash, prog.drift.ref_us, prog.drift.tol)
         summary.drift_scaled, summary.drift_states = prog.drift.corrected, list(prog.drift.states)
         summary.table_hash = table_hash
         summary.table_us = timings[table_hash].time_us if table_hash in ranked else 0.0
@@ -800,7 +806,8 @@ def print_table(s: SearchSummary, row, out, info: GpuInfo) -> None:
           f"stopped: {s.stop_reason}", file=out)
     if s.drift_scaled:
         print(f"timing drift: {s.drift_scaled} candidates were timed in two windows where cuBLAS beside them ran more than "
-              "timing.drift_tol slower than its quiet time of this run; their times were scaled to it (evo/drift.py)", file=out)
+              "timing.drift_tol (or cuBLAS's own spread on the shape, where wider) slower than its quiet time of this run; "
+              "their times were scaled to it (evo/drift.py)", file=out)
     for state in s.drift_states:
         print(f"the GPU after a slow timing window: {state}", file=out)
     for line in s.proposer_lines:

@@ -4,7 +4,7 @@ import sqlite3
 
 import pytest
 
-from evo.drift import DriftReference, corrected_us, drifted, retimed
+from evo.drift import DriftReference, corrected_us, drifted, retimed, tolerance
 from evo.kernel import KernelSource
 from evo.problem import parse_shape
 from evo.records import BaselineResult, CheckResult, EvalResult
@@ -20,6 +20,14 @@ def test_drifted_needs_a_reference_and_a_tolerance():
     assert not drifted(500.0, 100.0, 0.0)  # off
     assert corrected_us(30.0, 150.0, 50.0, 0.1) == pytest.approx(10.0)
     assert corrected_us(30.0, 52.0, 50.0, 0.1) == 30.0  # inside the tolerance: never touched
+
+
+def test_the_tolerance_widens_to_cublas_own_spread_on_the_shape():
+    assert tolerance(0.2, 0.31) == 0.31   # a 5 us shape: one window's repetitions scatter 31 %
+    assert tolerance(0.2, 0.03) == 0.2    # a long shape: the configured tolerance
+    assert tolerance(0.0, 0.31) == 0.0    # off stays off
+    # the windows of one 64x512x128 search on an H200 (Run 62): cuBLAS medians 4.77-5.76 us, spread 0.31
+    assert drifted(5.76, 4.77, 0.2) and not drifted(5.76, 4.77, tolerance(0.2, 0.31))
 
 
 def test_reference_is_the_quiet_speed():
@@ -196,3 +204,40 @@ def test_a_contender_wrong_in_the_drifted_runoff_window_stays_rejected(tmp_path)
     assert "failed its check in the re-timing: WRONG: timed call #7" in text
     # the quiet window's times were kept, without the contender that was wrong in the other: the next fastest won
     assert summary.best_us == pytest.approx(13.5)
+
+
+class NoisyShape(FakeWorker):
+    """A 5 us shape: cuBLAS's baseline repetitions scatter 31 %, and one candidate's window has cuBLAS 1.25x its
+    quiet median (noise of that size, not a slow GPU); the worker applies the tolerance the search passes."""
+
+    spread = 0.31
+
+    def call(self, op, timeout_s, **kw):
+        res = super().call(op, timeout_s, **kw)
+        if op == "baselines" and not kw.get("extra"):
+            res["results"]["cublas"] = BaselineResult("cublas", 50.0, self.spread)
+        if op == "evaluate" and isinstance(res, EvalResult) and res.ok:
+            self.tols = getattr(self, "tols", []) + [kw.get("drift_tol")]
+            ks = KernelSource.parse(kw["source"])
+            noisy = 1.25 if all(ks.meta.params.get(k) == v for k, v in BEST.items()) else 1.0
+            tol = self.cfg.timing.drift_tol if kw.get("drift_tol") is None else kw["drift_tol"]
+            scaled, raw, cublas = settled(lambda: (fake_time(ks), 50.0 * noisy), kw.get("cublas_ref_us", 0.0), tol)
+            res = EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=scaled, cublas_us=cublas,
+                             measured_us=raw if scaled != raw else 0.0)
+        return res
+
+
+class QuietShape(NoisyShape):
+    spread = 0.02
+
+
+def test_a_window_inside_the_shapes_own_noise_is_not_a_slow_gpu(tmp_path):
+    summary, text, cfg = search(tmp_path, NoisyShape)
+    tols = NoisyShape.instances[-1].tols
+    assert tols and all(t == pytest.approx(0.31) for t in tols)  # the shape's tolerance reaches the worker
+    assert summary.drift_scaled == 0 and "scaled" not in text and summary.best_us == pytest.approx(12.5)
+    # the same window on a shape whose cuBLAS is steady: the GPU ran slow there, the time is scaled
+    summary, text, _ = search(tmp_path / "quiet", QuietShape)
+    tols = QuietShape.instances[-1].tols
+    assert tols and all(t == pytest.approx(0.2) for t in tols)
+    assert summary.drift_scaled == 1 and "ran 1.25x its quiet time" in text

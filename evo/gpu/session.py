@@ -194,13 +194,15 @@ class Session:
         return FreshKernel(lambda: self._load(problem, source, cubin), shared="fresh_module" in self.off)
 
     def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0,
-                        screen_reps: int = 0, screen_vs_us: float = 0.0, cublas_ref_us: float = 0.0) -> EvalResult:
+                        screen_reps: int = 0, screen_vs_us: float = 0.0, cublas_ref_us: float = 0.0,
+                        drift_tol: float | None = None) -> EvalResult:
         """Check, then time. Staged timing (screen_reps > 0 and a best so far, screen_vs_us): a first measurement
         of screen_reps repetitions; a candidate slower than the best by more than search.screen_margin (or its own
         spread) is returned from it, stage "screened"; the others get the full timing.reps measurement.
         Drift (cublas_ref_us: the quiet cuBLAS time of this run, evo/drift.py): a window where cuBLAS ran more than
-        timing.drift_tol slower is timed again; the less drifted window is kept, and if it drifted too, the candidate's
-        time is scaled to the quiet speed (the raw median kept as measured_us)."""
+        drift_tol slower (the shape's tolerance, evo.drift.tolerance; None: timing.drift_tol) is timed again; the
+        less drifted window is kept, and if it drifted too, the candidate's time is scaled to the quiet speed (the raw
+        median kept as measured_us)."""
         t0 = time.monotonic()
         try:
             fk = self.fresh_kernel(problem, source, cubin)
@@ -218,7 +220,7 @@ class Session:
         stages = [self.cfg.timing.reps]
         if 0 < screen_reps < self.cfg.timing.reps and screen_vs_us > 0:
             stages = [screen_reps, self.cfg.timing.reps]
-        tol = self.cfg.timing.drift_tol
+        tol = self.cfg.timing.drift_tol if drift_tol is None else drift_tol
         state: list[str] = []  # the GPU's state after the first slow window, if one was (at most one line)
         for stage, reps in enumerate(stages):
             def window(reps=reps):  # one timing window: the candidate and cuBLAS, interleaved
