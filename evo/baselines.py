@@ -16,7 +16,7 @@ import numpy as np
 
 from .autotune_pick import pick_fastest
 from .config import BaselineConfig
-from .errors import EvoError
+from .errors import EvoError, LibraryMissing
 from .ltgemm import CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T, CUDA_R_16F, algorithm_config, find_algorithm
 from .placements import rotating, whole_rotations
 
@@ -81,7 +81,9 @@ class LtPlan:
         try:
             from nvmath.linalg import advanced as adv
         except ImportError as e:
-            raise EvoError(f"nvmath-python is not installed ({e}); cuBLASLt baselines skipped") from None
+            raise LibraryMissing(f"cuBLASLt cannot be timed here: nvmath-python is not installed ({e}); install the GPU "
+                                 "extras (pip install -e '.[gpu]'), or set baselines.cublaslt_heuristic and "
+                                 "baselines.cublaslt_autotune to false to compare with cuBLAS alone") from None
         self.adv = adv
         self.mm = adv.Matmul(a, b.T, options={"compute_type": adv.MatmulComputeType.COMPUTE_32F})
         self.mm.plan(preferences=adv.MatmulPlanPreferences(limit=cfg.autotune_algorithms))

@@ -16,6 +16,10 @@ class NoGpuError(EvoError):
     """No CUDA GPU is visible to this process."""
 
 
+class LibraryMissing(EvoError):
+    """A baseline library the configuration asks to time cannot be loaded on this machine."""
+
+
 class CompileError(EvoError):
     """A kernel did not compile (raised only where the user asked for that one kernel)."""
 

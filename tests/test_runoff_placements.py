@@ -145,3 +145,29 @@ def test_placements_fall_back_where_memory_is_short(session_module, monkeypatch)
         assert s._placements(p) == want
     s.cfg = load_config(overrides={"baselines": {"placements": 1}})
     assert s._placements(p) == 1
+
+
+def test_a_missing_cublaslt_is_an_error_not_a_smaller_best_library(session_module, monkeypatch):
+    # nvmath-python missing: every "best library" would be cuBLAS alone, so timing the baselines fails in one line
+    # (evo.errors.LibraryMissing); a plan that fails for another reason is a note beside cuBLAS's time, as before;
+    # with cuBLASLt switched off in the configuration nothing is planned and cuBLAS is the baseline
+    mod = session_module
+    session, log = make_session(mod, monkeypatch, 1, {0: [3]}, lambda e: 20.0)
+
+    def missing(a, b, bc):
+        raise mod.LibraryMissing("cuBLASLt cannot be timed here: nvmath-python is not installed")
+
+    monkeypatch.setattr(mod, "LtPlan", missing)
+    with pytest.raises(mod.LibraryMissing, match="nvmath-python is not installed"):
+        session.handle_baselines(parse_shape("512x2048x4096"), reps=30)
+
+    def unplanned(a, b, bc):
+        raise mod.EvoError("no algorithm")
+
+    monkeypatch.setattr(mod, "LtPlan", unplanned)
+    res = session.handle_baselines(parse_shape("512x2048x4096"), reps=30)
+    assert set(res["results"]) == {"cublas"} and res["notes"]["cublaslt"] == "no algorithm"
+    session.cfg = load_config(overrides={"baselines": {"placements": 1, "cublaslt_heuristic": False,
+                                                       "cublaslt_autotune": False}})
+    monkeypatch.setattr(mod, "LtPlan", missing)
+    assert set(session.handle_baselines(parse_shape("512x2048x4096"), reps=30)["results"]) == {"cublas"}

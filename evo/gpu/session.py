@@ -22,7 +22,7 @@ from ..defences import defences_off  # noqa: E402
 from ..drift import corrected_us, retimed  # noqa: E402
 from ..fresh import FreshInputs  # noqa: E402
 from ..config import Config  # noqa: E402
-from ..errors import EvoError  # noqa: E402
+from ..errors import EvoError, LibraryMissing  # noqa: E402
 from ..kernel import KernelSource  # noqa: E402
 from ..problem import Problem, parse_shape  # noqa: E402
 from ..records import BaselineResult, EvalResult  # noqa: E402
@@ -103,6 +103,8 @@ class Session:
                         else:
                             lt_algs[f"{_LT_ALG}{i}"] = copies[0]
                             contenders[f"{_LT_ALG}{i}"] = call_across(plans, copies)
+            except LibraryMissing:
+                raise  # asked for and not there: no "best library" may be claimed without it (evo.errors)
             except EvoError as e:
                 notes["cublaslt"] = str(e)
         kernels = {}
