@@ -11,8 +11,8 @@ something slowing the GPU makes cuBLAS slower, never faster). A window whose cuB
 that is drifted: the worker times the candidate again (`retimed`) and keeps the less drifted window; if that one
 drifted too, it reports the candidate's median scaled by reference / cuBLAS (its raw median kept as `measured_us`).
 The search's final runoff is timed again by the same rule. On a shape where one window's own repetitions of cuBLAS
-scatter wider than `tol` (4-8 us shapes: 20-30 %), the tolerance is that spread (`tolerance`): there window medians
-20 % apart are the launch's noise, not a slow GPU. After a slow window the worker also asks what the GPU
+scatter wider than `tol` (24-31 % measured on 5-8 us shapes), the tolerance is that spread (`tolerance`): there
+window medians 20 % apart are that noise, not a slow GPU. After a slow window the worker also asks what the GPU
 reports (clocks, power, clock limits, other processes: evo/gpu/gpu_state.py); the search's log shows it. The default tolerance (20 %) is above what a quiet GPU's
 windows scatter (0.9 % of the H100 archive's windows exceed it, on 4-8 us shapes; a second window is then likely
 quiet and the raw time kept): docs/evaluator.md, "Timing drift".
