@@ -152,6 +152,11 @@ def test_a_missing_cublaslt_is_an_error_not_a_smaller_best_library(session_modul
     # (evo.errors.LibraryMissing); a plan that fails for another reason is a note beside cuBLAS's time, as before;
     # with cuBLASLt switched off in the configuration nothing is planned and cuBLAS is the baseline
     mod = session_module
+    real_plan = mod.LtPlan
+    for name in ("nvmath", "nvmath.linalg", "nvmath.linalg.advanced"):
+        monkeypatch.setitem(sys.modules, name, None)  # what an import finds on a machine without nvmath-python
+    with pytest.raises(mod.LibraryMissing, match="nvmath-python is not installed.*cublaslt_autotune to false"):
+        real_plan(None, None, load_config().baselines)
     session, log = make_session(mod, monkeypatch, 1, {0: [3]}, lambda e: 20.0)
 
     def missing(a, b, bc):
