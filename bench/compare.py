@@ -159,7 +159,24 @@ def render_markdown(header: str, results: dict[str, list[dict]], noise_floor: fl
             md.append(f"\nAgainst the best library beyond the noise band (half the two timings' mean spread, (p90 - min) / "
                       f"median, at least {100 * noise_floor:.0f} %): {counts.get('win', 0)} wins, {counts.get('tie', 0)} ties, "
                       f"{counts.get('loss', 0)} losses.")
+    algos = [r for r in next(iter(results.values()), []) if r.get("lt_algorithms")]
+    if algos:  # which algorithm each library ran, so two pages' library times can be told apart: a pick or a speed
+        md.append("\n## cuBLASLt's algorithms\n")
+        md.extend(f"- {r['shape']}: heuristic {algorithm_text(r['lt_algorithms'].get('cublaslt_heuristic'))}; "
+                  f"autotune {algorithm_text(r['lt_algorithms'].get('cublaslt_autotune'))}" for r in algos)
     return "\n".join(md) + "\n"
+
+
+def algorithm_text(cfg: dict | None) -> str:
+    """A cuBLASLt algorithm's configuration (evo.ltgemm.algorithm_config) in one short phrase."""
+    if not cfg:
+        return "-"
+    def dims(v) -> str:
+        return "x".join(str(x) for x in v) if isinstance(v, (list, tuple)) else str(v)
+    names = (("algorithm_id", "id"), ("tile", "tile"), ("cluster_shape", "cluster"), ("stages", "stages"),
+             ("split_k", "split-k"), ("reduction_scheme", "reduction"), ("cta_swizzling", "swizzle"),
+             ("custom_option", "option"), ("inner_shape", "inner"))
+    return ", ".join(f"{label} {dims(cfg[k])}" for k, label in names if k in cfg)
 
 
 def precompile(compiler, sources: list, arch: str) -> dict:
@@ -215,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from evo.baselines import LtPlan, select_across
     from evo.check import compare, reference
+    from evo.ltgemm import algorithm_config
     from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
 
@@ -283,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                 t, host_bound = _time_b2b(contenders, max(5, args.reps // 5), inner, rng)
             else:
                 t = _time_server(contenders, args.reps, session.timer, rng)
-            row = {"shape": p.key, "family": family, "roof": roof, "host_bound": host_bound, "spread": spread, **t}
+            row = {"shape": p.key, "family": family, "roof": roof, "host_bound": host_bound, "spread": spread, **t,
+                   "lt_algorithms": {"cublaslt_heuristic": algorithm_config(plans[0].heuristic),
+                                     "cublaslt_autotune": algorithm_config(plans[0].tuned)}}
             results[mode].append(row)
             evo = t.get("evo", 0.0)
             best_lib = min(t[x] for x in LIBS)

@@ -284,3 +284,17 @@ def test_a_page_name_that_is_not_a_plain_word_is_a_one_line_error(capsys, name):
     assert main(["--shapes", str(ROOT / "shapes" / "small.yaml"), "--name", name]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "--name must be letters" in err
+
+
+def test_each_shape_names_the_algorithms_its_cublaslt_contenders_ran():
+    # two pages of one shape whose library times differ can then be told apart: another pick, or the same one faster
+    auto = {"algorithm_id": 66, "tile": [64, 128], "cluster_shape": [2, 1, 1], "stages": [64, "AUTO"], "split_k": 1}
+    heur = {"algorithm_id": 66, "tile": [128, 64], "cluster_shape": [1, 2, 1], "split_k": 1, "custom_option": 3}
+    row = {**_row("512x2048x4096", 16.6, 18.4), "lt_algorithms": {"cublaslt_heuristic": heur, "cublaslt_autotune": auto}}
+    md = render_markdown("# h\n", {"cold": [row, _row("64x64x64", 10.0, 20.0)]})
+    assert "## cuBLASLt's algorithms" in md
+    assert ("- 512x2048x4096: heuristic id 66, tile 128x64, cluster 1x2x1, split-k 1, option 3; "
+            "autotune id 66, tile 64x128, cluster 2x1x1, stages 64xAUTO, split-k 1") in md
+    assert "64x64x64:" not in md  # a row without recorded algorithms is not listed
+    assert len({ln.count("|") for ln in md.splitlines() if ln.startswith("|")}) == 1
+    assert "cuBLASLt's algorithms" not in render_markdown("# h\n", {"cold": [_row("64x64x64", 10.0, 20.0)]})
