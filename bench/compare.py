@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         roof = p.roofline_us(peak, bw)
         # what merely reading A and B once costs in the same window: no GEMM on these inputs can beat it
         calls["read_ab"] = [lambda a=a, b=b: session.timer.read(a, b) for a, b, _ in sets]
+        lt_algorithms = {"cublaslt_heuristic": algorithm_config(plans[0].heuristic),  # what each library ran here
+                         "cublaslt_autotune": algorithm_config(plans[0].tuned)}
         for mode in modes:
             host_bound: set[str] = set()
             spread: dict[str, float] = {}
@@ -302,8 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 t = _time_server(contenders, args.reps, session.timer, rng)
             row = {"shape": p.key, "family": family, "roof": roof, "host_bound": host_bound, "spread": spread, **t,
-                   "lt_algorithms": {"cublaslt_heuristic": algorithm_config(plans[0].heuristic),
-                                     "cublaslt_autotune": algorithm_config(plans[0].tuned)}}
+                   "lt_algorithms": lt_algorithms}
             results[mode].append(row)
             evo = t.get("evo", 0.0)
             best_lib = min(t[x] for x in LIBS)

@@ -29,7 +29,7 @@ from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.library_tiles import algorithm_proposals, library_tile_proposals
 from .proposers.transposed import transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
-from .records import LIBRARIES, CompileResult, EvalResult, Individual, Sample
+from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual, Sample
 from .select import Diversity, Selector
 from .store import Store
 
@@ -265,12 +265,12 @@ class Search:
         # setup above (the GPU's ceilings, the baselines with cuBLASLt autotune, the prior's ranking), so a short
         # budget is not spent before any candidate is compiled
         t_search = time.monotonic()
-        cublas_spread = next((b.spread for b in baselines if b.library == "cublas"), 0.0)  # its own noise on the shape
-        prog = Progress(budget_s=budget_s, stream=self.out, started=t_search,
-                        drift=DriftReference(tolerance(cfg.timing.drift_tol, cublas_spread)))
+        cublas = next((b for b in baselines if b.library == "cublas"), BaselineResult("cublas", 0.0))
+        prog = Progress(budget_s=budget_s, stream=self.out, started=t_search,  # drift: beyond cuBLAS's own noise here
+                        drift=DriftReference(tolerance(cfg.timing.drift_tol, cublas.spread)))
         prog.best_lib_us = best_lib
         if measured_now:  # cuBLAS timed a moment ago: a first estimate of the GPU's quiet speed (evo/drift.py)
-            prog.drift.observe(next((b.time_us for b in baselines if b.library == "cublas"), 0.0))
+            prog.drift.observe(cublas.time_us)
         rng = random.Random(cfg.search.seed * 7919 + len(store.individuals(p.key, p.layout, gpu, info.arch)))
         new_candidates = 0
         stalls = 0
