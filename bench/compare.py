@@ -19,6 +19,8 @@ docs/perf-flush.md), so one set of buffers is one draw. Every contender runs on 
 gap of its own size, in turn (call i on set i mod P; evo checked on every set), and its median is over all of them;
 the cuBLASLt autotune's algorithm is chosen over the P sets in turn too (evo.baselines.select_across), not tuned to
 one set's placement; b2b runs on the first set. --placements 1 is the one-set method of the judges before 2026-11-29.
+While a shape's cold window runs, nvidia-smi samples the GPU (evo.gpu.state_sampler): the page lists the SM clock,
+power and any clock limit (a power cap) per shape, so a ratio taken while the board was held back says so.
 Writes <out-dir>/bench-<GPU>.md and bench-<GPU>.png (with --name NAME: bench-NAME-<GPU>.*; --note puts a line of
 provenance under the command); prints the markdown.
 """
@@ -37,6 +39,7 @@ from evo.placements import MAX_PLACEMENTS, input_sets, rotating
 from evo.records import LIBRARIES as LIBS
 from evo.stats import geomean
 
+STATE_INTERVAL_MS = 50  # nvidia-smi's sampling period over a cold window (a small shape's window lasts ~0.5-1 s)
 
 
 def _time_b2b(contenders, reps: int, inner: int, rng: random.Random) -> tuple[dict[str, float], set[str]]:
@@ -164,6 +167,16 @@ def render_markdown(header: str, results: dict[str, list[dict]], noise_floor: fl
         md.append("\n## cuBLASLt's algorithms\n")
         md.extend(f"- {r['shape']}: heuristic {algorithm_text(r['lt_algorithms'].get('cublaslt_heuristic'))}; "
                   f"autotune {algorithm_text(r['lt_algorithms'].get('cublaslt_autotune'))}" for r in algos)
+    states = [r for r in results.get("cold", []) if r.get("gpu_state") is not None]
+    if states:  # a 3 ms shape draws the board to its power limit; the clock it then runs at differs by kernel
+        held = [r["shape"] for r in states if r["gpu_state"].held_back()]
+        md.append("\n## The GPU while timing (cold)\n")
+        md.append(f"nvidia-smi sampled the GPU every {STATE_INTERVAL_MS} ms over each shape's cold window (every contender and "
+                  "the L2 flushes between them). Under a power cap the driver lowers the SM clock, and kernels that "
+                  "spend energy differently slow down by different amounts. "
+                  + (f"Clock held back on {len(held)} of {len(states)} shapes: {', '.join(held)}.\n" if held
+                     else f"No clock limit on any of the {len(states)} shapes.\n"))
+        md.extend(f"- {r['shape']}: {r['gpu_state'].describe()}" for r in states)
     return "\n".join(md) + "\n"
 
 
@@ -235,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     from evo.ltgemm import algorithm_config
     from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
+    from evo.gpu.state_sampler import reasons_field, sample_states
 
     session = Session(cfg)
+    bus, smi_field = str(info.extra.get("pci_bus_id", "")), reasons_field()  # None: no nvidia-smi, nothing sampled
     store = None if args.table else Store(cfg.paths.db)
     compiler = Compiler.from_config(cfg.compile)
     ceil = session.handle_ceilings()
@@ -292,10 +307,13 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             host_bound: set[str] = set()
             spread: dict[str, float] = {}
+            gpu_state = None
             # b2b on the first set (its warm L2 is the point); cold and server over every placement in turn
             contenders = {n: (fs[0] if mode == "b2b" else rotating(fs)) for n, fs in calls.items()}
             if mode == "cold":
-                timed = session.timer.measure(contenders, args.reps, 3)
+                with sample_states(bus, smi_field, STATE_INTERVAL_MS) as sampled:  # the clock the window ran at
+                    timed = session.timer.measure(contenders, args.reps, 3)
+                gpu_state = sampled.summary
                 t = {n: x.median_us for n, x in timed.items()}
                 spread = {n: x.spread for n, x in timed.items()}
             elif mode == "b2b":
@@ -304,12 +322,14 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 t = _time_server(contenders, args.reps, session.timer, rng)
             row = {"shape": p.key, "family": family, "roof": roof, "host_bound": host_bound, "spread": spread, **t,
-                   "lt_algorithms": lt_algorithms}
+                   "lt_algorithms": lt_algorithms, "gpu_state": gpu_state}
             results[mode].append(row)
             evo = t.get("evo", 0.0)
             best_lib = min(t[x] for x in LIBS)
             print(f"{mode:>6} {p.key:>16} evo {evo:9.2f} us  best lib {best_lib:9.2f} us  "
                   f"{(best_lib / evo if evo else 0):.3f}x  roofline {roof:.2f} us", flush=True)
+            if gpu_state is not None and gpu_state.held_back():
+                print(f"{'':>6} {'':>16} while timing: {gpu_state.describe()}", flush=True)
         for pl in plans:
             pl.close()
     text = render_markdown(header, results, cfg.dispatch.noise_floor)

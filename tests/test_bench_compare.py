@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from bench.compare import render_markdown
+from evo.gpu.state_sampler import summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -226,6 +227,18 @@ def _fake_gpu(monkeypatch, log):
                       "evo.gpu.host_launch": types.SimpleNamespace(load_kernel=load_kernel),
                       "evo.gpu.session": types.SimpleNamespace(Session=Session)}.items():
         monkeypatch.setitem(sys.modules, name, mod)
+    class Sampled:  # nvidia-smi's view of each cold window: the clock held back by a power cap
+        def __init__(self, bus, field, interval_ms):
+            self.summary = None
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.summary = summarize(["00000000:19:00.0, 1650, 1980, 700.0, 700.0, 63, 0x4"], "")
+
+    monkeypatch.setitem(sys.modules, "evo.gpu.state_sampler",
+                        types.SimpleNamespace(reasons_field=lambda: "f", sample_states=Sampled))
     monkeypatch.setattr(bc, "precompile", lambda compiler, sources, arch: {
         ks.hash: types.SimpleNamespace(ok=True, cubin_path="k.cubin") for ks in sources})
     monkeypatch.setattr(bc, "_plot", lambda *a: None)
@@ -258,6 +271,8 @@ def test_every_contender_runs_on_each_placement_in_turn(monkeypatch, tmp_path, f
         assert all(window[i] == window[i + placements] for i in range(len(window) - placements)), who
     md = (tmp_path / "bench-Fake_GPU.md").read_text()
     assert "| 4096x4096x1024 |" in md and ("placements of its buffers" in md) == (placements > 1)
+    assert "Clock held back on 1 of 1 shapes: 4096x4096x1024." in md  # the cold window's sampled state reaches the page
+    assert "- 4096x4096x1024: SM clock median 1650 MHz (lowest 1650) of 1980; power up to 700 of 700 W" in md
     assert f"--reps 6 --placements {placements}`" in md
 
 
@@ -298,3 +313,23 @@ def test_each_shape_names_the_algorithms_its_cublaslt_contenders_ran():
     assert "64x64x64:" not in md  # a row without recorded algorithms is not listed
     assert len({ln.count("|") for ln in md.splitlines() if ln.startswith("|")}) == 1
     assert "cuBLASLt's algorithms" not in render_markdown("# h\n", {"cold": [_row("64x64x64", 10.0, 20.0)]})
+
+
+def test_each_shape_says_what_clock_the_gpu_ran_its_cold_window_at():
+    # a ratio taken while a power cap held the clock back says so on the page (16384^2 x 4096 read 0.965x in one judge)
+    capped = summarize(["00000000:19:00.0, 1650, 1980, 699.0, 700.0, 63, 0x4"] * 3
+                       + ["00000000:19:00.0, 1755, 1980, 690.0, 700.0, 63, 0x0"], "")
+    free = summarize(["00000000:19:00.0, 1980, 1980, 400.0, 700.0, 50, 0x0"] * 5, "")
+    rows = [{**_row("16384x16384x4096", 3109.0, 2999.0), "gpu_state": capped}, {**_row("64x64x64", 4.0, 4.8), "gpu_state": free},
+            {**_row("128x128x128", 4.0, 4.8), "gpu_state": None}]
+    md = render_markdown("# h\n", {"cold": rows, "b2b": [dict(r, gpu_state=None) for r in rows]})
+    assert "## The GPU while timing (cold)" in md
+    assert "Clock held back on 1 of 2 shapes: 16384x16384x4096." in md
+    assert ("- 16384x16384x4096: SM clock median 1650 MHz (lowest 1650) of 1980; power up to 699 of 700 W; 63 C at most; "
+            "clock held back by software power cap in 3 of 4 samples") in md
+    assert "- 64x64x64: SM clock median 1980 MHz (lowest 1980) of 1980; power up to 400 of 700 W; 50 C at most; no clock limit in 5 samples" in md
+    assert "128x128x128:" not in md  # no samples: no line
+    assert len({ln.count("|") for ln in md.splitlines() if ln.startswith("|")}) == 1
+    free_only = render_markdown("# h\n", {"cold": [rows[1]]})
+    assert "No clock limit on any of the 1 shapes." in free_only
+    assert "The GPU while timing" not in render_markdown("# h\n", {"cold": [rows[2]]})

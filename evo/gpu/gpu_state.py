@@ -72,7 +72,7 @@ def _num(x: str, cast: Callable = float, missing=-1):
         return missing
 
 
-def _bus(bus_id: str) -> str:
+def bus_key(bus_id: str) -> str:
     """The bus:device.function part of a PCI id, upper case: nvidia-smi writes an 8-digit domain, CUDA a 4-digit one."""
     return bus_id.strip().upper().split(":", 1)[-1] if bus_id.count(":") >= 2 else bus_id.strip().upper()
 
@@ -94,11 +94,11 @@ def parse_gpu_line(line: str) -> tuple[str, GpuState] | None:
     sm_mhz = _num(sm, int)
     if sm_mhz < 0:
         return None
-    return _bus(bus), GpuState(sm_mhz=sm_mhz, max_sm_mhz=max(0, _num(max_sm, int)), power_w=_num(power),
+    return bus_key(bus), GpuState(sm_mhz=sm_mhz, max_sm_mhz=max(0, _num(max_sm, int)), power_w=_num(power),
                                power_limit_w=_num(limit), temperature_c=_num(temp, int), reasons=parse_reasons(reasons))
 
 
-def _run(args: list[str], timeout_s: float) -> str | None:
+def run_command(args: list[str], timeout_s: float) -> str | None:
     try:
         r = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.SubprocessError):
@@ -125,7 +125,7 @@ def own_pids(pid: int | None = None, proc: Path = Path("/proc")) -> set[str]:
     return out
 
 
-def query_gpu_state(bus_id: str, own: set[str] | None = None, run: Callable[[list[str], float], str | None] = _run,
+def query_gpu_state(bus_id: str, own: set[str] | None = None, run: Callable[[list[str], float], str | None] = run_command,
                     timeout_s: float = 3.0) -> GpuState | None:
     """The state of the GPU at PCI `bus_id` now, with the compute processes listed there and how many of them are
     `own` (PIDs; default: this process and its children). None when nvidia-smi is missing, slow or says something
@@ -138,7 +138,7 @@ def query_gpu_state(bus_id: str, own: set[str] | None = None, run: Callable[[lis
             break
     if not out:
         return None
-    want = _bus(bus_id)
+    want = bus_key(bus_id)
     rows = [r for r in (parse_gpu_line(x) for x in out.splitlines() if x.strip()) if r]
     state = next((s for b, s in rows if b == want), rows[0][1] if len(rows) == 1 else None)
     if state is None:
@@ -147,7 +147,7 @@ def query_gpu_state(bus_id: str, own: set[str] | None = None, run: Callable[[lis
     if apps is None:
         return state
     pids = [cols[1] for cols in ([c.strip() for c in x.split(",")] for x in apps.splitlines())
-            if len(cols) == 2 and (_bus(cols[0]) == want or len(rows) == 1)]
+            if len(cols) == 2 and (bus_key(cols[0]) == want or len(rows) == 1)]
     return GpuState(**{**state.__dict__, "processes": len(pids), "own": sum(p in own for p in pids)})
 
 
