@@ -26,6 +26,8 @@ def test_a_free_window_and_what_is_not_reported():
     assert s.describe() == "SM clock median 1980 MHz (lowest 1980) of 1980; no clock limit in 3 samples"
     assert summarize([OTHER, FREE.format(mhz=1980, w=1, t=1)], "0000:5E:00.0") is None  # two GPUs, neither this one
     assert summarize([], "0000:19:00.0") is None
+    one = summarize([FREE.format(mhz=1980, w=120, t=40)], "")  # a small shape's short window: one reading
+    assert one.describe().endswith("no clock limit in 1 sample")
 
 
 class FakeProc:

@@ -38,6 +38,9 @@ class StateSummary:
     def held_back(self) -> bool:
         return bool(self.reasons)
 
+    def _samples(self) -> str:
+        return f"{self.samples} sample{'s' if self.samples != 1 else ''}"
+
     def describe(self) -> str:
         """One line: the SM clock's median and lowest reading, peak power and temperature, the limits seen."""
         of = f" of {self.max_sm_mhz}" if self.max_sm_mhz else ""
@@ -47,9 +50,9 @@ class StateSummary:
         if self.temperature_c_max >= 0:
             parts.append(f"{self.temperature_c_max} C at most")
         if self.reasons:
-            parts.append("clock held back by " + ", ".join(f"{r} in {n} of {self.samples} samples" for r, n in self.reasons))
+            parts.append("clock held back by " + ", ".join(f"{r} in {n} of {self._samples()}" for r, n in self.reasons))
         else:
-            parts.append(f"no clock limit in {self.samples} samples")
+            parts.append(f"no clock limit in {self._samples()}")
         return "; ".join(parts)
 
 
