@@ -15,6 +15,7 @@ def test_a_window_under_a_power_cap_is_summarized():
     s = summarize(lines, "0000:19:00.0")  # CUDA's 4-digit domain against nvidia-smi's 8; 3B is another GPU
     assert (s.samples, s.sm_mhz_median, s.sm_mhz_min, s.max_sm_mhz) == (4, 1732, 1650, 1980)
     assert (round(s.power_w_max, 1), s.power_limit_w, s.temperature_c_max) == (700.4, 700.0, 63)
+    assert round(s.power_w_median, 2) == 698.95  # (698.0 + 699.9) / 2
     assert s.reasons == (("software power cap", 3),) and s.held_back()
     assert s.describe() == ("SM clock median 1732 MHz (lowest 1650) of 1980; power up to 700 of 700 W; 63 C at most; "
                             "clock held back by software power cap in 3 of 4 samples")
@@ -22,7 +23,7 @@ def test_a_window_under_a_power_cap_is_summarized():
 
 def test_a_free_window_and_what_is_not_reported():
     s = summarize([FREE.format(mhz=1980, w="[N/A]", t="[N/A]")] * 3, "")  # one GPU listed: its lines, whatever the bus
-    assert not s.held_back() and s.power_w_max == -1 and s.temperature_c_max == -1
+    assert not s.held_back() and s.power_w_max == -1 == s.power_w_median and s.temperature_c_max == -1
     assert s.describe() == "SM clock median 1980 MHz (lowest 1980) of 1980; no clock limit in 3 samples"
     assert summarize([OTHER, FREE.format(mhz=1980, w=1, t=1)], "0000:5E:00.0") is None  # two GPUs, neither this one
     assert summarize([], "0000:19:00.0") is None

@@ -31,6 +31,7 @@ class StateSummary:
     sm_mhz_min: int
     max_sm_mhz: int
     power_w_max: float  # -1: not reported
+    power_w_median: float  # -1: not reported
     power_limit_w: float
     temperature_c_max: int  # -1: not reported
     reasons: tuple[tuple[str, int], ...]  # (why the clock was held back, in how many samples), most frequent first
@@ -73,6 +74,7 @@ def summarize(lines: list[str], bus_id: str) -> StateSummary | None:
     temps = [s.temperature_c for s in states if s.temperature_c >= 0]
     return StateSummary(samples=len(states), sm_mhz_median=int(statistics.median(clocks)), sm_mhz_min=min(clocks),
                         max_sm_mhz=max(s.max_sm_mhz for s in states), power_w_max=max(powers, default=-1.0),
+                        power_w_median=statistics.median(powers) if powers else -1.0,
                         power_limit_w=max((s.power_limit_w for s in states), default=-1.0),
                         temperature_c_max=max(temps, default=-1),
                         reasons=tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))))

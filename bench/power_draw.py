@@ -1,0 +1,187 @@
+"""Speed and power under sustained load: each contender runs back to back alone for a few seconds while nvidia-smi
+samples the GPU's clock and power.
+
+    python -m bench.power_draw --shape 16384x16384x4096 [--shape ...] [--table kernels_out/NVIDIA_H200]
+        [--seconds 2] [--rounds 2] [--rest 1]
+
+For the engineer asking why a large shape's ratio moves between harnesses. At a few milliseconds a call the board
+runs into its power cap and the driver lowers the SM clock; a kernel that spends more energy per FLOP then loses more
+speed than one that spends less, and a timing whose calls sit between lighter work (fresh inputs, checks) sees less
+of it than a sustained loop does (16384^2 x 4096 on an H200: 0.966x the autotune in bench.compare, 0.995x in the
+worker's timing a minute later; docs/perf-hopper.md Run 63). The contenders are the table's evo kernel for the shape
+(checked against an fp32 reference first), cuBLAS, and cuBLASLt's heuristic and autotuned algorithms (chosen as
+bench.compare chooses them), on random-normal inputs. Each round runs every contender once, in a fresh random order,
+`--seconds` of calls queued in batches of ~50 ms with `--rest` idle seconds before each; the table gives per
+contender the medians over rounds of: µs per call, the SM clock and the board's power nvidia-smi read (every 50
+ms), the energy of one call (power x time), and the speed against the fastest library under the same load.
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from evo.errors import EvoError, cli_entry
+
+BATCH_S = 0.05  # queued work between two synchronizations: long against the sync's gap, short against --seconds
+
+
+@dataclass(frozen=True)
+class Sustained:
+    """One contender's window: calls made, host seconds from the first launch to the last call's end, and what
+    nvidia-smi read meanwhile (median SM clock, median board power; -1 where nothing was read)."""
+    contender: str
+    calls: int
+    seconds: float
+    sm_mhz: int = -1
+    power_w: float = -1.0
+
+    @property
+    def us_per_call(self) -> float:
+        return 1e6 * self.seconds / self.calls
+
+
+def sustain(call: Callable[[], None], seconds: float, est_us: float, sync: Callable[[], None],
+            clock: Callable[[], float] | None = None) -> tuple[int, float]:
+    """Run `call` back to back for at least `seconds`: batches of ~BATCH_S of calls (by `est_us` a call), each
+    followed by `sync`. Returns (calls, elapsed seconds by `clock`, default time.perf_counter)."""
+    clock = clock or time.perf_counter
+    batch = max(1, int(BATCH_S * 1e6 / max(est_us, 1e-3)))
+    n, t0 = 0, clock()
+    while True:
+        for _ in range(batch):
+            call()
+        sync()
+        n += batch
+        elapsed = clock() - t0
+        if elapsed >= seconds:
+            return n, elapsed
+
+
+def summarize_rounds(windows: list[Sustained]) -> list[dict]:
+    """Per contender, the medians over its rounds; speed against the fastest library (by median µs per call)."""
+    by: dict[str, list[Sustained]] = {}
+    for w in windows:
+        by.setdefault(w.contender, []).append(w)
+
+    def med(xs: list[float]) -> float:
+        xs = [x for x in xs if x >= 0]
+        return statistics.median(xs) if xs else -1.0
+
+    rows = [{"contender": name, "rounds": len(ws), "us": med([w.us_per_call for w in ws]),
+             "sm_mhz": med([w.sm_mhz for w in ws]), "power_w": med([w.power_w for w in ws])} for name, ws in by.items()]
+    libs = [r["us"] for r in rows if r["contender"] != "evo"]
+    best = min(libs) if libs else 0.0
+    for r in rows:
+        r["mj"] = r["power_w"] * r["us"] * 1e-3 if r["power_w"] >= 0 else -1.0  # W x us = uJ; / 1000 = mJ
+        r["vs_best_lib"] = best / r["us"] if best and r["us"] > 0 else 0.0
+    return sorted(rows, key=lambda r: r["us"])
+
+
+def render(shape: str, rows: list[dict], flops: float) -> str:
+    """One shape's markdown table, fastest first."""
+    out = [f"\n### {shape}\n", "| contender | µs per call | TFLOP/s | SM clock MHz | power W | mJ per call | vs best library |",
+           "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        def num(x: float, fmt: str) -> str:
+            return format(x, fmt) if x >= 0 else "-"
+        out.append(f"| {r['contender']} | {r['us']:.2f} | {flops / (r['us'] * 1e-6) / 1e12:.1f} | {num(r['sm_mhz'], '.0f')} | "
+                   f"{num(r['power_w'], '.0f')} | {num(r['mj'], '.2f')} | {r['vs_best_lib']:.3f} |")
+    return "\n".join(out) + "\n"
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.power_draw", description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", action="append", required=True, help="MxNxK (repeatable)")
+    ap.add_argument("--table", default="", help="the kernel table whose evo kernel runs (default kernels_out/<GPU>)")
+    ap.add_argument("--seconds", type=float, default=2.0, help="seconds of back-to-back calls per contender and round")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rest", type=float, default=1.0, help="idle seconds before each contender's window")
+    ap.add_argument("--config")
+    args = ap.parse_args(argv)
+    if not (0 < args.seconds <= 60 and 1 <= args.rounds <= 10 and 0 <= args.rest <= 60):
+        raise EvoError("--seconds must be in (0, 60], --rounds 1 to 10, --rest 0 to 60")
+
+    from evo.problem import parse_shape
+
+    problems = [parse_shape(s) for s in args.shape]  # a malformed shape is one line before the GPU is touched
+    from evo.gpu.device import gpu_info
+
+    info = gpu_info()
+    import cupy
+
+    from bench.compare import table_kernels
+    from evo.baselines import LtPlan, select_across
+    from evo.check import compare, random_inputs, reference
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.gpu.host_launch import load_kernel
+    from evo.gpu.session import Session
+    from evo.gpu.state_sampler import reasons_field, sample_states
+    from evo.kernel import KernelSource
+
+    cfg = load_config(args.config)
+    published = table_kernels(args.table or f"kernels_out/{info.key}")
+    session, compiler = Session(cfg), Compiler.from_config(cfg.compile)
+    bus, field = str(info.extra.get("pci_bus_id", "")), reasons_field()
+    if field is None:
+        print("nvidia-smi gave no reading here: speeds only, no clock or power")
+    print(f"# Sustained load on {info.name} (driver {info.driver}, CUDA {info.cuda_runtime})\n\n"
+          f"Command: `python -m bench.power_draw {' '.join('--shape ' + s for s in args.shape)}"
+          f"{' --table ' + args.table if args.table else ''} --seconds {args.seconds:g} --rounds {args.rounds} "
+          f"--rest {args.rest:g}`", flush=True)
+    rng = random.Random(0)
+    sync = cupy.cuda.get_current_stream().synchronize
+    for p in problems:
+        a, b = random_inputs(p, cupy.random.RandomState(1))
+        c = cupy.empty((p.m, p.n), dtype=cupy.float16)
+        plan = LtPlan(a, b, cfg.baselines)
+        select_across([plan], session.timer, 30)
+        calls = {"cublas": lambda: session.cublas(a, b, c), "cublaslt_heuristic": plan.call(plan.heuristic),
+                 "cublaslt_autotune": plan.call(plan.tuned)}
+        if p.key in published:
+            ks = KernelSource.parse(published[p.key]["source"])
+            r = compiler.compile(ks, info.arch)
+            if not r.ok:
+                raise EvoError(f"the table's kernel for {p.key} does not compile here: {r.error}")
+            k = load_kernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
+            c.fill(cupy.nan)
+            k(a, b, c)
+            chk = compare(c, reference(a, b), cfg.check, "power_draw check")
+            if not chk.correct:
+                raise EvoError(f"the table's kernel for {p.key} is wrong here: {chk.error or 'wrong output'}")
+            calls["evo"] = lambda k=k: k(a, b, c)
+        else:
+            print(f"{p.key}: no evo kernel in the table; libraries only")
+        est = {}
+        for name, f in calls.items():  # a few calls to size the batches (and warm each contender up)
+            f()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                f()
+            sync()
+            est[name] = (time.perf_counter() - t0) / 3 * 1e6
+        windows = []
+        for rnd in range(args.rounds):
+            order = list(calls)
+            rng.shuffle(order)
+            for name in order:
+                time.sleep(args.rest)
+                with sample_states(bus, field) as st:
+                    n, secs = sustain(calls[name], args.seconds, est[name], sync)
+                s = st.summary
+                windows.append(Sustained(name, n, secs, s.sm_mhz_median if s else -1, s.power_w_median if s else -1.0))
+                print(f"  round {rnd + 1} {name:>18}: {windows[-1].us_per_call:9.2f} us per call over {n} calls"
+                      + (f"; {s.describe()}" if s else ""), flush=True)
+        plan.close()
+        print(render(p.key, summarize_rounds(windows), 2.0 * p.m * p.n * p.k), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

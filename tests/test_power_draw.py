@@ -1,0 +1,134 @@
+"""bench.power_draw: each contender's sustained window, the per-contender medians and the page, with the GPU faked."""
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from bench.power_draw import Sustained, render, summarize_rounds, sustain
+from evo.gpu.state_sampler import summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Clock:
+    def __init__(self, per_call_s):
+        self.t, self.per_call_s, self.pending = 0.0, per_call_s, 0
+
+    def call(self):
+        self.pending += 1
+
+    def sync(self):  # the queued calls finish: device time passes
+        self.t += self.pending * self.per_call_s
+        self.pending = 0
+
+    def now(self):
+        return self.t
+
+
+def test_a_window_queues_50_ms_batches_until_the_seconds_are_up():
+    clk = Clock(0.003)  # a 3 ms call: 16 a batch
+    syncs = []
+    n, secs = sustain(clk.call, 0.2, 3000.0, lambda: (syncs.append(clk.pending), clk.sync()), clk.now)
+    assert syncs == [16, 16, 16, 16, 16] and n == 80 and secs == pytest.approx(0.24)
+    assert Sustained("x", n, secs).us_per_call == pytest.approx(3000.0)
+    clk = Clock(0.2)  # a call longer than a batch: one at a time
+    assert sustain(clk.call, 0.3, 2e5, clk.sync, clk.now) == (2, pytest.approx(0.4))
+
+
+def test_medians_over_rounds_energy_and_the_ratio_to_the_fastest_library():
+    w = [Sustained("evo", 100, 0.30, 1785, 690.0), Sustained("evo", 100, 0.29, 1800, 686.0),
+         Sustained("cublaslt_autotune", 100, 0.288, 1830, 650.0), Sustained("cublaslt_autotune", 100, 0.290, 1810, 660.0),
+         Sustained("cublas", 100, 0.31, -1, -1.0)]
+    rows = summarize_rounds(w)
+    assert [r["contender"] for r in rows] == ["cublaslt_autotune", "evo", "cublas"]  # fastest first
+    auto, evo, cublas = rows
+    assert evo["us"] == pytest.approx(2950.0) and evo["sm_mhz"] == pytest.approx(1792.5) and evo["rounds"] == 2
+    assert evo["mj"] == pytest.approx(688.0 * 2950.0 * 1e-3)  # median W x median us
+    assert evo["vs_best_lib"] == pytest.approx(2890.0 / 2950.0) and auto["vs_best_lib"] == pytest.approx(1.0)
+    assert cublas["power_w"] == -1 and cublas["mj"] == -1  # nothing read: no energy claimed
+    md = render("16384x16384x4096", rows, 2.0 * 16384 * 16384 * 4096)
+    assert "| evo | 2950.00 | 745.4 | 1792 | 688 | 2029.60 | 0.980 |" in md
+    assert "| cublas | 3100.00 | 709.4 | - | - | - | 0.932 |" in md
+
+
+@pytest.mark.parametrize("argv, said", [(["--shape", "4096x4096"], "malformed shape"),
+                                        (["--shape", "64x64x64", "--seconds", "0"], "--seconds must be"),
+                                        (["--shape", "64x64x64", "--rounds", "11"], "--rounds 1 to 10")])
+def test_bad_arguments_are_one_line_errors(capsys, argv, said):
+    from bench.power_draw import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and said in err
+
+
+def test_each_round_runs_every_contender_alone_in_its_own_sampled_window(monkeypatch, capsys):
+    import bench.power_draw as pd
+
+    log, clk = [], Clock(0.001)
+    cupy = types.SimpleNamespace(
+        float16="f16", nan=float("nan"), random=types.SimpleNamespace(RandomState=lambda s: s),
+        empty=lambda shape, dtype=None: types.SimpleNamespace(fill=lambda v: log.append(("poison", v))),
+        cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(synchronize=clk.sync)))
+
+    class Plan:
+        def __init__(self, a, b, cfg):
+            self.heuristic, self.tuned = "heur", None
+
+        def call(self, alg):
+            return lambda: (log.append(("lt", alg)), clk.call())
+
+        def close(self):
+            log.append(("closed",))
+
+    def select_across(plans, timer, reps):
+        plans[0].tuned = "tuned"
+
+    class Sampled:
+        def __init__(self, bus, field):
+            self.summary = None
+
+        def __enter__(self):
+            log.append(("window",))
+            return self
+
+        def __exit__(self, *exc):
+            self.summary = summarize(["00000000:19:00.0, 1785, 1980, 690.0, 700.0, 61, 0x4"], "")
+
+    session = types.SimpleNamespace(timer=None, cublas=lambda a, b, c: (log.append(("cublas",)), clk.call()))
+    info = types.SimpleNamespace(name="Fake GPU", key="NVIDIA_H200", driver="0", cuda_runtime="0", sm_count=132,
+                                 smem_per_block_optin=232448, arch="sm_90a", extra={"pci_bus_id": "0000:19:00.0"})
+    compiler = types.SimpleNamespace(compile=lambda ks, arch: types.SimpleNamespace(ok=True, cubin_path="k.cubin"))
+    fakes = {"cupy": cupy, "evo.gpu.device": types.SimpleNamespace(gpu_info=lambda: info),
+             "evo.baselines": types.SimpleNamespace(LtPlan=Plan, select_across=select_across),
+             "evo.check": types.SimpleNamespace(random_inputs=lambda p, rs: ("a", "b"), reference=lambda a, b: None,
+                                                compare=lambda c, ref, cfg, what: types.SimpleNamespace(correct=True, error="")),
+             "evo.compile": types.SimpleNamespace(Compiler=types.SimpleNamespace(from_config=lambda c: compiler)),
+             "evo.gpu.host_launch": types.SimpleNamespace(
+                 load_kernel=lambda ks, cubin, p, sms, smem: lambda a, b, c: (log.append(("evo",)), clk.call())),
+             "evo.gpu.session": types.SimpleNamespace(Session=lambda cfg: session),
+             "evo.gpu.state_sampler": types.SimpleNamespace(reasons_field=lambda: "f", sample_states=Sampled)}
+    for name, mod in fakes.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(pd, "time", types.SimpleNamespace(perf_counter=clk.now, sleep=lambda s: log.append(("rest", s))))
+    argv = ["--shape", "4096x4096x1024", "--table", str(ROOT / "kernels_out" / "NVIDIA_H200"), "--seconds", "0.2",
+            "--rounds", "2", "--rest", "0.5"]
+    assert pd.main(argv) == 0
+    # a window per contender and round, each after its rest, holding only that contender's calls
+    windows, current = [], None
+    for e in log:
+        if e[0] == "window":
+            current = []
+            windows.append(current)
+        elif current is not None and e[0] in ("evo", "cublas", "lt"):
+            current.append(e if e[0] == "lt" else (e[0],))
+    assert len(windows) == 8 and all(len(set(w)) == 1 and len(w) >= 200 for w in windows)
+    firsts = [w[0] for w in windows]
+    assert sorted(firsts[:4], key=str) == sorted(firsts[4:], key=str)  # every contender once a round
+    assert set(firsts) == {("evo",), ("cublas",), ("lt", "heur"), ("lt", "tuned")}
+    assert log.count(("rest", 0.5)) == 8
+    assert [e[0] for e in log].index("poison") < [e[0] for e in log].index("evo")  # C poisoned before evo's check
+    out = capsys.readouterr().out
+    assert "### 4096x4096x1024" in out and "| evo | 1000.00 |" in out and "| 1785 | 690 | 690.00 |" in out
+    assert "clock held back by software power cap in 1 of 1 sample" in out
