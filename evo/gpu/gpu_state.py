@@ -95,7 +95,7 @@ def parse_gpu_line(line: str) -> tuple[str, GpuState] | None:
     if sm_mhz < 0:
         return None
     return bus_key(bus), GpuState(sm_mhz=sm_mhz, max_sm_mhz=max(0, _num(max_sm, int)), power_w=_num(power),
-                               power_limit_w=_num(limit), temperature_c=_num(temp, int), reasons=parse_reasons(reasons))
+                                  power_limit_w=_num(limit), temperature_c=_num(temp, int), reasons=parse_reasons(reasons))
 
 
 def run_command(args: list[str], timeout_s: float) -> str | None:
