@@ -192,6 +192,24 @@ def algorithm_text(cfg: dict | None) -> str:
     return ", ".join(f"{label} {dims(cfg[k])}" for k, label in names if k in cfg)
 
 
+def checked_kernel(ks, cubin_path: str, p, info, inputs: list[tuple], check_cfg) -> tuple:
+    """evo's kernel loaded and checked on every input set (A, B) it will be timed on: each output NaN-poisoned, then
+    compared with the fp32 reference. Returns (kernel, one output buffer per set, why it failed: "" if it did not)."""
+    import cupy
+
+    from evo.check import compare, reference
+    from evo.gpu.host_launch import load_kernel
+
+    k = load_kernel(ks, cubin_path, p, info.sm_count, info.smem_per_block_optin)
+    outs = [cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16) for _ in inputs]
+    why = ""
+    for (a, b), c in zip(inputs, outs):
+        k(a, b, c)
+        chk = compare(c, reference(a, b), check_cfg, "bench check")
+        why = why or ("" if chk.correct else chk.error or "wrong output")
+    return k, outs, why
+
+
 def precompile(compiler, sources: list, arch: str) -> dict:
     """Compile every contender's source on all cores before the first timing; {source hash: CompileResult}. A table
     of SM90 kernels compiles in minutes one after another, in seconds side by side."""
@@ -244,9 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     import cupy
 
     from evo.baselines import LtPlan, select_across
-    from evo.check import compare, reference
     from evo.ltgemm import algorithm_config
-    from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
     from evo.gpu.state_sampler import reasons_field, sample_states
 
@@ -287,13 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             ks = sources[p.key]
             r = compiled[ks.hash]
             if r.ok:
-                k = load_kernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
-                outs = [cupy.full((p.m, p.n), cupy.nan, dtype=cupy.float16) for _ in sets]
-                why = ""
-                for (a, b, _), c_evo in zip(sets, outs):  # checked on every set it is timed on
-                    k(a, b, c_evo)
-                    chk = compare(c_evo, reference(a, b), cfg.check, "bench check")
-                    why = why or ("" if chk.correct else chk.error or "wrong output")
+                k, outs, why = checked_kernel(ks, r.cubin_path, p, info, [(a, b) for a, b, _ in sets], cfg.check)
                 if not why:
                     calls["evo"] = [lambda k=k, a=a, b=b, c_evo=c_evo: k(a, b, c_evo) for (a, b, _), c_evo in zip(sets, outs)]
                     family = best["family"]

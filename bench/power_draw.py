@@ -114,12 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     info = gpu_info()
     import cupy
 
-    from bench.compare import table_kernels
+    from bench.compare import checked_kernel, table_kernels
     from evo.baselines import LtPlan, select_across
-    from evo.check import compare, random_inputs, reference
+    from evo.check import random_inputs
     from evo.compile import Compiler
     from evo.config import load_config
-    from evo.gpu.host_launch import load_kernel
     from evo.gpu.session import Session
     from evo.gpu.state_sampler import reasons_field, sample_states
     from evo.kernel import KernelSource
@@ -148,13 +147,10 @@ def main(argv: list[str] | None = None) -> int:
             r = compiler.compile(ks, info.arch)
             if not r.ok:
                 raise EvoError(f"the table's kernel for {p.key} does not compile here: {r.error}")
-            k = load_kernel(ks, r.cubin_path, p, info.sm_count, info.smem_per_block_optin)
-            c.fill(cupy.nan)
-            k(a, b, c)
-            chk = compare(c, reference(a, b), cfg.check, "power_draw check")
-            if not chk.correct:
-                raise EvoError(f"the table's kernel for {p.key} is wrong here: {chk.error or 'wrong output'}")
-            calls["evo"] = lambda k=k: k(a, b, c)
+            k, (c_evo,), why = checked_kernel(ks, r.cubin_path, p, info, [(a, b)], cfg.check)
+            if why:
+                raise EvoError(f"the table's kernel for {p.key} is wrong here: {why}")
+            calls["evo"] = lambda k=k, c_evo=c_evo: k(a, b, c_evo)
         else:
             print(f"{p.key}: no evo kernel in the table; libraries only")
         est = {}

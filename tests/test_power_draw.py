@@ -69,7 +69,7 @@ def test_each_round_runs_every_contender_alone_in_its_own_sampled_window(monkeyp
     log, clk = [], Clock(0.001)
     cupy = types.SimpleNamespace(
         float16="f16", nan=float("nan"), random=types.SimpleNamespace(RandomState=lambda s: s),
-        empty=lambda shape, dtype=None: types.SimpleNamespace(fill=lambda v: log.append(("poison", v))),
+        empty=lambda shape, dtype=None: "c", full=lambda shape, value, dtype=None: (log.append(("poison", value)), "out")[1],
         cuda=types.SimpleNamespace(get_current_stream=lambda: types.SimpleNamespace(synchronize=clk.sync)))
 
     class Plan:

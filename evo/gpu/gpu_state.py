@@ -125,21 +125,38 @@ def own_pids(pid: int | None = None, proc: Path = Path("/proc")) -> set[str]:
     return out
 
 
+def gpu_query(reasons: str) -> list[str]:
+    """nvidia-smi's arguments for one reading of every GPU (FIELDS with `reasons`, the clock-limit field's name)."""
+    return ["nvidia-smi", f"--query-gpu={FIELDS.format(reasons=reasons)}", "--format=csv,noheader,nounits"]
+
+
+def query_gpus(run: Callable[[list[str], float], str | None] = run_command,
+               timeout_s: float = 3.0) -> tuple[str, str] | None:
+    """One reading of every GPU: (the clock-limit field this driver answers, nvidia-smi's output); the newer field
+    name is tried first. None when nvidia-smi is missing, slow or refuses both."""
+    for reasons in REASON_FIELDS:
+        out = run(gpu_query(reasons), timeout_s)
+        if out:
+            return reasons, out
+    return None
+
+
+def parse_gpu_lines(lines: list[str]) -> list[tuple[str, GpuState]]:
+    """(bus id, state) of every line nvidia-smi's GPU query wrote that reads as one."""
+    return [r for r in (parse_gpu_line(x) for x in lines if x.strip()) if r]
+
+
 def query_gpu_state(bus_id: str, own: set[str] | None = None, run: Callable[[list[str], float], str | None] = run_command,
                     timeout_s: float = 3.0) -> GpuState | None:
     """The state of the GPU at PCI `bus_id` now, with the compute processes listed there and how many of them are
     `own` (PIDs; default: this process and its children). None when nvidia-smi is missing, slow or says something
     else."""
     own = own_pids() if own is None else own
-    out = None
-    for reasons in REASON_FIELDS:  # the newer field name first
-        out = run(["nvidia-smi", f"--query-gpu={FIELDS.format(reasons=reasons)}", "--format=csv,noheader,nounits"], timeout_s)
-        if out:
-            break
-    if not out:
+    reading = query_gpus(run, timeout_s)
+    if reading is None:
         return None
     want = bus_key(bus_id)
-    rows = [r for r in (parse_gpu_line(x) for x in out.splitlines() if x.strip()) if r]
+    rows = parse_gpu_lines(reading[1].splitlines())
     state = next((s for b, s in rows if b == want), rows[0][1] if len(rows) == 1 else None)
     if state is None:
         return None

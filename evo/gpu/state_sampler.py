@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable
 
-from .gpu_state import FIELDS, REASON_FIELDS, bus_key, parse_gpu_line, run_command
+from .gpu_state import bus_key, gpu_query, parse_gpu_lines, query_gpus, run_command
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ class StateSummary:
 
 def summarize(lines: list[str], bus_id: str) -> StateSummary | None:
     """The samples of the GPU at `bus_id` among nvidia-smi's lines (all of them where only one GPU is listed)."""
-    rows = [r for r in (parse_gpu_line(x) for x in lines if x.strip()) if r]
+    rows = parse_gpu_lines(lines)
     buses = {b for b, _ in rows}
     want = bus_key(bus_id) if bus_id else ""
     states = [s for b, s in rows if b == want or len(buses) == 1]
@@ -82,10 +82,8 @@ def summarize(lines: list[str], bus_id: str) -> StateSummary | None:
 
 def reasons_field(run: Callable[[list[str], float], str | None] = run_command) -> str | None:
     """The clock-limit field this driver answers (the newer name first); None without a working nvidia-smi."""
-    for f in REASON_FIELDS:
-        if run(["nvidia-smi", f"--query-gpu={FIELDS.format(reasons=f)}", "--format=csv,noheader,nounits"], 3.0):
-            return f
-    return None
+    reading = query_gpus(run)
+    return reading[0] if reading else None
 
 
 class sample_states:
@@ -103,8 +101,7 @@ class sample_states:
             return self
         self._out = tempfile.TemporaryFile(mode="w+")
         try:
-            self._proc = self._popen(["nvidia-smi", f"--query-gpu={FIELDS.format(reasons=self.field)}",
-                                      "--format=csv,noheader,nounits", "-lms", str(self.interval_ms)],
+            self._proc = self._popen(gpu_query(self.field) + ["-lms", str(self.interval_ms)],
                                      stdout=self._out, stderr=subprocess.DEVNULL)
         except OSError:
             self._proc = None
