@@ -47,9 +47,25 @@ def test_medians_over_rounds_energy_and_the_ratio_to_the_fastest_library():
     assert evo["mj"] == pytest.approx(688.0 * 2950.0 * 1e-3)  # median W x median us
     assert evo["vs_best_lib"] == pytest.approx(2890.0 / 2950.0) and auto["vs_best_lib"] == pytest.approx(1.0)
     assert cublas["power_w"] == -1 and cublas["mj"] == -1  # nothing read: no energy claimed
+    # cycles per call = us x MHz; per cycle against the fastest library: its cycles over these
+    assert evo["kcycles"] == pytest.approx(2950.0 * 1792.5e-3) and auto["kcycles"] == pytest.approx(2890.0 * 1820e-3)
+    assert evo["vs_best_lib_per_cycle"] == pytest.approx((2890.0 * 1820) / (2950.0 * 1792.5))
+    assert cublas["kcycles"] == -1 and cublas["vs_best_lib_per_cycle"] == 0.0  # no clock read: no cycles claimed
     md = render("16384x16384x4096", rows, 2.0 * 16384 * 16384 * 4096)
-    assert "| evo | 2950.00 | 745.4 | 1792 | 688 | 2029.60 | 0.980 |" in md
-    assert "| cublas | 3100.00 | 709.4 | - | - | - | 0.932 |" in md
+    assert "| evo | 2950.00 | 745.4 | 1792 | 688 | 2029.60 | 5287.9 | 0.980 | 0.995 |" in md
+    assert "| cublas | 3100.00 | 709.4 | - | - | - | - | 0.932 | - |" in md
+
+
+def test_per_cycle_ratio_reads_the_fastest_library_by_time_not_by_cycles():
+    # at the power cap a kernel can take more cycles and still be faster: the lower-clocked library here is the
+    # fastest by time, and the per-cycle column compares with it, not with the library of fewest cycles
+    w = [Sustained("evo", 100, 0.331, 1440, 681.0), Sustained("cublaslt_autotune", 100, 0.3332, 1384, 681.0),
+         Sustained("cublas", 100, 0.3429, 1300, 685.0)]
+    rows = {r["contender"]: r for r in summarize_rounds(w)}
+    assert rows["evo"]["vs_best_lib"] == pytest.approx(3332.0 / 3310.0)                        # faster back to back
+    assert rows["evo"]["vs_best_lib_per_cycle"] == pytest.approx((3332.0 * 1384) / (3310.0 * 1440))  # slower per cycle
+    assert rows["evo"]["vs_best_lib_per_cycle"] < 1.0 < rows["evo"]["vs_best_lib"]
+    assert rows["cublas"]["vs_best_lib_per_cycle"] == pytest.approx((3332.0 * 1384) / (3429.0 * 1300))
 
 
 @pytest.mark.parametrize("argv, said", [(["--shape", "4096x4096"], "malformed shape"),
