@@ -35,11 +35,10 @@ import time
 from pathlib import Path
 
 from evo.errors import EvoError, cli_entry
+from evo.gpu.state_sampler import INTERVAL_MS as STATE_INTERVAL_MS
 from evo.placements import MAX_PLACEMENTS, input_sets, rotating
 from evo.records import LIBRARIES as LIBS
 from evo.stats import geomean
-
-STATE_INTERVAL_MS = 50  # nvidia-smi's sampling period over a cold window (a small shape's window lasts ~0.5-1 s)
 
 
 def _time_b2b(contenders, reps: int, inner: int, rng: random.Random) -> tuple[dict[str, float], set[str]]:

@@ -2,7 +2,7 @@
 needed."""
 import subprocess
 
-from evo.gpu.state_sampler import reasons_field, sample_states, summarize
+from evo.gpu.state_sampler import INTERVAL_MS, reasons_field, sample_states, summarize
 
 CAPPED = "00000000:19:00.0, {mhz}, 1980, {w}, 700.00, {t}, 0x0000000000000004"
 FREE = "00000000:19:00.0, {mhz}, 1980, {w}, 700.00, {t}, 0x0000000000000000"
@@ -61,6 +61,7 @@ def test_the_sampler_runs_nvidia_smi_in_loop_mode_beside_the_block_and_stops_it(
     with sample_states("0000:19:00.0", "f", popen=lambda *a, **k: popen(*a, **k, hang=True)) as st:
         pass
     assert procs[1].signals == ["term", "kill"] and st.summary.samples == 2  # a sampler that will not stop is killed
+    assert procs[1].args[-2:] == ["-lms", str(INTERVAL_MS)] and INTERVAL_MS == 50  # one default, the period pages print
 
 
 def test_no_nvidia_smi_samples_nothing_and_never_raises():

@@ -23,6 +23,8 @@ from typing import Callable
 
 from .gpu_state import bus_key, gpu_query, parse_gpu_lines, query_gpus, run_command
 
+INTERVAL_MS = 50  # nvidia-smi's sampling period: a small shape's cold window lasts ~0.5-1 s
+
 
 @dataclass(frozen=True)
 class StateSummary:
@@ -90,7 +92,8 @@ class sample_states:
     """Context manager: nvidia-smi samples the GPUs every `interval_ms` while the block runs; `.summary` after it.
     `field` None (no working nvidia-smi, see reasons_field) samples nothing."""
 
-    def __init__(self, bus_id: str, field: str | None, interval_ms: int = 100, popen: Callable = subprocess.Popen):
+    def __init__(self, bus_id: str, field: str | None, interval_ms: int = INTERVAL_MS,
+                 popen: Callable = subprocess.Popen):
         self.bus_id, self.field, self.interval_ms, self._popen = bus_id, field, interval_ms, popen
         self.summary: StateSummary | None = None
         self._proc = None
