@@ -15,9 +15,10 @@ bench.compare chooses them), on random-normal inputs. Each round runs every cont
 contender the medians over rounds of: µs per call, the SM clock and the board's power nvidia-smi read (every 50
 ms), the energy of one call (power x time), the SM cycles of one call (time x clock), the speed against the fastest
 library under the same load, and the ratio per cycle against the library of fewest cycles: what a harness that
-interleaves the contenders, so that they share one clock, would see. At the cap the board holds its power, so a call's time follows its energy: a kernel
-that takes more cycles but less power per cycle can be the faster one under sustained load (16384^2 x 4096 on an
-H200: evo 1.007x the autotune back to back, 0.967x per cycle; docs/perf-hopper.md Run 64).
+interleaves the contenders, so that they share one clock, would see. At the cap the board holds its power, so a
+call's time follows its energy: a kernel that takes more cycles but less power per cycle can be the faster one under
+sustained load (16384^2 x 4096 on an H200: evo 1.007x the autotune back to back, 0.967x per cycle;
+docs/perf-hopper.md Run 64).
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def render(shape: str, rows: list[dict], flops: float) -> str:
             return format(x, fmt) if x >= 0 else "-"
         out.append(f"| {r['contender']} | {r['us']:.2f} | {flops / (r['us'] * 1e-6) / 1e12:.1f} | {num(r['sm_mhz'], '.0f')} | "
                    f"{num(r['power_w'], '.0f')} | {num(r['mj'], '.2f')} | {num(r['kcycles'], '.1f')} | "
-                   f"{r['vs_best_lib']:.3f} | {num(r['vs_best_lib_per_cycle'] or -1.0, '.3f')} |")
+                   f"{r['vs_best_lib']:.3f} | {num(r['vs_best_lib_per_cycle'] if r['vs_best_lib_per_cycle'] > 0 else -1.0, '.3f')} |")
     return "\n".join(out) + "\n"
 
 

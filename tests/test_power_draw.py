@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from bench.power_draw import Sustained, render, summarize_rounds, sustain
-from evo.gpu.state_sampler import summarize
+from evo.gpu.state_sampler import INTERVAL_MS, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -128,7 +128,8 @@ def test_each_round_runs_every_contender_alone_in_its_own_sampled_window(monkeyp
              "evo.gpu.host_launch": types.SimpleNamespace(
                  load_kernel=lambda ks, cubin, p, sms, smem: lambda a, b, c: (log.append(("evo",)), clk.call())),
              "evo.gpu.session": types.SimpleNamespace(Session=lambda cfg: session),
-             "evo.gpu.state_sampler": types.SimpleNamespace(reasons_field=lambda: "f", sample_states=Sampled)}
+             "evo.gpu.state_sampler": types.SimpleNamespace(INTERVAL_MS=INTERVAL_MS, reasons_field=lambda: "f",
+                                                      sample_states=Sampled)}
     for name, mod in fakes.items():
         monkeypatch.setitem(sys.modules, name, mod)
     monkeypatch.setattr(pd, "time", types.SimpleNamespace(perf_counter=clk.now, sleep=lambda s: log.append(("rest", s))))
