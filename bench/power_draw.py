@@ -2,7 +2,7 @@
 samples the GPU's clock and power.
 
     python -m bench.power_draw --shape 16384x16384x4096 [--shape ...] [--table kernels_out/NVIDIA_H200]
-        [--seconds 2] [--rounds 2] [--rest 1]
+        [--seconds 2] [--rounds 2] [--rest 1] [--family wgmma_sm90 --instance '{"BM": 128, ...}' ...]
 
 For the engineer asking why a large shape's ratio moves between harnesses. At a few milliseconds a call the board
 runs into its power cap and the driver lowers the SM clock; a kernel that spends more energy per FLOP then loses more
@@ -10,7 +10,9 @@ speed than one that spends less, and a timing whose calls sit between lighter wo
 of it than a sustained loop does (16384^2 x 4096 on an H200: 0.966x the autotune in bench.compare, 0.995x in the
 worker's timing a minute later; docs/perf-hopper.md Run 63). The contenders are the table's evo kernel for the shape
 (checked against an fp32 reference first), cuBLAS, and cuBLASLt's heuristic and autotuned algorithms (chosen as
-bench.compare chooses them), on random-normal inputs. Each round runs every contender once, in a fresh random order,
+bench.compare chooses them), on random-normal inputs; `--family F --instance JSON` (repeatable) adds instances of
+one family rendered from templates/ as bench.template_ab renders them, each checked the same way, so that kernels
+can be compared where the judge's large shapes run, at the cap. Each round runs every contender once, in a fresh random order,
 `--seconds` of calls queued in batches of ~50 ms with `--rest` idle seconds before each; the table gives per
 contender the medians over rounds of: µs per call, the SM clock and the board's power nvidia-smi read (every 50
 ms), the energy of one call (power x time), the SM cycles of one call (time x clock), the speed against the fastest
@@ -31,6 +33,7 @@ from typing import Callable
 
 from evo.errors import EvoError, cli_entry
 
+LIBRARIES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 BATCH_S = 0.05  # queued work between two synchronizations: long against the sync's gap, short against --seconds
 
 
@@ -82,7 +85,7 @@ def summarize_rounds(windows: list[Sustained]) -> list[dict]:
     for r in rows:
         r["mj"] = r["power_w"] * r["us"] * 1e-3 if r["power_w"] >= 0 else -1.0  # W x us = uJ; / 1000 = mJ
         r["kcycles"] = r["us"] * r["sm_mhz"] * 1e-3 if r["sm_mhz"] >= 0 else -1.0  # us x MHz = cycles
-    libs = [r for r in rows if r["contender"] != "evo"]
+    libs = [r for r in rows if r["contender"] in LIBRARIES]
     best = min(libs, key=lambda r: r["us"]) if libs else None
     # at one shared clock (an interleaved harness at the cap) the fastest library is the one of fewest cycles
     counted = [r for r in libs if r["kcycles"] > 0]
@@ -114,20 +117,28 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0, help="seconds of back-to-back calls per contender and round")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--rest", type=float, default=1.0, help="idle seconds before each contender's window")
+    ap.add_argument("--family", default="", help="the family of --instance")
+    ap.add_argument("--instance", action="append", default=[],
+                    help="a JSON object of --family's parameters: one more contender, rendered from templates/ (repeatable)")
     ap.add_argument("--config")
     args = ap.parse_args(argv)
     if not (0 < args.seconds <= 60 and 1 <= args.rounds <= 10 and 0 <= args.rest <= 60):
         raise EvoError("--seconds must be in (0, 60], --rounds 1 to 10, --rest 0 to 60")
+    if args.instance and not args.family:
+        raise EvoError("--instance needs --family (the family whose parameters it sets)")
 
+    from bench.template_ab import parse_instances, plan as render_instances
     from evo.problem import parse_shape
 
     problems = [parse_shape(s) for s in args.shape]  # a malformed shape is one line before the GPU is touched
+    instances = parse_instances(args.instance)  # so is an instance that is not JSON, or a family not in templates/
+    rendered = {p.key: render_instances(args.family, None, instances, [p.key]) if instances else [] for p in problems}
     from evo.gpu.device import gpu_info
 
     info = gpu_info()
     import cupy
 
-    from bench.compare import checked_kernel, table_kernels
+    from bench.compare import checked_kernel, precompile, table_kernels
     from evo.baselines import LtPlan, select_across
     from evo.check import random_inputs
     from evo.compile import Compiler
@@ -139,13 +150,19 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.config)
     published = table_kernels(args.table or f"kernels_out/{info.key}")
     session, compiler = Session(cfg), Compiler.from_config(cfg.compile)
+    extra = "".join([f" --family {args.family}"] + [f" --instance '{x}'" for x in args.instance]) if instances else ""
     bus, field = str(info.extra.get("pci_bus_id", "")), reasons_field()
     if field is None:
         print("nvidia-smi gave no reading here: speeds only, no clock or power")
     print(f"# Sustained load on {info.name} (driver {info.driver}, CUDA {info.cuda_runtime})\n\n"
           f"Command: `python -m bench.power_draw {' '.join('--shape ' + s for s in args.shape)}"
           f"{' --table ' + args.table if args.table else ''} --seconds {args.seconds:g} --rounds {args.rounds} "
-          f"--rest {args.rest:g}`", flush=True)
+          f"--rest {args.rest:g}{extra}`", flush=True)
+    kernels = {p.key: ([("evo", "the table's kernel", KernelSource.parse(published[p.key]["source"]))]
+                       if p.key in published else [])
+               + [(f"{args.family} {label.removeprefix('new ')}",) * 2 + (ks,) for label, ks in rendered[p.key]]
+               for p in problems}
+    built = precompile(compiler, [ks for ks_list in kernels.values() for _, _, ks in ks_list], info.arch)
     rng = random.Random(0)
     sync = cupy.cuda.get_current_stream().synchronize
     for p in problems:
@@ -155,17 +172,16 @@ def main(argv: list[str] | None = None) -> int:
         select_across([plan], session.timer, 30)
         calls = {"cublas": lambda: session.cublas(a, b, c), "cublaslt_heuristic": plan.call(plan.heuristic),
                  "cublaslt_autotune": plan.call(plan.tuned)}
-        if p.key in published:
-            ks = KernelSource.parse(published[p.key]["source"])
-            r = compiler.compile(ks, info.arch)
-            if not r.ok:
-                raise EvoError(f"the table's kernel for {p.key} does not compile here: {r.error}")
-            k, (c_evo,), why = checked_kernel(ks, r.cubin_path, p, info, [(a, b)], cfg.check)
-            if why:
-                raise EvoError(f"the table's kernel for {p.key} is wrong here: {why}")
-            calls["evo"] = lambda k=k, c_evo=c_evo: k(a, b, c_evo)
-        else:
+        if p.key not in published:
             print(f"{p.key}: no evo kernel in the table; libraries only")
+        for name, what, ks in kernels[p.key]:
+            r = built[ks.hash]
+            if not r.ok:
+                raise EvoError(f"{what} for {p.key} does not compile here: {r.error}")
+            k, (c_k,), why = checked_kernel(ks, r.cubin_path, p, info, [(a, b)], cfg.check)
+            if why:
+                raise EvoError(f"{what} for {p.key} is wrong here: {why}")
+            calls[name] = lambda k=k, c_k=c_k: k(a, b, c_k)
         est = {}
         for name, f in calls.items():  # a few calls to size the batches (and warm each contender up)
             f()

@@ -72,7 +72,21 @@ def test_per_cycle_ratio_reads_the_library_of_fewest_cycles_not_the_fastest_by_t
     assert rows["cublaslt_autotune"]["vs_best_lib"] == pytest.approx(1.0)
 
 
+def test_added_instances_are_contenders_never_the_library_they_are_compared_with():
+    # an instance faster and of fewer cycles than every library is measured against the libraries, not against itself
+    w = [Sustained("wgmma_sm90 BM128/BN192", 100, 0.30, 1400, 680.0), Sustained("evo", 100, 0.32, 1400, 680.0),
+         Sustained("cublaslt_autotune", 100, 0.33, 1400, 680.0), Sustained("cublas", 100, 0.34, 1400, 680.0)]
+    rows = {r["contender"]: r for r in summarize_rounds(w)}
+    assert rows["wgmma_sm90 BM128/BN192"]["vs_best_lib"] == pytest.approx(3300.0 / 3000.0)
+    assert rows["wgmma_sm90 BM128/BN192"]["vs_best_lib_per_cycle"] == pytest.approx(3300.0 / 3000.0)
+    assert rows["evo"]["vs_best_lib"] == pytest.approx(3300.0 / 3200.0)
+    assert rows["cublaslt_autotune"]["vs_best_lib"] == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("argv, said", [(["--shape", "4096x4096"], "malformed shape"),
+                                        (["--shape", "64x64x64", "--instance", "{}"], "--instance needs --family"),
+                                        (["--shape", "64x64x64", "--family", "wgmma_sm90", "--instance", "{BM: 1}"],
+                                         "not a JSON object"),
                                         (["--shape", "64x64x64", "--seconds", "0"], "--seconds must be"),
                                         (["--shape", "64x64x64", "--rounds", "11"], "--rounds 1 to 10")])
 def test_bad_arguments_are_one_line_errors(capsys, argv, said):
@@ -119,14 +133,15 @@ def test_each_round_runs_every_contender_alone_in_its_own_sampled_window(monkeyp
     session = types.SimpleNamespace(timer=None, cublas=lambda a, b, c: (log.append(("cublas",)), clk.call()))
     info = types.SimpleNamespace(name="Fake GPU", key="NVIDIA_H200", driver="0", cuda_runtime="0", sm_count=132,
                                  smem_per_block_optin=232448, arch="sm_90a", extra={"pci_bus_id": "0000:19:00.0"})
-    compiler = types.SimpleNamespace(compile=lambda ks, arch: types.SimpleNamespace(ok=True, cubin_path="k.cubin"))
+    compiler = types.SimpleNamespace(compile_many=lambda items: [
+        types.SimpleNamespace(ok=True, cubin_path="k.cubin", hash=ks.hash) for ks, arch in items])
     fakes = {"cupy": cupy, "evo.gpu.device": types.SimpleNamespace(gpu_info=lambda: info),
              "evo.baselines": types.SimpleNamespace(LtPlan=Plan, select_across=select_across),
              "evo.check": types.SimpleNamespace(random_inputs=lambda p, rs: ("a", "b"), reference=lambda a, b: None,
                                                 compare=lambda c, ref, cfg, what: types.SimpleNamespace(correct=True, error="")),
              "evo.compile": types.SimpleNamespace(Compiler=types.SimpleNamespace(from_config=lambda c: compiler)),
              "evo.gpu.host_launch": types.SimpleNamespace(
-                 load_kernel=lambda ks, cubin, p, sms, smem: lambda a, b, c: (log.append(("evo",)), clk.call())),
+                 load_kernel=lambda ks, cubin, p, sms, smem: lambda a, b, c: (log.append(("evo", ks.meta.family)), clk.call())),
              "evo.gpu.session": types.SimpleNamespace(Session=lambda cfg: session),
              "evo.gpu.state_sampler": types.SimpleNamespace(INTERVAL_MS=INTERVAL_MS, reasons_field=lambda: "f",
                                                       sample_states=Sampled)}
@@ -134,7 +149,7 @@ def test_each_round_runs_every_contender_alone_in_its_own_sampled_window(monkeyp
         monkeypatch.setitem(sys.modules, name, mod)
     monkeypatch.setattr(pd, "time", types.SimpleNamespace(perf_counter=clk.now, sleep=lambda s: log.append(("rest", s))))
     argv = ["--shape", "4096x4096x1024", "--table", str(ROOT / "kernels_out" / "NVIDIA_H200"), "--seconds", "0.2",
-            "--rounds", "2", "--rest", "0.5"]
+            "--rounds", "2", "--rest", "0.5", "--family", "wgmma_skinny_sm90", "--instance", '{"BM": 64, "BN": 64, "CONSUMERS": 1}']
     assert pd.main(argv) == 0
     # a window per contender and round, each after its rest, holding only that contender's calls
     windows, current = [], None
@@ -143,13 +158,18 @@ def test_each_round_runs_every_contender_alone_in_its_own_sampled_window(monkeyp
             current = []
             windows.append(current)
         elif current is not None and e[0] in ("evo", "cublas", "lt"):
-            current.append(e if e[0] == "lt" else (e[0],))
-    assert len(windows) == 8 and all(len(set(w)) == 1 and len(w) >= 200 for w in windows)
+            current.append(e)
+    assert len(windows) == 10 and all(len(set(w)) == 1 and len(w) >= 200 for w in windows)
     firsts = [w[0] for w in windows]
-    assert sorted(firsts[:4], key=str) == sorted(firsts[4:], key=str)  # every contender once a round
-    assert set(firsts) == {("evo",), ("cublas",), ("lt", "heur"), ("lt", "tuned")}
-    assert log.count(("rest", 0.5)) == 8
-    assert [e[0] for e in log].index("poison") < [e[0] for e in log].index("evo")  # C poisoned before evo's check
+    assert sorted(firsts[:5], key=str) == sorted(firsts[5:], key=str)  # every contender once a round
+    # the table's kernel (wgmma_sm90 on this row) and the instance rendered from templates/, each in its own window
+    assert set(firsts) == {("evo", "wgmma_sm90"), ("evo", "wgmma_skinny_sm90"), ("cublas",), ("lt", "heur"), ("lt", "tuned")}
+    assert log.count(("rest", 0.5)) == 10
+    kinds = [e[0] for e in log]
+    assert kinds.count("poison") == 2 and kinds.index("poison") < kinds.index("evo")  # C poisoned before each check
     out = capsys.readouterr().out
     assert "### 4096x4096x1024" in out and "| evo | 1000.00 |" in out and "| 1785 | 690 | 690.00 |" in out
+    label = "wgmma_skinny_sm90 BM64/BN64/CONSUMERS1"
+    assert f"| {label} | 1000.00 |" in out
+    assert """--family wgmma_skinny_sm90 --instance '{"BM": 64, "BN": 64, "CONSUMERS": 1}'""" in out
     assert "clock held back by software power cap in 1 of 1 sample" in out
