@@ -5,22 +5,22 @@ samples the GPU's clock and power.
         [--seconds 2] [--rounds 2] [--rest 1] [--family wgmma_sm90 --instance '{"BM": 128, ...}' ...]
 
 For the engineer asking why a large shape's ratio moves between harnesses. At a few milliseconds a call the board
-runs into its power cap and the driver lowers the SM clock; a kernel that spends more energy per FLOP then loses more
-speed than one that spends less, and a timing whose calls sit between lighter work (fresh inputs, checks) sees less
-of it than a sustained loop does (16384^2 x 4096 on an H200: 0.966x the autotune in bench.compare, 0.995x in the
-worker's timing a minute later; docs/perf-hopper.md Run 63). The contenders are the table's evo kernel for the shape
-(checked against an fp32 reference first), cuBLAS, and cuBLASLt's heuristic and autotuned algorithms (chosen as
-bench.compare chooses them), on random-normal inputs; `--family F --instance JSON` (repeatable) adds instances of
+runs into its power cap and the driver lowers the SM clock; a kernel that spends more energy per FLOP then loses
+more speed than one that spends less, and a timing whose calls sit between lighter work (fresh inputs, checks) sees
+less of it than a sustained loop does (16384^2 x 4096 on an H200: 0.966x the autotune in bench.compare, 0.995x in
+the worker's timing a minute later; docs/perf-hopper.md Run 63). The contenders are the table's evo kernel for the
+shape (checked against an fp32 reference first), cuBLAS, and cuBLASLt's heuristic and autotuned algorithms (chosen
+as bench.compare chooses them), on random-normal inputs; `--family F --instance JSON` (repeatable) adds instances of
 one family rendered from templates/ as bench.template_ab renders them, each checked the same way, so that kernels
-can be compared where the judge's large shapes run, at the cap. Each round runs every contender once, in a fresh random order,
-`--seconds` of calls queued in batches of ~50 ms with `--rest` idle seconds before each; the table gives per
-contender the medians over rounds of: µs per call, the SM clock and the board's power nvidia-smi read (every 50
-ms), the energy of one call (power x time), the SM cycles of one call (time x clock), the speed against the fastest
-library under the same load, and the ratio per cycle against the library of fewest cycles: what a harness that
-interleaves the contenders, so that they share one clock, would see. At the cap the board holds its power, so a
-call's time follows its energy: a kernel that takes more cycles but less power per cycle can be the faster one under
-sustained load (16384^2 x 4096 on an H200: evo 1.007x the autotune back to back, 0.967x per cycle;
-docs/perf-hopper.md Run 64).
+can be compared at the cap, where the judge's largest shapes run (docs/perf-hopper.md Run 66). Each round runs every
+contender once, in a fresh random order, `--seconds` of calls queued in batches of ~50 ms with `--rest` idle seconds
+before each; the table gives per contender the medians over rounds of: µs per call, the SM clock and the board's
+power nvidia-smi read (every 50 ms), the energy of one call (power x time), the SM cycles of one call (time x
+clock), the speed against the fastest library under the same load, and the ratio per cycle against the library of
+fewest cycles: what a harness that interleaves the contenders, so that they share one clock, would see. At the cap
+the board holds its power, so a call's time follows its energy: a kernel that takes more cycles but less power per
+cycle can be the faster one under sustained load (16384^2 x 4096 on an H200: evo 1.007x the autotune back to back,
+0.967x per cycle; docs/perf-hopper.md Run 64).
 """
 from __future__ import annotations
 
@@ -158,10 +158,13 @@ def main(argv: list[str] | None = None) -> int:
           f"Command: `python -m bench.power_draw {' '.join('--shape ' + s for s in args.shape)}"
           f"{' --table ' + args.table if args.table else ''} --seconds {args.seconds:g} --rounds {args.rounds} "
           f"--rest {args.rest:g}{extra}`", flush=True)
-    kernels = {p.key: ([("evo", "the table's kernel", KernelSource.parse(published[p.key]["source"]))]
-                       if p.key in published else [])
-               + [(f"{args.family} {label.removeprefix('new ')}",) * 2 + (ks,) for label, ks in rendered[p.key]]
-               for p in problems}
+    kernels: dict[str, list[tuple[str, str, KernelSource]]] = {}  # per shape: (contender, what it is, source)
+    for p in problems:
+        table_kernel = published.get(p.key)
+        kernels[p.key] = [("evo", "the table's kernel", KernelSource.parse(table_kernel["source"]))] if table_kernel else []
+        for label, ks in rendered[p.key]:
+            name = f"{args.family} {label.removeprefix('new ')}"
+            kernels[p.key].append((name, name, ks))
     built = precompile(compiler, [ks for ks_list in kernels.values() for _, _, ks in ks_list], info.arch)
     rng = random.Random(0)
     sync = cupy.cuda.get_current_stream().synchronize
