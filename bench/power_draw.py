@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from evo.errors import EvoError, cli_entry
+from evo.records import LIBRARIES
 
-LIBRARIES = ("cublas", "cublaslt_heuristic", "cublaslt_autotune")
 BATCH_S = 0.05  # queued work between two synchronizations: long against the sync's gap, short against --seconds
 
 
@@ -158,14 +158,10 @@ def main(argv: list[str] | None = None) -> int:
           f"Command: `python -m bench.power_draw {' '.join('--shape ' + s for s in args.shape)}"
           f"{' --table ' + args.table if args.table else ''} --seconds {args.seconds:g} --rounds {args.rounds} "
           f"--rest {args.rest:g}{extra}`", flush=True)
-    kernels: dict[str, list[tuple[str, str, KernelSource]]] = {}  # per shape: (contender, what it is, source)
-    for p in problems:
-        table_kernel = published.get(p.key)
-        kernels[p.key] = [("evo", "the table's kernel", KernelSource.parse(table_kernel["source"]))] if table_kernel else []
-        for label, ks in rendered[p.key]:
-            name = f"{args.family} {label.removeprefix('new ')}"
-            kernels[p.key].append((name, name, ks))
-    built = precompile(compiler, [ks for ks_list in kernels.values() for _, _, ks in ks_list], info.arch)
+    kernels = {p.key: ([("evo", KernelSource.parse(published[p.key]["source"]))] if p.key in published else [])
+               + [(f"{args.family} {label.removeprefix('new ')}", ks) for label, ks in rendered[p.key]]
+               for p in problems}  # per shape: (contender, source)
+    built = precompile(compiler, [ks for pairs in kernels.values() for _, ks in pairs], info.arch)
     rng = random.Random(0)
     sync = cupy.cuda.get_current_stream().synchronize
     for p in problems:
@@ -177,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
                  "cublaslt_autotune": plan.call(plan.tuned)}
         if p.key not in published:
             print(f"{p.key}: no evo kernel in the table; libraries only")
-        for name, what, ks in kernels[p.key]:
+        for name, ks in kernels[p.key]:
+            what = "the table's kernel" if name == "evo" else name
             r = built[ks.hash]
             if not r.ok:
                 raise EvoError(f"{what} for {p.key} does not compile here: {r.error}")
