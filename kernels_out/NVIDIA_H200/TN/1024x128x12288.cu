@@ -1,9 +1,9 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 96, CLUSTER: 1, CONSUMERS: 1, DYN: 0, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 1, SPLIT_K: 4,
-  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 8, STREAMK: 0,
+params: {BM: 128, BN: 64, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0,
+  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 8,
+  SPLIT_MAJOR: 1, SPLIT_OWNER: 0, SPLIT_RS: 1, SPLIT_SKEW: 0, STAGES: 8, STREAMK: 0,
   SWAP_AB: 1}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -77,24 +77,24 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 
 namespace evo_sm90 {
 
-constexpr int BM = 64;                 // tile rows (kernel view)
-constexpr int BN = 96;                 // tile cols = wgmma N
+constexpr int BM = 128;                 // tile rows (kernel view)
+constexpr int BN = 64;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 8;
-constexpr int CONSUMERS = 1;
+constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 0;
 constexpr int GROUP = 8;
-constexpr int SPLIT_K = 4;
+constexpr int SPLIT_K = 8;
 constexpr int SWAP_AB = 1;
 constexpr int PINGPONG = 0;
 constexpr int EPI = 0;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
-constexpr int SPLIT_CLUSTER = 1;  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
+constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
+constexpr int SPLIT_RS = 1;      // 1: a tile's K splits wait for each other and each sums its column slice
 constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
-constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int SPLIT_MAJOR = 1;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
 constexpr int EPI_WIDE = 0;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int DYN = 0;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
@@ -843,8 +843,8 @@ using namespace evo_sm90;
 #define EVO_EPI 0
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
-#elif 1
-#define EVO_CLUSTER_DIMS __cluster_dims__(4, 1, 1)
+#elif 0
+#define EVO_CLUSTER_DIMS __cluster_dims__(8, 1, 1)
 #else
 #define EVO_CLUSTER_DIMS
 #endif
