@@ -211,13 +211,15 @@ def checked_kernel(ks, cubin_path: str, p, info, inputs: list[tuple], check_cfg)
 
 def precompile(compiler, sources: list, arch: str) -> dict:
     """Compile every contender's source on all cores before the first timing; {source hash: CompileResult}. A table
-    of SM90 kernels compiles in minutes one after another, in seconds side by side."""
-    if not sources:
+    of SM90 kernels compiles in minutes one after another, in seconds side by side. A source given more than once (one
+    kernel serving several shapes) compiles once."""
+    unique = list({ks.hash: ks for ks in sources}.values())
+    if not unique:
         return {}
     t0 = time.monotonic()
-    print(f"compiling {len(sources)} kernels before timing ...", flush=True)
-    res = compiler.compile_many([(ks, arch) for ks in sources])
-    print(f"compiled {sum(r.ok for r in res)} of {len(sources)} in {time.monotonic() - t0:.0f} s", flush=True)
+    print(f"compiling {len(unique)} kernels before timing ...", flush=True)
+    res = compiler.compile_many([(ks, arch) for ks in unique])
+    print(f"compiled {sum(r.ok for r in res)} of {len(unique)} in {time.monotonic() - t0:.0f} s", flush=True)
     return {r.hash: r for r in res}
 
 

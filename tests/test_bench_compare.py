@@ -96,6 +96,10 @@ def test_precompile_hands_every_table_kernel_to_the_parallel_compiler():
     assert set(got) == {ks.hash for ks in sources} and all(r.ok for r in got.values())
     assert precompile(rec, [], "sm_90a") == {}
     assert len(rec.calls) == 1
+    # one kernel serving two shapes (or one instance timed on two) is handed over once
+    got = precompile(rec, [sources[0], sources[1], sources[0]], "sm_90a")
+    assert [ks.hash for ks, _ in rec.calls[-1]] == [sources[0].hash, sources[1].hash]
+    assert set(got) == {sources[0].hash, sources[1].hash}
 
 
 def test_cold_rows_carry_the_verdict_beyond_the_noise_band():
