@@ -1,7 +1,7 @@
 /*---evo
 family: mma_small_sm80
 archs: [sm_80, sm_90a]
-params: {BK: 64, BM: 16, BN: 16, CLK: 1, EPI: 0, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 6,
+params: {BK: 64, BM: 16, BN: 16, CLK: 1, EPI: 0, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 8,
   WARPS_K: 2, WARPS_M: 1, WARPS_N: 1}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
@@ -76,7 +76,7 @@ constexpr int BK = 64;
 constexpr int WARPS_M = 1;
 constexpr int WARPS_N = 1;
 constexpr int WARPS_K = 2;
-constexpr int STAGES_MAX = 6;   // ring depth asked for; STAGES: what a split's K tiles can use
+constexpr int STAGES_MAX = 8;   // ring depth asked for; STAGES: what a split's K tiles can use
 constexpr int SPLIT_K = 1;
 constexpr int EPI = 0;
 constexpr int RED = 0;
