@@ -12,7 +12,8 @@ Per shape, chosen once per process and cached:
   (stored in the table as ``library_algorithm``), else the heuristic's top-1 for a heuristic row, else an
   algorithm autotuned once on this GPU (persisted); cuBLAS rows run ``cublasGemmEx``. An evo win inside the
   noise band is a tie and goes to the library.
-* not in the table: evo kernels of the nearest table shapes whose ``requires`` accept it are checked on it
+* not in the table: evo kernels of the nearest table shapes whose ``requires`` accept it (a kernel of a family
+  that compiles the shape in is rendered again from its template with this shape's constants) are checked on it
   (random inputs against an fp32 reference and an exact {0,1} test); those that pass are timed on it side by side
   with cuBLAS and every planned cuBLASLt algorithm (CUDA events, L2 flushed, all calls interleaved in shuffled
   order, ``dispatch.measure_reps`` repetitions, medians); nvmath's own autotune pick is one of those algorithms.
@@ -370,6 +371,7 @@ class Dispatcher:
         for r in table.get("rows", []):
             self.rows[(int(r["m"]), int(r["n"]), int(r["k"]))] = r
         self._sources: dict[str, KernelSource | None] = {}
+        self._rendered: dict[tuple[str, str], KernelSource | None] = {}  # (row's hash, shape): its kernel rendered for it
         self._plans: dict[tuple[int, int, int], Plan] = {}
         self._native = getattr(backend, "native", None)
 
@@ -411,6 +413,30 @@ class Dispatcher:
     def _accepts(self, ks: KernelSource, p: Problem) -> bool:
         return ks.serves(p, getattr(self.backend, "arch", ""), self.backend.num_sms)
 
+    def _borrowed(self, row: dict, p: Problem) -> KernelSource | None:
+        """The kernel a table row lends to the shape `p` it was not searched on: its own source where that accepts
+        `p`; for a family that compiles the shape in (its `requires` pins M, N, K), the row's parameters rendered
+        again from the family's template with `p`'s constants; None where neither serves `p` on this GPU."""
+        ks = self._source(row)
+        if ks is None:
+            return None
+        if self._accepts(ks, p):
+            return ks
+        key = (ks.hash, p.key)
+        if key not in self._rendered:
+            self._rendered[key] = None
+            try:
+                from .families import load_families, rerendered
+
+                fams = load_families(names=[ks.meta.family])
+                if fams and fams[0].shape_specialized:
+                    new = rerendered(ks, fams, p)
+                    if self._accepts(new, p):
+                        self._rendered[key] = new
+            except (EvoError, OSError, ValueError):
+                pass  # an LLM's own kernel, a family gone from the templates, parameters that no longer render
+        return self._rendered[key]
+
     def candidates(self, m: int, n: int, k: int) -> list[tuple[str, dict]]:
         """Evo kernels that could serve (M, N, K), nearest first: [(kind, row)]; a library is always the rest."""
         row = self.rows.get((m, n, k))
@@ -430,8 +456,7 @@ class Dispatcher:
             if r.get("winner") != "evo" or not r.get("kernel_path") or r.get("hash") in seen:
                 continue
             seen.add(r.get("hash"))
-            ks = self._source(r)
-            if ks is not None and self._accepts(ks, p):
+            if self._borrowed(r, p) is not None:
                 out.append(("general", r))
         return out
 
@@ -468,8 +493,9 @@ class Dispatcher:
         return Plan(kind, p.key, p.key if row else "", library="cublas", ratio=ratio,
                     reason=f"{why}; served by cuBLAS", fn=self.backend.cublas())
 
-    def _load_checked(self, row: dict, p: Problem, check: bool, reasons: list[str]) -> Fn | None:
-        ks = self._source(row)
+    def _load_checked(self, row: dict, p: Problem, check: bool, reasons: list[str],
+                      ks: KernelSource | None = None) -> Fn | None:
+        ks = ks or self._source(row)
         if ks is None:
             reasons.append(f"{row['shape']}: kernel file missing")
             return None
@@ -525,7 +551,7 @@ class Dispatcher:
         cands = self.candidates(p.m, p.n, p.k)
         fns: dict[str, tuple[dict, Fn]] = {}
         for _, row in cands:
-            fn = self._load_checked(row, p, True, reasons)
+            fn = self._load_checked(row, p, True, reasons, self._borrowed(row, p))
             if fn is not None:
                 fns[f"evo:{row['shape']}"] = (row, fn)
         if not fns and not self.settings.measure_libraries:
@@ -625,9 +651,9 @@ class Dispatcher:
             if fresh is not None:
                 fn = fresh.get(f"evo:{d.source_shape}")
             elif row is not None:
-                ks = self._source(row)
-                if ks is not None and self._accepts(ks, p):
-                    fn = self._load_checked(row, p, True, reasons)
+                ks = self._borrowed(row, p)
+                if ks is not None:
+                    fn = self._load_checked(row, p, True, reasons, ks)
             if fn is None:
                 return None
             return Plan("general", p.key, d.source_shape, d.hash, ratio=d.ratio, fn=fn,

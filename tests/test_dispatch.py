@@ -626,3 +626,45 @@ def test_the_gpu_tests_off_table_shapes_are_outside_every_committed_table():
         with open(t) as f:
             shapes = {r["shape"] for r in csv.DictReader(f)}
         assert not shapes & set(OFF_TABLE), (t, shapes & set(OFF_TABLE))
+
+
+def test_shape_compiled_kernel_is_rendered_again_for_a_shape_outside_the_table(tmp_path, decisions_file):
+    """mma_small_sm80 compiles M, N, K in, so its table kernel takes its own shape only; a shape outside the table
+    borrows the row's parameters rendered again with its own constants, checked and timed like any borrowed kernel."""
+    from evo.families import load_families
+    from evo.problem import Problem
+
+    fam = load_families(names=["mma_small_sm80"])[0]
+    params = fam.complete({"BM": 16, "BN": 16, "BK": 64, "WARPS_M": 1, "WARPS_N": 1, "WARPS_K": 2, "STAGES": 8,
+                           "SPLIT_K": 2})
+    own = fam.render(params, Problem(16, 4096, 14336))
+    root = make_table(tmp_path, [("16x4096x14336", "evo", own.text), ("4096x4096x4096", "cublas", "")])
+    be = NumpyBackend({"evo:16x4096x14336": 8.0})
+    d = Dispatcher.load(root, backend=be)
+    assert not own.serves(Problem(16, 5120, 13824), "sm_90a", 132)  # the row's own kernel refuses the new shape
+    a, b = inputs(16, 5120, 13824)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(16, 5120, 13824)
+    assert plan.kind == "general" and plan.source_shape == "16x4096x14336", plan.reason
+    (h, shape), = be.loaded
+    assert shape == "16x5120x13824" and h != own.hash  # a kernel of its own, not the row's
+    assert (h, "16x5120x13824") in be.checked
+    assert be.timed == [("16x5120x13824", ("cublas", "cublaslt:0", "cublaslt:1", "evo:16x4096x14336"))]
+    rendered = d._borrowed(d.rows[(16, 4096, 14336)], Problem(16, 5120, 13824))
+    assert "M == 16 and N == 5120 and K == 13824" in rendered.meta.requires and rendered.meta.params == own.meta.params
+    # a shape the parameters cannot take (K not a whole number of the splits' k blocks) borrows nothing
+    assert d._borrowed(d.rows[(16, 4096, 14336)], Problem(16, 4096, 14344)) is None
+    # another process: the decision is read, the kernel rendered, loaded and checked again before use
+    be2 = NumpyBackend({"evo:16x4096x14336": 8.0})
+    d2 = Dispatcher.load(root, backend=be2)
+    assert d2.plan(16, 5120, 13824).kind == "general" and be2.timed == [] and be2.loaded == be.loaded
+
+
+def test_kernel_of_an_unknown_family_is_not_rendered_again(tmp_path):
+    """A table kernel whose family is not among the templates (an LLM's own) lends only its own source."""
+    root = make_table(tmp_path, [("256x256x256", "evo", kernel_text(0, requires="M == 256 and N == 256 and K == 256"))])
+    be = NumpyBackend({"evo:256x256x256": 8.0})
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(300, 200, 250)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    assert d.plan(300, 200, 250).kind != "general" and be.loaded == []
