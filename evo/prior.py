@@ -61,6 +61,13 @@ class GpuSpec:
     stream_k_us: float = 6.0
     stream_k_units: float = 0.5
     l2_gbs_per_sm: float = 150.0  # what one SM draws from L2
+    # a CTA's ring keeps at most STAGES - 1 stages of loads in flight, so past its first fill it takes at least
+    # ring_latency_us / (STAGES - 1) per k block: thin tiles with a long K are bound by it, not by DRAM (H200: mma_small
+    # 16 x 16 s6 0.8-0.9 us a round trip, wgmma swap 64 x 16 s8 1.25, on 16x4096x14336 / 16x5120x5120 without a
+    # split). 0.8 fitted on the 20412 H200 measurements shipped with the table (prior alone, per-shape Spearman 0.708
+    # -> 0.727, RMS log error 0.318 -> 0.300, the best of its first 6 over each shape's best 1.0136 -> 1.0114;
+    # docs/perf-hopper.md Run 68)
+    ring_latency_us: float = 0.8
 
     @staticmethod
     def from_info(info: GpuInfo | None, peak_tflops: float = 0.0, bw_gbs: float = 0.0) -> "GpuSpec":
@@ -93,6 +100,7 @@ class Estimate:
     memory_us: float
     overhead_us: float
     intensity: float  # tile flops per byte loaded
+    ring_us: float = 0.0  # the k blocks a CTA streams past its first fill, at the ring's depth (GpuSpec.ring_latency_us)
 
 
 INFEASIBLE = float("inf")
@@ -192,9 +200,21 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     # once per CTA; a grid of one CTA per unit fills once per wave
     fills = 1 if geo.ctas < units else math.ceil(waves)
     overhead_us = gpu.launch_us + fills * gpu.fill_us + fixup_us(params, split, global_split, gpu) + stream_us
-    us = max(compute_us, memory_us) + overhead_us
+    ring_us = ring_floor_us(params, k_per // bk, waves, gpu)
+    us = max(compute_us, memory_us, ring_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
-                    compute_us, memory_us, overhead_us, intensity)
+                    compute_us, memory_us, overhead_us, intensity, ring_us)
+
+
+def ring_floor_us(params: dict[str, Any], steps: int, waves: float, gpu: GpuSpec) -> float:
+    """The least time a CTA's ring takes to stream its k blocks: STAGES - 1 in flight per load latency, past the
+    first fill (counted in the overhead); a CTA runs ceil(waves) units one after another. 0 without a STAGES
+    parameter, or with STAGES 0 (the family picks its depth)."""
+    stages = int(params.get("STAGES", 0) or 0)
+    if stages < 2 or gpu.ring_latency_us <= 0:
+        return 0.0
+    depth = min(stages, steps + 1)  # a ring deeper than the k blocks holds all of them at once
+    return math.ceil(max(waves, 1.0)) * max(0, steps - depth + 1) * gpu.ring_latency_us / max(1, depth - 1)
 
 
 def fixup_us(params: dict[str, Any], split: int, global_split: int, gpu: GpuSpec) -> float:

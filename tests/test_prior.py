@@ -260,3 +260,29 @@ def test_order_ties_orders_runs_of_near_equal_estimates_by_the_prediction():
     # runs within 2 % of their first: (10.0, 10.1, 10.15), (11.0, 11.1), (20.0); each by the prediction
     assert order_ties(us, preds, 0.02) == [1, 2, 0, 4, 3, 5]
     assert order_ties([3.0, 1.0, 2.0], [0.0, 0.0, 0.0], 0.02) == [1, 2, 0]  # estimates apart: theirs
+
+
+def test_a_thin_tile_on_a_long_k_is_bound_by_its_ring():
+    """A CTA keeps STAGES - 1 stages in flight, so a 16 x 16 tile streaming 224 k blocks alone is bound by its ring's
+    round trips, not by DRAM: 2 K splits with a deeper ring estimate faster there, as measured (H200, 16x4096x14336:
+    41.14 us without, 32.99 with; docs/perf-hopper.md Run 68), and the fit carries the one-split start to 2 splits.
+    A K inside the first fill, and a family that picks its own depth (STAGES 0), pay no ring term."""
+    mma = load_families(names=["mma_small_sm80"])[0]
+    pr = Prior([mma], GpuSpec(peak_tflops=760, bw_gbs=4270))
+    base = {"BM": 16, "BN": 16, "BK": 64, "WARPS_M": 1, "WARPS_N": 1, "WARPS_K": 2}
+    long_k = parse_shape("16x4096x14336")
+    one = pr.estimate("mma_small_sm80", mma.complete({**base, "STAGES": 6, "SPLIT_K": 1}), long_k)
+    two = pr.estimate("mma_small_sm80", mma.complete({**base, "STAGES": 8, "SPLIT_K": 2}), long_k)
+    assert one.ring_us > one.memory_us and one.us == pytest.approx(one.ring_us + one.overhead_us)
+    assert two.us < one.us and 0.9 < one.us / 41.14 < 1.1 and 0.9 < two.us / 32.99 < 1.1
+    fitted = pr.fit("mma_small_sm80", mma.complete({**base, "STAGES": 6, "SPLIT_K": 1}), long_k)
+    assert fitted is not None and fitted.params["SPLIT_K"] > 1
+    short = pr.estimate("mma_small_sm80", mma.complete({**base, "STAGES": 6, "SPLIT_K": 1}), parse_shape("64x64x320"))
+    assert short.ring_us == 0.0  # 5 k blocks: all in the first fill of a 6-stage ring
+    gpu = GpuSpec()
+    g = Geometry(132, 384, 200_000, 0)
+    auto = estimate("cutlass_sm90", {"TILE_M": 64, "TILE_N": 16, "SWAP_AB": 1, "STAGES": 0}, g, long_k, gpu)
+    assert auto.ring_us == 0.0
+    off = estimate("mma_small_sm80", mma.complete({**base, "STAGES": 6}), Geometry(256, 64, 24_576, 0), long_k,
+                   GpuSpec(ring_latency_us=0.0))
+    assert off.ring_us == 0.0 and off.us < one.us
