@@ -64,9 +64,9 @@ class GpuSpec:
     # a CTA's ring keeps at most STAGES - 1 stages of loads in flight, so past its first fill it takes at least
     # ring_latency_us / (STAGES - 1) per k block: thin tiles with a long K are bound by it, not by DRAM (H200: mma_small
     # 16 x 16 s6 0.8-0.9 us a round trip, wgmma swap 64 x 16 s8 1.25, on 16x4096x14336 / 16x5120x5120 without a
-    # split). 0.8 fitted on the 20412 H200 measurements shipped with the table (prior alone, per-shape Spearman 0.708
-    # -> 0.727, RMS log error 0.318 -> 0.300, the best of its first 6 over each shape's best 1.0136 -> 1.0114;
-    # docs/perf-hopper.md Run 68)
+    # split). 0.8 fitted on the 20412 H200 measurements shipped with the table (`python -m evo.cost_model
+    # --measurements kernels_out/NVIDIA_H200/measurements.csv.gz`: prior alone, Spearman 0.727 -> 0.744, its first 6
+    # over each shape's best 1.054 -> 1.050; docs/perf-search.md)
     ring_latency_us: float = 0.8
 
     @staticmethod
