@@ -47,6 +47,7 @@ from . import noise
 from .config import DispatchConfig
 from .decisions import METHOD, Decision, Decisions, key as decision_key
 from .errors import EvoError, NoGpuError
+from .families import Family, load_families, rerendered
 from .kernel import KernelSource
 from .problem import Problem, log_distance
 
@@ -372,6 +373,7 @@ class Dispatcher:
             self.rows[(int(r["m"]), int(r["n"]), int(r["k"]))] = r
         self._sources: dict[str, KernelSource | None] = {}
         self._rendered: dict[tuple[str, str], KernelSource | None] = {}  # (row's hash, shape): its kernel rendered for it
+        self._families: list[Family] | None = None  # the template families, loaded on first need
         self._plans: dict[tuple[int, int, int], Plan] = {}
         self._native = getattr(backend, "native", None)
 
@@ -425,24 +427,32 @@ class Dispatcher:
         key = (ks.hash, p.key)
         if key not in self._rendered:
             self._rendered[key] = None
-            try:
-                from .families import load_families, rerendered
-
-                fams = load_families(names=[ks.meta.family])
-                if fams and fams[0].shape_specialized:
-                    new = rerendered(ks, fams, p)
+            fam = next((f for f in self._template_families() if f.name == ks.meta.family), None)
+            if fam is not None and fam.shape_specialized:  # (none for an LLM's own kernel or a family gone)
+                try:
+                    new = rerendered(ks, [fam], p)
                     if self._accepts(new, p):
                         self._rendered[key] = new
-            except (EvoError, OSError, ValueError):
-                pass  # an LLM's own kernel, a family gone from the templates, parameters that no longer render
+                except EvoError:
+                    pass  # parameters that no longer render
         return self._rendered[key]
 
-    def candidates(self, m: int, n: int, k: int) -> list[tuple[str, dict]]:
-        """Evo kernels that could serve (M, N, K), nearest first: [(kind, row)]; a library is always the rest."""
+    def _template_families(self) -> list[Family]:
+        """The template families, loaded once, on the first shape that needs one ([] where none load)."""
+        if self._families is None:
+            try:
+                self._families = load_families()
+            except (EvoError, OSError, ValueError):
+                self._families = []
+        return self._families
+
+    def candidates(self, m: int, n: int, k: int) -> list[tuple[str, dict, KernelSource | None]]:
+        """Evo kernels that could serve (M, N, K), nearest first: [(kind, row, its kernel for this shape)]; a
+        library is always the rest."""
         row = self.rows.get((m, n, k))
         if row is not None:
             if row.get("winner") == "evo" and row.get("kernel_path"):
-                return [("evo", row)]
+                return [("evo", row, self._source(row))]
             return []
         p = Problem(m, n, k)
         near = sorted(self.rows.items(), key=lambda kv: log_distance(kv[0], (m, n, k)))
@@ -456,8 +466,9 @@ class Dispatcher:
             if r.get("winner") != "evo" or not r.get("kernel_path") or r.get("hash") in seen:
                 continue
             seen.add(r.get("hash"))
-            if self._borrowed(r, p) is not None:
-                out.append(("general", r))
+            ks = self._borrowed(r, p)
+            if ks is not None:
+                out.append(("general", r, ks))
         return out
 
     def _driver(self) -> str:
@@ -493,9 +504,8 @@ class Dispatcher:
         return Plan(kind, p.key, p.key if row else "", library="cublas", ratio=ratio,
                     reason=f"{why}; served by cuBLAS", fn=self.backend.cublas())
 
-    def _load_checked(self, row: dict, p: Problem, check: bool, reasons: list[str],
-                      ks: KernelSource | None = None) -> Fn | None:
-        ks = ks or self._source(row)
+    def _load_checked(self, row: dict, ks: KernelSource | None, p: Problem, check: bool, reasons: list[str]) -> Fn | None:
+        """`row`'s kernel (its own, or the one it lends to `p`) loaded for `p`, and checked on it where asked."""
         if ks is None:
             reasons.append(f"{row['shape']}: kernel file missing")
             return None
@@ -533,7 +543,7 @@ class Dispatcher:
                            f"({getattr(self.backend, 'num_sms', '?')} SMs, {getattr(self.backend, 'arch', '?')})")
             fn = None
         else:  # (borrowed kernels of other shapes are filtered the same way in `candidates`)
-            fn = self._load_checked(row, p, self.verify == "all", reasons)
+            fn = self._load_checked(row, ks, p, self.verify == "all", reasons)
         if fn is not None:
             beyond = f"{r:.3f}x {lib_label(best_lib)}, beyond ±{100 * band:.1f}% noise" if r else "no library time"
             return Plan("evo", p.key, row["shape"], row.get("hash", ""), reason=f"table winner ({beyond})", ratio=r, fn=fn)
@@ -550,8 +560,8 @@ class Dispatcher:
                 return plan
         cands = self.candidates(p.m, p.n, p.k)
         fns: dict[str, tuple[dict, Fn]] = {}
-        for _, row in cands:
-            fn = self._load_checked(row, p, True, reasons, self._borrowed(row, p))
+        for _, row, ks in cands:
+            fn = self._load_checked(row, ks, p, True, reasons)
             if fn is not None:
                 fns[f"evo:{row['shape']}"] = (row, fn)
         if not fns and not self.settings.measure_libraries:
@@ -653,7 +663,7 @@ class Dispatcher:
             elif row is not None:
                 ks = self._borrowed(row, p)
                 if ks is not None:
-                    fn = self._load_checked(row, p, True, reasons, ks)
+                    fn = self._load_checked(row, ks, p, True, reasons)
             if fn is None:
                 return None
             return Plan("general", p.key, d.source_shape, d.hash, ratio=d.ratio, fn=fn,
