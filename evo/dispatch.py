@@ -311,16 +311,27 @@ class CupyBackend:
         except Exception as e:  # noqa: BLE001 - a cuBLASLt / nvmath error: the caller measures cuBLAS alone
             raise EvoError(f"cuBLASLt failed for {problem.key}: {type(e).__name__}: {' '.join(str(e).split())[:200]}") from None
 
-    def load(self, ks: KernelSource, problem: Problem, cache_dir: Path) -> Fn:
-        """Compile (or take from the cubin cache) and load the kernel for this shape; EvoError if it cannot."""
-        from .compile import Compiler
-        from .config import load_config
-        from .gpu.host_launch import load_kernel
-
+    def compiler(self, cache_dir: Path) -> Any:
+        """The nvcc front end, made once, caching cubins under this backend's cache_dir or else cache_dir."""
         if self._compiler is None:
+            from .compile import Compiler
+            from .config import load_config
+
             cfg = load_config(overrides={"compile": {"cache_dir": str(self.cache_dir or cache_dir)}})
             self._compiler = Compiler.from_config(cfg.compile)
-        r = self._compiler.compile(ks, self.arch)
+        return self._compiler
+
+    def precompile(self, sources: list[KernelSource], cache_dir: Path) -> list[str]:
+        """Compile these kernels side by side on every core into the cubin cache `load` reads; one line for each
+        that does not compile."""
+        res = self.compiler(cache_dir).compile_many([(ks, self.arch) for ks in sources])
+        return [f"kernel {r.hash} does not compile for {self.arch}: {r.error}" for r in res if not r.ok]
+
+    def load(self, ks: KernelSource, problem: Problem, cache_dir: Path) -> Fn:
+        """Compile (or take from the cubin cache) and load the kernel for this shape; EvoError if it cannot."""
+        from .gpu.host_launch import load_kernel
+
+        r = self.compiler(cache_dir).compile(ks, self.arch)
         if not r.ok:
             raise EvoError(f"kernel {ks.hash} does not compile for {self.arch}: {r.error}")
         return load_kernel(ks, r.cubin_path, problem, self.num_sms, self.smem_limit)
@@ -398,6 +409,15 @@ class Dispatcher:
         if table.get("gpu") and table["gpu"] != backend.gpu_key:
             raise EvoError(f"{path} is the table of {table['gpu']}, this GPU is {backend.gpu_key}")
         return cls(table, table_dir, backend, settings=settings, **kw)
+
+    def precompile(self) -> list[str]:
+        """Compile the kernel of every row evo serves now, side by side on all cores, so that no shape's first call
+        waits on nvcc (a table of SM90 kernels compiles in minutes one after another, in seconds side by side); a
+        cubin already cached is reused. Returns one line for each kernel that does not compile (its shape is then
+        served by the library, as on a first call)."""
+        sources = {ks.hash: ks for r in self.rows.values()
+                   if r.get("winner") == "evo" and (ks := self._source(r)) is not None}
+        return self.backend.precompile(list(sources.values()), self.table_dir / "cubins") if sources else []
 
     # --- choosing ---------------------------------------------------------------------------------------
     def _source(self, row: dict) -> KernelSource | None:

@@ -41,6 +41,7 @@ class NumpyBackend:
 
     def __init__(self, times: dict | None = None, second: dict | None = None):
         self.loaded: list[tuple[str, str]] = []
+        self.precompiled: list[list[str]] = []  # the hashes of each precompile call
         self.checked: list[tuple[str, str]] = []
         self.cublas_calls = 0
         self.lt: list[tuple[str, dict | None, bool]] = []  # (shape, config asked for, tune)
@@ -89,6 +90,11 @@ class NumpyBackend:
             c[...] = ref(a, b)
 
         return call
+
+    def precompile(self, sources, cache_dir):
+        self.precompiled.append(sorted(ks.hash for ks in sources))
+        return [f"kernel {ks.hash} does not compile for sm_90a: error: boom" for ks in sources
+                if ks.meta.params.get("NOCOMPILE")]
 
     def load(self, ks, problem, cache_dir):
         if ks.meta.params.get("NOCOMPILE"):
@@ -311,6 +317,54 @@ def test_compile_failure_falls_back(tmp_path):
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     plan = d.plan(256, 256, 256)
     assert plan.kind == "library" and plan.library == "cublas" and "does not compile" in plan.reason
+
+
+def test_precompile_compiles_each_evo_winner_once_before_any_call(tmp_path):
+    from evo.kernel import KernelSource
+
+    shared = kernel_text(0)  # one kernel serving two shapes
+    root = make_table(tmp_path, [
+        ("256x256x256", "evo", shared),
+        ("512x256x256", "evo", shared),
+        ("1024x1024x1024", "evo", kernel_text(1, NOCOMPILE=1)),
+        ("4096x4096x4096", "cublaslt_autotune", kernel_text(2)),  # a library row: its losing kernel is not compiled
+        ("8192x8192x8192", "cublas", ""),
+    ])
+    be = NumpyBackend()
+    d = Dispatcher.load(root, backend=be)
+    errors = d.precompile()
+    want = sorted({KernelSource.parse(shared).hash, KernelSource.parse(kernel_text(1, NOCOMPILE=1)).hash})
+    assert be.precompiled == [want] and be.loaded == []
+    assert len(errors) == 1 and "does not compile" in errors[0] and KernelSource.parse(kernel_text(1, NOCOMPILE=1)).hash in errors[0]
+    a, b = inputs(256, 256, 256)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))  # serving is unchanged by it
+    only_libraries = make_table(tmp_path / "libs", [("8192x8192x8192", "cublas", "")])
+    be2 = NumpyBackend()
+    assert Dispatcher.load(only_libraries, backend=be2).precompile() == [] and be2.precompiled == []
+
+
+def test_cupy_backend_precompiles_side_by_side_into_the_cache_it_loads_from(tmp_path):
+    """CupyBackend.precompile hands every kernel to one compile_many for this GPU's arch, and names the failures."""
+    from types import SimpleNamespace
+
+    from evo.dispatch import CupyBackend
+    from evo.kernel import KernelSource
+
+    class Compiler:
+        def __init__(self):
+            self.items = []
+
+        def compile_many(self, items):
+            self.items.append(list(items))
+            return [SimpleNamespace(hash=ks.hash, ok=i == 0, error="" if i == 0 else "ptxas error")
+                    for i, (ks, _) in enumerate(items)]
+
+    be = CupyBackend.__new__(CupyBackend)
+    be.arch, be.cache_dir, be._compiler = "sm_90a", None, Compiler()
+    kss = [KernelSource.parse(kernel_text(i)) for i in range(2)]
+    assert be.precompile(kss, tmp_path) == [f"kernel {kss[1].hash} does not compile for sm_90a: ptxas error"]
+    assert be._compiler.items == [[(kss[0], "sm_90a"), (kss[1], "sm_90a")]]
+    assert be.compiler(tmp_path) is be._compiler  # load compiles through the same compiler (and cache)
 
 
 def test_table_winner_whose_requires_refuses_this_gpu_falls_back(tmp_path):

@@ -27,7 +27,12 @@ def dispatcher(tmp_path_factory):
     table = Path(os.environ.get("EVO_KERNELS", "kernels_out")) / be.gpu_key / "table.json"
     if not table.is_file():
         pytest.skip(f"no kernel table at {table}: run python -m evo.sweep --shapes shapes/sample24.yaml first")
-    return Dispatcher.load(table.parent, backend=be)
+    d = Dispatcher.load(table.parent, backend=be)
+    t0 = time.monotonic()
+    errors = d.precompile()  # every evo row's kernel side by side: one after another, a 300-row table takes an hour
+    print(f"precompiled the table's evo kernels in {time.monotonic() - t0:.0f} s")
+    assert errors == []
+    return d
 
 
 def _check(d, shape: str) -> str:
