@@ -7,8 +7,9 @@ from templates/ ("new"), both checked, then timed interleaved with the libraries
 
 Every instance is checked on --check shapes (off-tile) and on the timed shapes (fp32 reference, NaN-poisoned C);
 one that fails is reported and left out of the timing. Timing: the worker's side-by-side measurement (median of
---reps L2-flushed calls, libraries and instances interleaved). --new-only times the current templates alone (a
-sweep of instances); --plan-only renders and lists, without a GPU. An instance may set a value outside its
+--reps L2-flushed calls, libraries and instances interleaved); each instance's line names its verdict against the
+best library, win / tie / loss beyond the noise band of the two spreads (evo.noise, at least dispatch.noise_floor).
+--new-only times the current templates alone (a sweep of instances); --plan-only renders and lists, without a GPU. An instance may set a value outside its
 family's declared space (e.g. a parameter kept out of the search): the space is widened for this run only.
 """
 from __future__ import annotations
@@ -113,17 +114,30 @@ def _main(argv: list[str] | None = None) -> int:
         except WorkerFault as e:
             print(f"\n{shape}: timing hung or crashed the GPU worker ({e}); shape left out", flush=True)
             continue
-        libs = {k: v.time_us for k, v in t.items() if k not in src and v.time_us > 0}
-        best = min(libs.values()) if libs else 0.0
-        print(f"\n{shape} on {info.name}: median of {a.reps} L2-flushed calls, interleaved; best library {best:.2f} us")
+        libs = {k: v for k, v in t.items() if k not in src and v.time_us > 0}
+        lib = min(libs.values(), key=lambda v: v.time_us) if libs else None
+        print(f"\n{shape} on {info.name}: median of {a.reps} L2-flushed calls, interleaved; best library "
+              f"{lib.time_us if lib else 0.0:.2f} us")
         for name, b in sorted(t.items(), key=lambda kv: kv[1].time_us):
-            ratio = f"{best / b.time_us:6.3f}x" if best and b.time_us > 0 else "      -"
-            wrong = " WRONG" if b.detail.startswith("WRONG") else ""
-            print(f"  {b.time_us:9.2f} us  {ratio}  spread {b.spread:.3f}  {name}{wrong}", flush=True)
+            print(timing_line(name, b, lib, name in src, cfg.dispatch.noise_floor), flush=True)
     if a.profile:
         profile(parse_shape(a.profile), [(lb, ks, res[ks.hash].cubin_path) for lb, ks in items
                                          if ks.hash not in bad and res[ks.hash].ok and ks.accepts(parse_shape(a.profile), info.sm_count)])
     return 0
+
+
+def timing_line(name: str, b, lib, instance: bool, floor: float) -> str:
+    """One contender's line: its median, its ratio to the best library (lib, a Timing or None) and, for an instance,
+    the verdict against that library beyond the noise band of the two spreads (evo.noise, at least `floor`)."""
+    from evo import noise
+
+    ratio = f"{lib.time_us / b.time_us:6.3f}x" if lib and b.time_us > 0 else "      -"
+    wrong = " WRONG" if b.detail.startswith("WRONG") else ""
+    verdict = ""
+    if instance and lib and b.time_us > 0 and not wrong:
+        band = noise.band(b.spread, lib.spread, floor=floor)
+        verdict = f"  {noise.verdict(lib.time_us, b.time_us, band)} ({100 * band:.1f} %)"
+    return f"  {b.time_us:9.2f} us  {ratio}  spread {b.spread:.3f}  {name}{wrong}{verdict}"
 
 
 def check_instances(worker, items: list[tuple[str, object]], compiled: dict, shapes: list[str], sm_count: int,

@@ -69,3 +69,23 @@ def test_an_instance_that_hangs_the_worker_is_left_out_and_the_rest_go_on():
     assert calls == [(hung, "200x136x72"), (fine, "200x136x72"), (fine, "1030x4104x136")]  # never retried
     assert any("hung or crashed" in s and "left out" in s for s in said)
     assert said[-1] == "1030x4104x136: checked"
+
+
+def test_timing_lines_name_the_verdict_beyond_the_noise_band():
+    """An instance's line says win / tie / loss against the best library, inside the band of their two spreads
+    (at least the floor); a library's line and a wrong instance's line carry none."""
+    from types import SimpleNamespace
+
+    def t(us, spread, detail=""):
+        return SimpleNamespace(time_us=us, spread=spread, detail=detail)
+
+    lib = t(10.0, 0.02)
+    assert template_ab.timing_line("new A", t(9.0, 0.02), lib, True, 0.02).endswith("new A  win (2.0 %)")
+    assert template_ab.timing_line("new B", t(9.9, 0.02), lib, True, 0.02).endswith("new B  tie (2.0 %)")
+    assert template_ab.timing_line("new C", t(11.0, 0.02), lib, True, 0.02).endswith("new C  loss (2.0 %)")
+    # wide spreads widen the band: 10 % faster is a tie when the two timings spread 30 % (band 15 %)
+    assert template_ab.timing_line("new D", t(9.0, 0.30), t(10.0, 0.30), True, 0.02).endswith("new D  tie (15.0 %)")
+    assert template_ab.timing_line("cublas", lib, lib, False, 0.02).endswith("spread 0.020  cublas")
+    assert template_ab.timing_line("new E", t(9.0, 0.02, "WRONG: rel err"), lib, True, 0.02).endswith("new E WRONG")
+    assert " 1.111x " in template_ab.timing_line("new A", t(9.0, 0.02), lib, True, 0.02)
+    assert "      -" in template_ab.timing_line("new F", t(9.0, 0.02), None, True, 0.02)
