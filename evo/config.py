@@ -156,6 +156,7 @@ class DispatchConfig:
     settle_reps: int
     settle_max: int
     settle_budget_s: float
+    measure_ties: bool
 
 
 @dataclass

@@ -11,7 +11,10 @@ Per shape, chosen once per process and cached:
 * in the table, otherwise: the library that won it. cuBLASLt rows run cuBLASLt with the algorithm that won
   (stored in the table as ``library_algorithm``), else the heuristic's top-1 for a heuristic row, else an
   algorithm autotuned once on this GPU (persisted); cuBLAS rows run ``cublasGemmEx``. An evo win inside the
-  noise band is a tie and goes to the library.
+  noise band is a tie and goes to the library, except a tie whose evo kernel was ahead by more than
+  ``dispatch.noise_floor`` (its lead hidden by wide spreads, as on small shapes): with ``dispatch.measure_ties``
+  that row is decided on this GPU as a shape not in the table is (below), its own kernel the one candidate, and
+  the decision is kept per (GPU, driver, shape, kernel).
 * not in the table: evo kernels of the nearest table shapes whose ``requires`` accept it (a kernel of a family
   that compiles the shape in is rendered again from its template with this shape's constants) are checked on it
   (random inputs against an fp32 reference and an exact {0,1} test); those that pass are timed on it side by side
@@ -58,7 +61,8 @@ Fn = Callable[[Any, Any, Any], None]
 class Plan:
     """What serves one shape."""
 
-    kind: str  # "evo" (the shape's table winner), "library" (a table row a library won or tied),
+    kind: str  # "evo" (the shape's table winner, or its tied kernel measured faster here), "library" (a table row a
+    #            library won or tied),
     #            "general" (another shape's evo winner, checked and timed on this shape), "cublas" / "cublaslt"
     #            (a shape not in the table, served by the library that measured fastest, or cuBLAS by default)
     shape: str
@@ -414,10 +418,10 @@ class Dispatcher:
         """Compile the kernel of every row evo serves now, side by side on all cores, so that no shape's first call
         waits on nvcc (the H200 table's 99 distinct kernels: 50 s on 16 cores; one after another, on first calls, they
         took longer than the 200 s its GPU test was given, docs/perf-hopper.md Run 69); a cubin already cached is
-        reused. Returns one line for each kernel that does not compile (its shape is then served by the library,
-        as on a first call)."""
+        reused; with them the kernels of the ties measured on first use (`measures_tie`). Returns one line for each
+        kernel that does not compile (its shape is then served by the library, as on a first call)."""
         sources = {ks.hash: ks for r in self.rows.values()
-                   if r.get("winner") == "evo" and (ks := self._source(r)) is not None}
+                   if (r.get("winner") == "evo" or self.measures_tie(r)) and (ks := self._source(r)) is not None}
         return self.backend.precompile(list(sources.values()), self.table_dir / "cubins") if sources else []
 
     # --- choosing ---------------------------------------------------------------------------------------
@@ -542,21 +546,39 @@ class Dispatcher:
                 return None
         return fn
 
+    def measures_tie(self, row: dict) -> bool:
+        """A table row that is not an evo win beyond its noise band, whose evo kernel was nevertheless ahead by more
+        than dispatch.noise_floor: decided on this GPU by measurement (dispatch.measure_ties)."""
+        floor = self.settings.noise_floor
+        r = float(row.get("speedup_best_library") or 0.0)
+        lost = row.get("winner") != "evo" or not noise.wins(r, 1.0, row_band(row, floor))
+        return bool(self.settings.measure_ties and row.get("kernel_path") and lost and r > 1.0 + floor)
+
     def _table_plan(self, p: Problem, row: dict) -> Plan:
         floor = self.settings.noise_floor
         best_lib = row.get("best_library") or ("cublas" if row.get("winner") == "evo" else row.get("winner")) or "cublas"
+        tie_note = ""
+        if self.measures_tie(row):
+            reasons: list[str] = []
+            ks = self._source(row)
+            fn = self._load_checked(row, ks, p, True, reasons) if ks is not None and self._accepts(ks, p) else None
+            r, band = float(row["speedup_best_library"]), row_band(row, floor)
+            tie = f"a tie in the table (evo {r:.3f}x inside its ±{100 * band:.1f}% noise band)"
+            if fn is not None:
+                return self._measured_plan(p, {f"evo:{row['shape']}": (row, fn)}, tie, f"tie:{row.get('hash', '')}")
+            tie_note = "; its evo kernel is unusable here: " + ("; ".join(reasons) or f"it does not take {p.key} on this GPU")
         if row.get("winner") != "evo":
             lib = row.get("winner") or best_lib
             r = float(row.get("speedup_best_library") or 0.0)
             evo_note = f"evo's best {r:.3f}x" if r else "no evo kernel"
             if row.get("verdict") == "tie":
                 evo_note += f", inside the ±{100 * row_band(row, floor):.1f}% noise band: a tie"
-            return self._library(lib, p, row, f"{lib_label(lib)} wins in the table ({evo_note})", "library")
+            return self._library(lib, p, row, f"{lib_label(lib)} wins in the table ({evo_note}){tie_note}", "library")
         band = row_band(row, floor)
         r = float(row.get("speedup_best_library") or 0.0)
         if r and not noise.wins(r, 1.0, band):
             return self._library(best_lib, p, row, f"evo's {r:.3f}x over {lib_label(best_lib)} is inside the noise band "
-                                 f"(±{100 * band:.1f}%): a tie", "library", ratio=1.0)
+                                 f"(±{100 * band:.1f}%): a tie{tie_note}", "library", ratio=1.0)
         reasons: list[str] = []
         ks = self._source(row)
         if ks is not None and not self._accepts(ks, p):  # e.g. a one-wave kernel from a GPU with more SMs than this one
@@ -570,18 +592,19 @@ class Dispatcher:
             return Plan("evo", p.key, row["shape"], row.get("hash", ""), reason=f"table winner ({beyond})", ratio=r, fn=fn)
         return self._library(best_lib, p, row, "the table's evo kernel is unusable here: " + "; ".join(reasons), "library")
 
-    def _measured_plan(self, p: Problem) -> Plan:
-        """A shape not in the table: decided once by measurement, persisted."""
-        k = decision_key(self._gpu_key(), self._driver(), p.key)
+    def _measured_plan(self, p: Problem, tied: dict[str, tuple[dict, Fn]] | None = None, tie: str = "",
+                       kind: str = "shape") -> Plan:
+        """A shape not in the table, or a table row's tie (`tied`: its own checked kernel; `tie` says what the table
+        measured; `kind` keys the decision to that kernel): decided once by measurement, persisted."""
+        k = decision_key(self._gpu_key(), self._driver(), p.key, kind)
         d = self.decisions.get(k)
         reasons: list[str] = []
         if d is not None and d.method == METHOD:  # a decision measured another way is measured again
-            plan = self._apply(d, p, reasons)
+            plan = self._apply(d, p, reasons, tie=tie, loaded={n: fn for n, (_, fn) in (tied or {}).items()})
             if plan is not None:
                 return plan
-        cands = self.candidates(p.m, p.n, p.k)
-        fns: dict[str, tuple[dict, Fn]] = {}
-        for _, row, ks in cands:
+        fns: dict[str, tuple[dict, Fn]] = dict(tied or {})
+        for _, row, ks in ([] if tied else self.candidates(p.m, p.n, p.k)):
             fn = self._load_checked(row, ks, p, True, reasons)
             if fn is not None:
                 fns[f"evo:{row['shape']}"] = (row, fn)
@@ -641,7 +664,7 @@ class Dispatcher:
         fresh["lib:cublas"] = calls["cublas"]
         if lt_name:
             fresh["lib:cublaslt"] = calls[lt_name]  # the very algorithm that was timed serves
-        plan = self._apply(dec, p, reasons, fresh=fresh)
+        plan = self._apply(dec, p, reasons, fresh=fresh, tie=tie)
         assert plan is not None  # a library always applies
         return plan
 
@@ -673,41 +696,48 @@ class Dispatcher:
                        + f"; {win} serves")
         return win, second[win][0]
 
-    def _apply(self, d: Decision, p: Problem, reasons: list[str], fresh: dict | None = None) -> Plan | None:
-        """The plan a decision names (None where its evo kernel is gone or no longer passes: measure again)."""
+    def _apply(self, d: Decision, p: Problem, reasons: list[str], fresh: dict | None = None, tie: str = "",
+               loaded: dict | None = None) -> Plan | None:
+        """The plan a decision names (None where its evo kernel is gone or no longer passes: measure again). `fresh`:
+        the calls just measured; `loaded`: evo kernels already loaded and checked on this shape (a stored decision's
+        tie); `tie`: the decision settles a table row's tie (what the table measured), not a shape outside it."""
         where = "measured here" if fresh is not None else f"measured {d.date or 'earlier'}, {self.decisions.path}"
         if d.serve == "evo":
             row = next((r for r in self.rows.values() if r.get("hash") == d.hash and r.get("kernel_path")), None)
-            fn = None
-            if fresh is not None:
-                fn = fresh.get(f"evo:{d.source_shape}")
-            elif row is not None:
+            fn = (fresh if fresh is not None else loaded or {}).get(f"evo:{d.source_shape}")
+            if fn is None and fresh is None and row is not None:
                 ks = self._borrowed(row, p)
                 if ks is not None:
                     fn = self._load_checked(row, ks, p, True, reasons)
             if fn is None:
                 return None
+            timed = (f"timed against {lib_label(d.library)}: {d.ratio:.3f}x ({d.lib_us:.2f} vs {d.evo_us:.2f} us, "
+                     f"beyond ±{100 * d.band:.1f}% noise; {where})")
+            if tie:
+                return Plan("evo", p.key, d.source_shape, d.hash, ratio=d.ratio, fn=fn,
+                            reason=f"{tie}; its kernel checked and {timed}")
             return Plan("general", p.key, d.source_shape, d.hash, ratio=d.ratio, fn=fn,
-                        reason=f"evo winner of {d.source_shape}, checked on {p.key} and timed against {lib_label(d.library)}: "
-                               f"{d.ratio:.3f}x ({d.lib_us:.2f} vs {d.evo_us:.2f} us, beyond ±{100 * d.band:.1f}% noise; {where})")
+                        reason=f"evo winner of {d.source_shape}, checked on {p.key} and {timed}")
         evo_note = ""
         if d.evo_us:
-            evo_note = (f"; the best borrowed evo kernel ({d.source_shape}'s) measured {d.ratio:.3f}x "
-                        f"({d.evo_us:.2f} vs {d.lib_us:.2f} us), not beyond ±{100 * d.band:.1f}% noise")
-        why = f"not in the table; {lib_label(d.serve)} measured fastest ({d.lib_us:.2f} us, {where}){evo_note}"
+            whose = "its evo kernel" if tie else f"the best borrowed evo kernel ({d.source_shape}'s)"
+            evo_note = (f"; {whose} measured {d.ratio:.3f}x ({d.evo_us:.2f} vs {d.lib_us:.2f} us), "
+                        f"not beyond ±{100 * d.band:.1f}% noise")
+        why = f"{tie or 'not in the table'}; {lib_label(d.serve)} measured fastest ({d.lib_us:.2f} us, {where}){evo_note}"
         if d.note:
             why += f" [{d.note}]"
         if d.serve == "cublaslt":
             if fresh is not None and "lib:cublaslt" in fresh:  # the very call that was timed
-                return Plan("cublaslt", p.key, library="cublaslt", ratio=1.0, fn=fresh["lib:cublaslt"],
+                return Plan("library" if tie else "cublaslt", p.key, library="cublaslt", ratio=1.0, fn=fresh["lib:cublaslt"],
                             reason=f"{why}; cuBLASLt algorithm {d.algorithm.get('algorithm_id', '?')} (autotuned here)")
             try:
                 fn, cfg, how = self.backend.cublaslt(p, d.algorithm or None, False)
-                return Plan("cublaslt", p.key, library="cublaslt", ratio=1.0, fn=fn,
+                return Plan("library" if tie else "cublaslt", p.key, library="cublaslt", ratio=1.0, fn=fn,
                             reason=f"{why}; cuBLASLt algorithm {cfg.get('algorithm_id', '?')} ({how})")
             except EvoError as e:
                 why += f"; cuBLASLt unavailable now ({e})"
-        return Plan("cublas", p.key, library="cublas", ratio=1.0, reason=why + "; served by cuBLAS", fn=self.backend.cublas())
+        return Plan("library" if tie else "cublas", p.key, library="cublas", ratio=1.0, reason=why + "; served by cuBLAS",
+                    fn=self.backend.cublas())
 
     def _plan(self, m: int, n: int, k: int) -> Plan:
         p = Problem(m, n, k)

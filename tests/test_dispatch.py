@@ -227,15 +227,122 @@ def test_cublaslt_failure_falls_back_to_cublas(tmp_path):
 @pytest.mark.parametrize("speedup, spread, kind", [(1.009, 0.01, "library"), (1.08, 0.01, "evo"),
                                                     (1.04, 0.12, "library"), (0.0, 0.0, "evo")])
 def test_evo_wins_count_only_beyond_the_noise_band(tmp_path, speedup, spread, kind):
+    """The table's own verdict, ties not measured again (dispatch.measure_ties off: the tests below have it on)."""
+    from evo.dispatch import DispatchSettings
+
     root = make_table(tmp_path, [("256x256x256", "evo", kernel_text(0),
                                   {"speedup_best_library": speedup, "best_library": "cublaslt_autotune",
                                    "spread": spread, "best_library_spread": spread})])
     be = NumpyBackend()
-    d = Dispatcher.load(root, backend=be)
+    d = Dispatcher.load(root, backend=be, settings=DispatchSettings.from_config(measure_ties=False))
     plan = d.plan(256, 256, 256)
     assert plan.kind == kind, plan.reason
     if kind == "library":
         assert plan.library == "cublaslt_autotune" and "inside the noise band" in plan.reason and be.loaded == []
+
+
+def tie_table(root: Path, text: str, speedup: float = 1.10, band: float = 0.12, winner: str = "cublaslt_autotune") -> Path:
+    """One small-shape row the way a sweep exports a tie: the library kept, evo's kernel ahead inside a wide band."""
+    return make_table(root, [("512x512x64", winner, text, {"speedup_best_library": speedup, "noise_band": band,
+                                                            "best_library": "cublaslt_autotune", "verdict": "tie"})])
+
+
+def test_a_tie_whose_evo_kernel_led_is_measured_here_and_evo_serves_when_it_wins(tmp_path, decisions_file):
+    """evo 1.10x inside a 12 % band in the table: timed here against cuBLAS and every cuBLASLt algorithm (paired,
+    one measurement), 1.25x beyond noise, so evo's own kernel serves; the decision is kept for that kernel."""
+    from evo.kernel import KernelSource
+
+    root = tie_table(tmp_path, kernel_text(5))
+    h = KernelSource.parse(kernel_text(5)).hash
+    be = NumpyBackend({"evo:512x512x64": 8.0})
+    d = Dispatcher.load(root, backend=be)
+    assert d.measures_tie(d.rows[(512, 512, 64)])
+    a, b = inputs(512, 512, 64)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(512, 512, 64)
+    assert plan.kind == "evo" and plan.hash == h and plan.ratio == pytest.approx(1.25), plan.reason
+    assert "a tie in the table (evo 1.100x inside its ±12.0% noise band)" in plan.reason and "measured here" in plan.reason
+    assert be.checked == [(h, "512x512x64")]  # checked on the shape before it was timed
+    assert be.timed == [("512x512x64", ("cublas", "cublaslt:0", "cublaslt:1", "evo:512x512x64"))]
+    saved = json.loads(decisions_file.read_text())
+    assert list(saved) == [f"Fake_GPU|580.1|512x512x64|tie:{h}"] and saved[f"Fake_GPU|580.1|512x512x64|tie:{h}"]["serve"] == "evo"
+    # another process reads the decision: nothing timed, the kernel checked again before use
+    be2 = NumpyBackend({"evo:512x512x64": 8.0})
+    plan2 = Dispatcher.load(root, backend=be2).plan(512, 512, 64)
+    assert plan2.kind == "evo" and be2.timed == [] and be2.checked == [(h, "512x512x64")]
+    # a new kernel in that row is a new decision, measured again
+    root3 = tie_table(tmp_path / "t3", kernel_text(6))
+    be3 = NumpyBackend({"evo:512x512x64": 8.0})
+    Dispatcher.load(root3, backend=be3).plan(512, 512, 64)
+    assert len(be3.timed) == 1
+
+
+@pytest.mark.parametrize("evo_us", [10.0, 9.9, 12.0])
+def test_a_measured_tie_that_evo_does_not_win_here_goes_to_the_fastest_library(tmp_path, evo_us):
+    root = tie_table(tmp_path, kernel_text(5))
+    be = NumpyBackend({"evo:512x512x64": evo_us, "cublaslt": 9.5})
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(512, 512, 64)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(512, 512, 64)
+    assert plan.kind == "library" and plan.library == "cublaslt" and be.cublas_calls == 0, plan.reason
+    assert plan.reason.startswith("a tie in the table") and "cuBLASLt measured fastest (9.50 us" in plan.reason
+    assert f"its evo kernel measured {9.5 / evo_us:.3f}x" in plan.reason and "not beyond" in plan.reason
+
+
+@pytest.mark.parametrize("speedup, winner, text, measure", [
+    (1.015, "cublaslt_autotune", kernel_text(5), True),   # evo's lead within the 2 % floor: the table decides
+    (0.95, "cublaslt_autotune", kernel_text(5), True),    # a loss
+    (1.10, "cublaslt_autotune", "", True),                # no kernel to time
+    (1.10, "cublaslt_autotune", kernel_text(5), False),   # dispatch.measure_ties off
+])
+def test_ties_not_worth_measuring_are_served_as_the_table_says(tmp_path, speedup, winner, text, measure):
+    from evo.dispatch import DispatchSettings
+
+    root = tie_table(tmp_path, text, speedup=speedup, winner=winner)
+    be = NumpyBackend()
+    d = Dispatcher.load(root, backend=be, settings=DispatchSettings.from_config(measure_ties=measure))
+    plan = d.plan(512, 512, 64)
+    assert not d.measures_tie(d.rows[(512, 512, 64)])
+    assert plan.kind == "library" and plan.library == "cublaslt_autotune" and "wins in the table" in plan.reason
+    assert be.timed == [] and be.loaded == []
+
+
+def test_a_tie_whose_kernel_fails_here_is_served_as_the_table_says(tmp_path):
+    from evo.kernel import KernelSource
+
+    root = tie_table(tmp_path, kernel_text(5, WRONG=1))
+    be = NumpyBackend({"evo:512x512x64": 1.0})
+    d = Dispatcher.load(root, backend=be)
+    a, b = inputs(512, 512, 64)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
+    plan = d.plan(512, 512, 64)
+    assert plan.kind == "library" and plan.library == "cublaslt_autotune" and be.timed == []
+    assert "its evo kernel is unusable here" in plan.reason
+    assert be.checked == [(KernelSource.parse(kernel_text(5, WRONG=1)).hash, "512x512x64")]
+
+
+def test_an_evo_row_inside_its_band_is_a_measured_tie_too(tmp_path):
+    """An older table's row that names evo as the winner with a lead inside its band: the same measurement."""
+    root = make_table(tmp_path, [("256x256x256", "evo", kernel_text(0),
+                                  {"speedup_best_library": 1.04, "best_library": "cublaslt_autotune",
+                                   "spread": 0.12, "best_library_spread": 0.12})])
+    be = NumpyBackend({"evo:256x256x256": 9.0, "cublaslt": 10.5})
+    plan = Dispatcher.load(root, backend=be).plan(256, 256, 256)
+    assert plan.kind == "evo" and plan.ratio == pytest.approx(10.0 / 9.0, abs=1e-4) and len(be.timed) == 1, plan.reason
+    assert "a tie in the table (evo 1.040x inside its ±6.0% noise band)" in plan.reason
+
+
+def test_precompile_includes_the_kernels_of_measured_ties(tmp_path):
+    from evo.kernel import KernelSource
+
+    root = make_table(tmp_path, [
+        ("512x512x64", "cublaslt_autotune", kernel_text(5), {"speedup_best_library": 1.10, "noise_band": 0.12}),
+        ("512x512x128", "cublaslt_autotune", kernel_text(6), {"speedup_best_library": 1.01, "noise_band": 0.12}),
+    ])
+    be = NumpyBackend()
+    assert Dispatcher.load(root, backend=be).precompile() == []
+    assert be.precompiled == [[KernelSource.parse(kernel_text(5)).hash]]
 
 
 def test_unknown_shape_borrows_a_kernel_only_after_it_won_on_that_shape(table, decisions_file):

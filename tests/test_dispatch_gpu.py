@@ -66,12 +66,23 @@ def test_shapes_not_in_table_match_reference(dispatcher, shape):
 
 
 def test_library_rows_are_served_by_their_library(dispatcher):
-    """cuBLASLt rows run cuBLASLt (stored, heuristic or autotuned-here algorithm), cuBLAS rows cuBLAS."""
+    """cuBLASLt rows run cuBLASLt (stored, heuristic or autotuned-here algorithm), cuBLAS rows cuBLAS; a tie whose
+    evo kernel led by more than the noise floor is measured here: evo serves only beyond the measured noise."""
+    ties = 0
     for r in dispatcher.rows.values():
         if r["winner"] == "evo":
             continue
         plan = dispatcher.plan(r["m"], r["n"], r["k"])
-        assert plan.kind == "library" and plan.library == r["winner"], dispatcher.explain(r["m"], r["n"], r["k"])
+        why = dispatcher.explain(r["m"], r["n"], r["k"])
+        if dispatcher.measures_tie(r):
+            ties += 1
+            assert plan.reason.startswith("a tie in the table"), why
+            assert (plan.kind == "evo" and plan.hash == r["hash"] and "beyond" in plan.reason) or \
+                (plan.kind == "library" and plan.library in ("cublas", "cublaslt")), why
+            print(why)
+        else:
+            assert plan.kind == "library" and plan.library == r["winner"], why
+    print(f"{ties} ties measured here")
 
 
 def test_torch_tensors_through_dlpack(dispatcher):
