@@ -559,14 +559,13 @@ class Dispatcher:
         best_lib = row.get("best_library") or ("cublas" if row.get("winner") == "evo" else row.get("winner")) or "cublas"
         tie_note = ""
         if self.measures_tie(row):
-            reasons: list[str] = []
-            ks = self._source(row)
-            fn = self._load_checked(row, ks, p, True, reasons) if ks is not None and self._accepts(ks, p) else None
-            r, band = float(row["speedup_best_library"]), row_band(row, floor)
-            tie = f"a tie in the table (evo {r:.3f}x inside its ±{100 * band:.1f}% noise band)"
-            if fn is not None:
-                return self._measured_plan(p, {f"evo:{row['shape']}": (row, fn)}, tie, f"tie:{row.get('hash', '')}")
-            tie_note = "; its evo kernel is unusable here: " + ("; ".join(reasons) or f"it does not take {p.key} on this GPU")
+            unusable: list[str] = []
+            tie = (f"a tie in the table (evo {float(row['speedup_best_library']):.3f}x inside its "
+                   f"±{100 * row_band(row, floor):.1f}% noise band)")
+            plan = self._measured_plan(p, row, tie, unusable)
+            if plan is not None:
+                return plan
+            tie_note = "; its evo kernel is unusable here: " + "; ".join(unusable)
         if row.get("winner") != "evo":
             lib = row.get("winner") or best_lib
             r = float(row.get("speedup_best_library") or 0.0)
@@ -592,22 +591,34 @@ class Dispatcher:
             return Plan("evo", p.key, row["shape"], row.get("hash", ""), reason=f"table winner ({beyond})", ratio=r, fn=fn)
         return self._library(best_lib, p, row, "the table's evo kernel is unusable here: " + "; ".join(reasons), "library")
 
-    def _measured_plan(self, p: Problem, tied: dict[str, tuple[dict, Fn]] | None = None, tie: str = "",
-                       kind: str = "shape") -> Plan:
-        """A shape not in the table, or a table row's tie (`tied`: its own checked kernel; `tie` says what the table
-        measured; `kind` keys the decision to that kernel): decided once by measurement, persisted."""
-        k = decision_key(self._gpu_key(), self._driver(), p.key, kind)
+    def _measured_plan(self, p: Problem, tied: dict | None = None, tie: str = "",
+                       unusable: list[str] | None = None) -> Plan | None:
+        """A shape not in the table, or the tie of table row `tied` (its own kernel the one candidate; `tie` says
+        what the table measured): decided once by measurement, persisted (a tie's decision per kernel). None only for
+        a tie whose kernel cannot load or check here (why in `unusable`): the table's library serves it."""
+        k = decision_key(self._gpu_key(), self._driver(), p.key, f"tie:{tied.get('hash', '')}" if tied else "shape")
         d = self.decisions.get(k)
         reasons: list[str] = []
         if d is not None and d.method == METHOD:  # a decision measured another way is measured again
-            plan = self._apply(d, p, reasons, tie=tie, loaded={n: fn for n, (_, fn) in (tied or {}).items()})
+            plan = self._apply(d, p, reasons, tie=tie)
             if plan is not None:
                 return plan
-        fns: dict[str, tuple[dict, Fn]] = dict(tied or {})
-        for _, row, ks in ([] if tied else self.candidates(p.m, p.n, p.k)):
+        if tied is not None:
+            ks = self._source(tied)
+            cands = [("evo", tied, ks)] if ks is not None and self._accepts(ks, p) else []
+            if not cands:
+                reasons.append(f"it does not take {p.key} on this GPU")
+        else:
+            cands = self.candidates(p.m, p.n, p.k)
+        fns: dict[str, tuple[dict, Fn]] = {}
+        for _, row, ks in cands:
             fn = self._load_checked(row, ks, p, True, reasons)
             if fn is not None:
                 fns[f"evo:{row['shape']}"] = (row, fn)
+        if tied is not None and not fns:
+            if unusable is not None:
+                unusable.extend(reasons)
+            return None
         if not fns and not self.settings.measure_libraries:
             why = "; ".join(reasons) or "not in the table, no nearby evo kernel accepts it"
             return Plan("cublas", p.key, library="cublas", reason=why + "; served by cuBLAS", fn=self.backend.cublas())
@@ -696,16 +707,16 @@ class Dispatcher:
                        + f"; {win} serves")
         return win, second[win][0]
 
-    def _apply(self, d: Decision, p: Problem, reasons: list[str], fresh: dict | None = None, tie: str = "",
-               loaded: dict | None = None) -> Plan | None:
-        """The plan a decision names (None where its evo kernel is gone or no longer passes: measure again). `fresh`:
-        the calls just measured; `loaded`: evo kernels already loaded and checked on this shape (a stored decision's
-        tie); `tie`: the decision settles a table row's tie (what the table measured), not a shape outside it."""
+    def _apply(self, d: Decision, p: Problem, reasons: list[str], fresh: dict | None = None, tie: str = "") -> Plan | None:
+        """The plan a decision names (None where its evo kernel is gone or no longer passes: measure again). `tie`:
+        the decision settles a table row's tie (what the table measured), not a shape outside the table."""
         where = "measured here" if fresh is not None else f"measured {d.date or 'earlier'}, {self.decisions.path}"
         if d.serve == "evo":
             row = next((r for r in self.rows.values() if r.get("hash") == d.hash and r.get("kernel_path")), None)
-            fn = (fresh if fresh is not None else loaded or {}).get(f"evo:{d.source_shape}")
-            if fn is None and fresh is None and row is not None:
+            fn = None
+            if fresh is not None:
+                fn = fresh.get(f"evo:{d.source_shape}")
+            elif row is not None:
                 ks = self._borrowed(row, p)
                 if ks is not None:
                     fn = self._load_checked(row, ks, p, True, reasons)

@@ -288,6 +288,10 @@ def test_a_measured_tie_that_evo_does_not_win_here_goes_to_the_fastest_library(t
     assert plan.kind == "library" and plan.library == "cublaslt" and be.cublas_calls == 0, plan.reason
     assert plan.reason.startswith("a tie in the table") and "cuBLASLt measured fastest (9.50 us" in plan.reason
     assert f"its evo kernel measured {9.5 / evo_us:.3f}x" in plan.reason and "not beyond" in plan.reason
+    # another process reads the decision: the library serves, nothing timed, the evo kernel not even loaded
+    be2 = NumpyBackend()
+    plan2 = Dispatcher.load(root, backend=be2).plan(512, 512, 64)
+    assert plan2.kind == "library" and plan2.library == "cublaslt" and be2.timed == [] and be2.loaded == []
 
 
 @pytest.mark.parametrize("speedup, winner, text, measure", [
