@@ -300,7 +300,8 @@ def readme_text(out: Path) -> str:
         best = sorted(wins, key=lambda r: -(r.get("speedup_best_library") or 0))
         win_text = ", ".join(f"{r['shape']} ({r.get('speedup_best_library', 0):.3f}x)" for r in best) or "none"
         lines += [f"`{tj.parent.name}/`: {len(rows)} shapes; evo wins {len(wins)} beyond the noise band: {win_text}."
-                  + (f" {len(ties)} within the noise band (ties, served by the library)." if ties else ""),
+                  + (f" {len(ties)} within the noise band (ties: the library serves them, unless evo led by more than"
+                     " the noise floor and evo.dispatch measures it ahead on first use)." if ties else ""),
                   "Winners: " + ", ".join(f"{k} {v}" for k, v in sorted(by_winner.items(), key=lambda kv: -kv[1])) + ".",
                   f"Measured {', '.join(dates) or '-'}; driver {', '.join(drivers) or '-'}, CUDA {', '.join(cudas) or '-'}.", ""]
     if not found:
