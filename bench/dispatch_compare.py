@@ -4,7 +4,7 @@
         [--reps 100] [--max-reps 400] [--target-noise 0.005] [--out-dir DIR] [--decisions FILE]
 
 Per shape: the dispatcher chooses first (a shape not in the table may have borrowed kernels checked and timed
-against the libraries, the decision persisted), then ``Dispatcher.matmul``, the very same call again (an A/A
+against the libraries, a table tie whose evo kernel led may have that kernel timed so; the decision persisted), then ``Dispatcher.matmul``, the very same call again (an A/A
 control), cuBLAS, cuBLASLt's heuristic top-1 and cuBLASLt autotuned on this shape here (nvmath autotune over the
 planned algorithms, as the baselines do) are timed side by side: interleaved in shuffled order, L2 flushed before
 every call, CUDA events, a spin that hides the host (evo.timing.Timer, the search's timer).
