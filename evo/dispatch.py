@@ -415,11 +415,11 @@ class Dispatcher:
         return cls(table, table_dir, backend, settings=settings, **kw)
 
     def precompile(self) -> list[str]:
-        """Compile the kernel of every row evo serves now, side by side on all cores, so that no shape's first call
-        waits on nvcc (the H200 table's 99 distinct kernels: 50 s on 16 cores; one after another, on first calls, they
-        took longer than the 200 s its GPU test was given, docs/perf-hopper.md Run 69); a cubin already cached is
-        reused; with them the kernels of the ties measured on first use (`measures_tie`). Returns one line for each
-        kernel that does not compile (its shape is then served by the library, as on a first call)."""
+        """Compile the kernel of every row evo serves now and of every tie measured on first use (`measures_tie`),
+        side by side on all cores, so that no shape's first call waits on nvcc (the H200 table's 99 distinct kernels:
+        50 s on 16 cores; one after another, on first calls, they took longer than the 200 s its GPU test was given,
+        docs/perf-hopper.md Run 69); a cubin already cached is reused. Returns one line for each kernel that does not
+        compile (its shape is then served by the library, as on a first call)."""
         sources = {ks.hash: ks for r in self.rows.values()
                    if (r.get("winner") == "evo" or self.measures_tie(r)) and (ks := self._source(r)) is not None}
         return self.backend.precompile(list(sources.values()), self.table_dir / "cubins") if sources else []
