@@ -26,65 +26,20 @@ from __future__ import annotations
 
 import argparse
 import random
-import statistics
 import time
-from dataclasses import dataclass
-from typing import Callable
 
 from evo.errors import EvoError, cli_entry
 from evo.records import LIBRARIES
+from evo.sustained import Sustained, per_contender, sustain
 
-BATCH_S = 0.05  # queued work between two synchronizations: long against the sync's gap, short against --seconds
-
-
-@dataclass(frozen=True)
-class Sustained:
-    """One contender's window: calls made, host seconds from the first launch to the last call's end, and what
-    nvidia-smi read meanwhile (median SM clock, median board power; -1 where nothing was read)."""
-    contender: str
-    calls: int
-    seconds: float
-    sm_mhz: int = -1
-    power_w: float = -1.0
-
-    @property
-    def us_per_call(self) -> float:
-        return 1e6 * self.seconds / self.calls
-
-
-def sustain(call: Callable[[], None], seconds: float, est_us: float, sync: Callable[[], None],
-            clock: Callable[[], float] | None = None) -> tuple[int, float]:
-    """Run `call` back to back for at least `seconds`: batches of ~BATCH_S of calls (by `est_us` a call), each
-    followed by `sync`. Returns (calls, elapsed seconds by `clock`, default time.perf_counter)."""
-    clock = clock or time.perf_counter
-    batch = max(1, int(BATCH_S * 1e6 / max(est_us, 1e-3)))
-    n, t0 = 0, clock()
-    while True:
-        for _ in range(batch):
-            call()
-        sync()
-        n += batch
-        elapsed = clock() - t0
-        if elapsed >= seconds:
-            return n, elapsed
+__all__ = ["Sustained", "sustain", "summarize_rounds", "render", "main"]
 
 
 def summarize_rounds(windows: list[Sustained]) -> list[dict]:
-    """Per contender, the medians over its rounds; speed against the fastest library (by median µs per call), and
-    cycles per call against the library of fewest (the fastest at one shared clock)."""
-    by: dict[str, list[Sustained]] = {}
-    for w in windows:
-        by.setdefault(w.contender, []).append(w)
-
-    def med(xs: list[float]) -> float:
-        xs = [x for x in xs if x >= 0]
-        return statistics.median(xs) if xs else -1.0
-
-    rows = [{"contender": name, "rounds": len(ws), "us": med([w.us_per_call for w in ws]),
-             "sm_mhz": med([w.sm_mhz for w in ws]), "power_w": med([w.power_w for w in ws])} for name, ws in by.items()]
-    for r in rows:
-        r["mj"] = r["power_w"] * r["us"] * 1e-3 if r["power_w"] >= 0 else -1.0  # W x us = uJ; / 1000 = mJ
-        r["kcycles"] = r["us"] * r["sm_mhz"] * 1e-3 if r["sm_mhz"] >= 0 else -1.0  # us x MHz = cycles
+    """Per contender, the medians over its rounds (evo.sustained.per_contender); speed against the fastest library
+    (by median µs per call), and cycles per call against the library of fewest (the fastest at one shared clock)."""
+    rows = [{"contender": r.contender, "rounds": r.rounds, "us": r.us, "sm_mhz": r.sm_mhz, "power_w": r.power_w,
+             "mj": r.mj, "kcycles": r.kcycles} for r in per_contender(windows)]
     libs = [r for r in rows if r["contender"] in LIBRARIES]
     best = min(libs, key=lambda r: r["us"]) if libs else None
     # at one shared clock (an interleaved harness at the cap) the fastest library is the one of fewest cycles
@@ -198,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in order:
                 time.sleep(args.rest)
                 with sample_states(bus, field) as st:
-                    n, secs = sustain(calls[name], args.seconds, est[name], sync)
+                    n, secs = sustain(calls[name], args.seconds, est[name], sync, time.perf_counter)
                 s = st.summary
                 windows.append(Sustained(name, n, secs, s.sm_mhz_median if s else -1, s.power_w_median if s else -1.0))
                 print(f"  round {rnd + 1} {name:>18}: {windows[-1].us_per_call:9.2f} us per call over {n} calls"

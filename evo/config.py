@@ -34,6 +34,10 @@ class SearchConfig:
     proposer_weights: dict
     confirm_reps: int
     runoff: int
+    sustained_from_us: float
+    sustained_seconds: float
+    sustained_rounds: int
+    sustained_margin: float
     seed_winners: int
     library_seeds: bool
     transposed_seeds: bool
@@ -277,6 +281,10 @@ def _validate(cfg: Config) -> None:
         raise EvoError("config search.explore must be between 0 and 1")
     if s.propose_factor < 1:
         raise EvoError("config search.propose_factor must be at least 1")
+    if s.sustained_from_us < 0 or not 0 < s.sustained_seconds <= 60 or not 1 <= s.sustained_rounds <= 10 \
+            or not 0 <= s.sustained_margin < 1:
+        raise EvoError("config search.sustained_from_us must be 0 (off) or more, search.sustained_seconds in (0, 60], "
+                       "search.sustained_rounds 1 to 10, search.sustained_margin in [0, 1)")
     if s.switch_best < 0:
         raise EvoError("config search.switch_best must be 0 (off) or more")
     if s.start_slack and s.start_slack < 1:

@@ -31,6 +31,8 @@ class FakeWorker:
     instances = []
     fail_recheck = None  # set to a predicate over params to make the champion's re-check fail
     gpu_state_reply = QUIET_GPU  # what "gpu_state" answers
+    sustained_kcycles = None  # params -> k cycles a call under sustained load (default: 1.5 x the fake time)
+    sustained_wrong = None  # params -> "" or "WRONG: ..." after the sustained windows
 
     def __init__(self, cfg, *a, **k):
         self.cfg = cfg
@@ -76,6 +78,15 @@ class FakeWorker:
             return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=fake_time(ks), cublas_us=50.0)
         if op == "gpu_state":  # asked when a search starts and after a slow timing window (evo/gpu/gpu_state.py)
             return self.gpu_state_reply
+        if op == "sustained":  # the runoff's cold ties back to back (evo/search.py Search._sustained_order)
+            out = {}
+            for name, (src, _cubin) in kw["extra"].items():
+                ks = KernelSource.parse(src)
+                us = fake_time(ks)
+                kc = self.sustained_kcycles(ks.meta.params) if self.sustained_kcycles else us * 1.5
+                out[name] = {"us": us, "sm_mhz": 1500.0, "power_w": 690.0, "kcycles": kc,
+                             "detail": self.sustained_wrong(ks.meta.params) if self.sustained_wrong else ""}
+            return out
         raise AssertionError(op)
 
 

@@ -96,6 +96,25 @@ def test_baselines_side_by_side(gpu):
     assert len(res["samples"]["cublaslt_autotune"]) == n // 2  # reported on a held-out half of the repetitions
 
 
+def test_sustained_windows_time_and_check_each_kernel(gpu):
+    """The runoff's sustained windows (evo/search.py Search._sustained_order): each kernel back to back, a clock
+    reading where nvidia-smi answers, and a kernel whose output is wrong afterwards marked WRONG."""
+    w, comp, _ = gpu
+    extra = {}
+    for name in ("naive.cu", "half_write.cu"):
+        text = (DATA / name).read_text()
+        r = comp.compile(KernelSource.parse(text), w.info.arch)
+        assert r.ok, r.error
+        extra[name] = (text, r.cubin_path)
+    got = w.call("sustained", timeout_s=120, problem=parse_shape("256x256x256"), extra=extra, seconds=0.2, rounds=2,
+                 rest=0.05)
+    assert set(got) == set(extra)
+    assert got["naive.cu"]["detail"] == "" and got["half_write.cu"]["detail"].startswith("WRONG")
+    for g in got.values():
+        assert 0.5 < g["us"] < 10000.0
+        assert g["kcycles"] == -1.0 or g["kcycles"] == pytest.approx(g["us"] * g["sm_mhz"] * 1e-3)
+
+
 def test_families_correct_on_gpu(gpu):
     """Every family's CI instances pass the checker on off-tile shapes (K % 8 == 0 where TMA needs it)."""
     from evo.families import load_families

@@ -503,3 +503,101 @@ def test_other_shapes_winners_of_families_outside_the_run_are_not_timed(tmp_path
     assert store.evaluated(mine.hash, "256x256x256", "TN", "Fake_GPU")
     assert not store.evaluated(KernelSource.parse(foreign).hash, "256x256x256", "TN", "Fake_GPU")
     assert s.neighbour_seeds[:1] == [mine.text]
+
+
+def _sustained_cfg(tmp_path, **search):
+    s = {"budget_minutes": 0, "max_candidates": 0, "children": 6, "population": 6, "elites": 2, "initial_random": 4,
+         "seed": 1, "runoff": 3, "sustained_from_us": 10.0, "sustained_seconds": 0.1, "sustained_rounds": 1,
+         "sustained_margin": 0.01}
+    s.update(search)
+    return load_config(overrides={"search": s, "dispatch": {"noise_floor": 0.1},
+                                  "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": TOY}})
+
+
+def _fewer_cycles_for_pad_1(params):
+    return 10.0 if params.get("PAD") == 1 else 20.0  # the 13.5 us kernel takes fewer cycles a call than the 12.5 us one
+
+
+def test_cold_ties_are_published_by_fewest_cycles_under_sustained_load(tmp_path, monkeypatch):
+    """Where the runoff's fastest takes search.sustained_from_us or more, the kernels that tie it cold (12.5 and 13.5
+    us inside a 10 % band; 14.5 is outside) run back to back, and the one of fewest cycles a call is published,
+    with its own cold time."""
+    monkeypatch.setattr(FakeWorker, "sustained_kcycles", staticmethod(_fewer_cycles_for_pad_1))
+    cfg = _sustained_cfg(tmp_path)
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    text = out.getvalue()
+    assert "under sustained load: the 2 kernels that tie the fastest cold" in text
+    assert "goes first: fewest cycles a call where the cold times tie" in text
+    assert summary.best_us == pytest.approx(13.5)  # the cold time of the kernel chosen, not the faster one's
+    store = Store(cfg.paths.db)
+    champion = store.confirm("256x256x256", "TN", "Fake_GPU")["hash"]
+    assert "PAD 1" in store.kernel_row(champion, "256x256x256", "TN", "Fake_GPU")["source"]
+    assert FakeWorker.instances[-1].calls.count("sustained") == 1
+
+
+def test_no_sustained_windows_below_the_threshold_or_when_off(tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "sustained_kcycles", staticmethod(_fewer_cycles_for_pad_1))
+    for i, search in enumerate(({"sustained_from_us": 13.0}, {"sustained_from_us": 0})):
+        cfg = _sustained_cfg(tmp_path / str(i), **search)
+        out = io.StringIO()
+        summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+        assert summary.best_us == pytest.approx(12.5) and "under sustained load" not in out.getvalue()
+        assert "sustained" not in FakeWorker.instances[-1].calls
+
+
+def test_no_sustained_windows_without_a_cold_tie(tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "sustained_kcycles", staticmethod(_fewer_cycles_for_pad_1))
+    cfg = _sustained_cfg(tmp_path)
+    cfg.dispatch.noise_floor = 0.02  # 13.5 / 12.5 = 1.08: outside the band
+    summary = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=FakeWorker,
+                     compiler=FakeCompiler()).run()
+    assert summary.best_us == pytest.approx(12.5) and "sustained" not in FakeWorker.instances[-1].calls
+
+
+def test_a_kernel_wrong_after_the_sustained_windows_is_rejected(tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "sustained_kcycles", staticmethod(_fewer_cycles_for_pad_1))
+    monkeypatch.setattr(FakeWorker, "sustained_wrong", staticmethod(
+        lambda p: "WRONG: relative error 1e+00" if p.get("PAD") == 1 else ""))
+    cfg = _sustained_cfg(tmp_path)
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "failed its check after the sustained windows: WRONG" in out.getvalue()
+    assert summary.best_us == pytest.approx(12.5)
+    store = Store(cfg.paths.db)
+    assert [r[0] for r in store.db.execute("SELECT stage FROM evaluations WHERE ok=0 AND stage='sustained'")] == ["sustained"]
+
+
+def test_failed_sustained_windows_leave_the_cold_order(tmp_path, monkeypatch):
+    from evo.gpu.worker import WorkerFault
+
+    class Hangs(FakeWorker):
+        def call(self, op, timeout_s, **kw):
+            if op == "sustained":
+                raise WorkerFault("timeout: no answer within 130 s (hung kernel?); worker killed and restarted")
+            return super().call(op, timeout_s, **kw)
+
+    cfg = _sustained_cfg(tmp_path)
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=Hangs, compiler=FakeCompiler()).run()
+    assert "the sustained windows failed (timeout" in out.getvalue() and summary.best_us == pytest.approx(12.5)
+
+
+def test_long_calls_race_every_kernel_inside_the_noise_floor_of_the_stored_best(tmp_path):
+    """Where the stored best takes search.sustained_from_us or more, the runoff also races the archive's kernels
+    within dispatch.noise_floor of it, beyond search.runoff (12.5, 13.5 and 14.5 us inside a 20 % floor)."""
+    for i, (sus, raced) in enumerate(((10.0, 3), (0.0, 2))):
+        cfg = _sustained_cfg(tmp_path / str(i), runoff=2, sustained_from_us=sus)
+        cfg.dispatch.noise_floor = 0.2
+        out = io.StringIO()
+        Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+        assert f"re-timing the {raced} fastest kernels (" in out.getvalue()
+
+
+def test_fewer_cycles_inside_the_margin_leave_the_cold_fastest_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(FakeWorker, "sustained_kcycles", staticmethod(lambda p: 19.9 if p.get("PAD") == 1 else 20.0))
+    cfg = _sustained_cfg(tmp_path)  # 0.5 % fewer cycles against a 1 % margin
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    assert "under sustained load" in out.getvalue() and "goes first" not in out.getvalue()
+    assert summary.best_us == pytest.approx(12.5)

@@ -269,6 +269,66 @@ class Session:
         when a search starts and after a timing window where the GPU ran slow (evo/drift.py)."""
         return query_gpu_state(str(self.info.extra.get("pci_bus_id", "")))
 
+    # --- kernels under sustained load (evo/sustained.py) ----------------------
+    def handle_sustained(self, problem: Problem, extra: dict, seconds: float, rounds: int, rest: float) -> dict:
+        """Each kernel of extra = {name: (source, cubin)} run back to back alone for `seconds`, `rounds` times in a
+        fresh order each round with `rest` idle seconds before each window, while nvidia-smi samples the clock and
+        power. The calls alternate between two input sets; after the windows each kernel's output of both is
+        compared with the reference (poisoned first), and a wrong one is marked WRONG in its detail.
+        Returns {name: {"us", "sm_mhz", "power_w", "kcycles", "detail"}} (medians over rounds; -1: no reading)."""
+        import random
+
+        from ..sustained import Sustained, per_contender, sustain
+        from .state_sampler import reasons_field, sample_states
+
+        rs = cupy.random.RandomState(self._next_seed())
+        sets = [random_inputs(problem, rs) for _ in range(2)]
+        kernels = {name: self._launcher(KernelSource.parse(src), cubin, problem) for name, (src, cubin) in extra.items()}
+        outs = {name: [cupy.empty((problem.m, problem.n), dtype=cupy.float16) for _ in sets] for name in kernels}
+        turn = {name: 0 for name in kernels}
+
+        def call_of(name):
+            k, cs = kernels[name], outs[name]
+
+            def call():
+                i = turn[name] = turn[name] ^ 1
+                k(sets[i][0], sets[i][1], cs[i])
+            return call
+
+        calls = {name: call_of(name) for name in kernels}
+        est = {}
+        for name, f in calls.items():  # warm-up, and a few calls to size the batches
+            f()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(3):
+                f()
+            sync()
+            est[name] = (time.perf_counter() - t0) / 3 * 1e6
+        bus, field = str(self.info.extra.get("pci_bus_id", "")), reasons_field()
+        rng, windows = random.Random(self._next_seed()), []
+        for _ in range(rounds):
+            order = list(calls)
+            rng.shuffle(order)
+            for name in order:
+                time.sleep(rest)
+                with sample_states(bus, field) as st:
+                    n, secs = sustain(calls[name], seconds, est[name], sync)
+                s = st.summary
+                windows.append(Sustained(name, n, secs, s.sm_mhz_median if s else -1, s.power_w_median if s else -1.0))
+        details = {}
+        for name, k in kernels.items():  # the same kernels on the same inputs: their outputs must be the reference
+            why = ""
+            for i, (a, b) in enumerate(sets):
+                c = poisoned_output(problem)
+                k(a, b, c)
+                sync()
+                why = why or compare(c, reference(a, b), self.cfg.check, f"{name} after the sustained windows, set {i}").error
+            details[name] = "WRONG: " + why if why else ""
+            k.close()
+        return {r.contender: {"us": r.us, "sm_mhz": r.sm_mhz, "power_w": r.power_w, "kcycles": r.kcycles,
+                              "detail": details[r.contender]} for r in per_contender(windows)}
+
     # --- strong re-check of a kernel before it is exported or used elsewhere ----
     def handle_recheck(self, problem: Problem, source: str, cubin: str, shapes: list | None = None,
                        seeds: int = 4) -> dict:
