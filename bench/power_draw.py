@@ -30,7 +30,7 @@ import time
 
 from evo.errors import EvoError, cli_entry
 from evo.records import LIBRARIES
-from evo.sustained import Sustained, per_contender, sustain
+from evo.sustained import Sustained, per_contender, sustain, windows
 
 __all__ = ["Sustained", "sustain", "summarize_rounds", "render", "main"]
 
@@ -137,29 +137,14 @@ def main(argv: list[str] | None = None) -> int:
             if why:
                 raise EvoError(f"{what} for {p.key} is wrong here: {why}")
             calls[name] = lambda k=k, c_k=c_k: k(a, b, c_k)
-        est = {}
-        for name, f in calls.items():  # a few calls to size the batches (and warm each contender up)
-            f()
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(3):
-                f()
-            sync()
-            est[name] = (time.perf_counter() - t0) / 3 * 1e6
-        windows = []
-        for rnd in range(args.rounds):
-            order = list(calls)
-            rng.shuffle(order)
-            for name in order:
-                time.sleep(args.rest)
-                with sample_states(bus, field) as st:
-                    n, secs = sustain(calls[name], args.seconds, est[name], sync, time.perf_counter)
-                s = st.summary
-                windows.append(Sustained(name, n, secs, s.sm_mhz_median if s else -1, s.power_w_median if s else -1.0))
-                print(f"  round {rnd + 1} {name:>18}: {windows[-1].us_per_call:9.2f} us per call over {n} calls"
-                      + (f"; {s.describe()}" if s else ""), flush=True)
+        def told(rnd, w, s):
+            print(f"  round {rnd + 1} {w.contender:>18}: {w.us_per_call:9.2f} us per call over {w.calls} calls"
+                  + (f"; {s.describe()}" if s else ""), flush=True)
+
+        got = windows(calls, args.seconds, args.rounds, args.rest, sync, rng, lambda: sample_states(bus, field),
+                      time.sleep, time.perf_counter, told)
         plan.close()
-        print(render(p.key, summarize_rounds(windows), 2.0 * p.m * p.n * p.k), flush=True)
+        print(render(p.key, summarize_rounds(got), 2.0 * p.m * p.n * p.k), flush=True)
     return 0
 
 

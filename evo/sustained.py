@@ -10,8 +10,8 @@ in the judge at 1560 MHz and 0.996x at 1830 (16384^2 x 4096 on an H200; docs/per
     rows = per_contender([Sustained("a", calls, seconds, sm_mhz=1455), ...])   # medians over rounds
     order = fewest_cycles_first(ranked, tied_cold(ranked, cold_us, spreads, floor=0.02), kcycles, margin=0.01)
 
-This module holds what needs no GPU: the back-to-back loop (given a call and a sync), the medians over rounds and
-the order the search's runoff publishes by (evo/search.py: kernels that tie cold, fewest cycles first).
+This module holds what needs no GPU: the back-to-back loop and its rounds (given calls, a sync and a clock
+sampler), the medians over rounds and the order the search's runoff publishes by (evo/search.py: kernels that tie cold, fewest cycles first).
 """
 from __future__ import annotations
 
@@ -72,6 +72,37 @@ def sustain(call: Callable[[], None], seconds: float, est_us: float, sync: Calla
         elapsed = clock() - t0
         if elapsed >= seconds:
             return n, elapsed
+
+
+def windows(calls: dict[str, Callable[[], None]], seconds: float, rounds: int, rest: float, sync: Callable[[], None],
+            rng, sampled: Callable, sleep: Callable[[float], None] = time.sleep,
+            clock: Callable[[], float] = time.perf_counter, on_window: Callable | None = None) -> list[Sustained]:
+    """Every call of `calls` ({contender: call}) warmed up and sized by a few calls, then run back to back alone for
+    `seconds`, `rounds` times, in an order `rng` shuffles each round, after `rest` idle seconds, inside `sampled()`
+    (a context manager whose .summary after the block is an evo.gpu.state_sampler.StateSummary or None: the clock
+    and power read meanwhile). `on_window(round, window, summary)` is told of each window as it ends."""
+    est = {}
+    for name, f in calls.items():  # a few calls to size the batches (and warm each contender up)
+        f()
+        sync()
+        t0 = clock()
+        for _ in range(3):
+            f()
+        sync()
+        est[name] = (clock() - t0) / 3 * 1e6
+    out = []
+    for rnd in range(rounds):
+        order = list(calls)
+        rng.shuffle(order)
+        for name in order:
+            sleep(rest)
+            with sampled() as st:
+                n, secs = sustain(calls[name], seconds, est[name], sync, clock)
+            s = st.summary
+            out.append(Sustained(name, n, secs, s.sm_mhz_median if s else -1, s.power_w_median if s else -1.0))
+            if on_window is not None:
+                on_window(rnd, out[-1], s)
+    return out
 
 
 def per_contender(windows: list[Sustained]) -> list[SustainedRow]:

@@ -44,3 +44,45 @@ def test_fewest_cycles_first_reorders_only_the_ties_and_only_beyond_the_margin()
     # no reading of the cold fastest, or none at all: nothing to weigh it against
     assert fewest_cycles_first(ranked, ["x", "y", "z"], {"y": 4677.0, "x": -1.0}) == ranked
     assert fewest_cycles_first(ranked, ["x", "y"], {}) == ranked
+
+
+def test_windows_run_each_contender_alone_every_round_after_its_rest():
+    import random
+    import types
+
+    from evo.sustained import windows
+
+    t, log = [0.0], []
+
+    def call_of(name, us):
+        def call():
+            log.append(name)
+            t[0] += us * 1e-6
+        return call
+
+    class Sampled:
+        def __enter__(self):
+            log.append("window")
+            return self
+
+        def __exit__(self, *exc):
+            self.summary = types.SimpleNamespace(sm_mhz_median=1500, power_w_median=690.0)
+
+    told = []
+    got = windows({"a": call_of("a", 1000.0), "b": call_of("b", 2000.0)}, 0.1, 2, 0.5, lambda: None, random.Random(0),
+                  Sampled, sleep=lambda s: log.append(("rest", s)), clock=lambda: t[0],
+                  on_window=lambda rnd, w, s: told.append((rnd, w.contender)))
+    assert [w.contender for w in got] == [c for _, c in told] and sorted(c for _, c in told) == ["a", "a", "b", "b"]
+    assert [r for r, _ in told] == [0, 0, 1, 1]  # every contender once a round
+    assert log.count(("rest", 0.5)) == 4 and log.count("window") == 4
+    # inside a window only that contender's calls; each window fills its seconds in whole batches
+    chunks, cur = [], None
+    for e in log:
+        if e == "window":
+            cur = []
+            chunks.append(cur)
+        elif isinstance(e, str) and cur is not None:
+            cur.append(e)
+    assert all(len(set(c)) == 1 for c in chunks)
+    assert {w.contender: round(w.us_per_call) for w in got} == {"a": 1000, "b": 2000}
+    assert all(w.sm_mhz == 1500 and w.power_w == 690.0 for w in got)

@@ -278,7 +278,7 @@ class Session:
         Returns {name: {"us", "sm_mhz", "power_w", "kcycles", "detail"}} (medians over rounds; -1: no reading)."""
         import random
 
-        from ..sustained import Sustained, per_contender, sustain
+        from ..sustained import per_contender, windows
         from .state_sampler import reasons_field, sample_states
 
         rs = cupy.random.RandomState(self._next_seed())
@@ -296,26 +296,9 @@ class Session:
             return call
 
         calls = {name: call_of(name) for name in kernels}
-        est = {}
-        for name, f in calls.items():  # warm-up, and a few calls to size the batches
-            f()
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(3):
-                f()
-            sync()
-            est[name] = (time.perf_counter() - t0) / 3 * 1e6
         bus, field = str(self.info.extra.get("pci_bus_id", "")), reasons_field()
-        rng, windows = random.Random(self._next_seed()), []
-        for _ in range(rounds):
-            order = list(calls)
-            rng.shuffle(order)
-            for name in order:
-                time.sleep(rest)
-                with sample_states(bus, field) as st:
-                    n, secs = sustain(calls[name], seconds, est[name], sync)
-                s = st.summary
-                windows.append(Sustained(name, n, secs, s.sm_mhz_median if s else -1, s.power_w_median if s else -1.0))
+        got = windows(calls, seconds, rounds, rest, sync, random.Random(self._next_seed()),
+                      lambda: sample_states(bus, field))
         details = {}
         for name, k in kernels.items():  # the same kernels on the same inputs: their outputs must be the reference
             why = ""
@@ -327,7 +310,7 @@ class Session:
             details[name] = "WRONG: " + why if why else ""
             k.close()
         return {r.contender: {"us": r.us, "sm_mhz": r.sm_mhz, "power_w": r.power_w, "kcycles": r.kcycles,
-                              "detail": details[r.contender]} for r in per_contender(windows)}
+                              "detail": details[r.contender]} for r in per_contender(got)}
 
     # --- strong re-check of a kernel before it is exported or used elsewhere ----
     def handle_recheck(self, problem: Problem, source: str, cubin: str, shapes: list | None = None,
