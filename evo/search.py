@@ -641,7 +641,7 @@ class Search:
             row = store.kernel_row(table_hash, p.key, p.layout, info.key) if table_hash else None
             rows += [row] if row is not None else []
             sus = self.cfg.search.sustained_from_us
-            if sus and rows[0]["time_us"] >= sus:  # long calls (see _sustained_order): every kernel whose stored time
+            if sus and rows and rows[0]["time_us"] >= sus:  # long calls (see _sustained_order): every kernel whose stored time
                 # is inside the noise floor of the stored best races too, up to 3 x runoff looked at; near-copies of
                 # one kernel can fill the first places, and another structure tied with them must be timed there
                 near = store.fastest(p.key, p.layout, info.key, 3 * n)

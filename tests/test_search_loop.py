@@ -601,3 +601,18 @@ def test_fewer_cycles_inside_the_margin_leave_the_cold_fastest_first(tmp_path, m
     summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=FakeCompiler()).run()
     assert "under sustained load" in out.getvalue() and "goes first" not in out.getvalue()
     assert summary.best_us == pytest.approx(12.5)
+
+
+def test_a_search_without_a_correct_kernel_ends_cleanly_with_the_sustained_order_on(tmp_path):
+    from evo.records import EvalResult
+
+    class AllWrong(FakeWorker):
+        def call(self, op, timeout_s, **kw):
+            if op == "evaluate":
+                return EvalResult(kw["h"], False, "check", "random inputs #0: relative error 1e+00 > 1e-02")
+            return super().call(op, timeout_s, **kw)
+
+    cfg = _sustained_cfg(tmp_path, max_candidates=6)
+    summary = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=AllWrong,
+                     compiler=FakeCompiler()).run()
+    assert summary.correct == 0 and summary.best_hash == "" and "sustained" not in FakeWorker.instances[-1].calls
