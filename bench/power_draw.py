@@ -30,9 +30,7 @@ import time
 
 from evo.errors import EvoError, cli_entry
 from evo.records import LIBRARIES
-from evo.sustained import Sustained, per_contender, sustain, windows
-
-__all__ = ["Sustained", "sustain", "summarize_rounds", "render", "main"]
+from evo.sustained import Sustained, per_contender, windows
 
 
 def summarize_rounds(windows: list[Sustained]) -> list[dict]:

@@ -635,17 +635,17 @@ class Search:
         contenders' hashes, fastest first."""
         p, store = self.problem, self.store
         n = max(1, self.cfg.search.runoff)
-        rows = store.fastest(p.key, p.layout, info.key, n)
+        fastest = store.fastest(p.key, p.layout, info.key, 3 * n)  # 3 x: the long calls' look beyond the first n
+        rows = fastest[:n]
         if n > 1:
             rows += store.fastest(p.key, p.layout, info.key, 1, run_id=run_id)
             row = store.kernel_row(table_hash, p.key, p.layout, info.key) if table_hash else None
             rows += [row] if row is not None else []
             sus = self.cfg.search.sustained_from_us
-            if sus and rows and rows[0]["time_us"] >= sus:  # long calls (see _sustained_order): every kernel whose stored time
-                # is inside the noise floor of the stored best races too, up to 3 x runoff looked at; near-copies of
-                # one kernel can fill the first places, and another structure tied with them must be timed there
-                near = store.fastest(p.key, p.layout, info.key, 3 * n)
-                rows += [r for r in near if r["time_us"] <= rows[0]["time_us"] * (1.0 + self.cfg.dispatch.noise_floor)]
+            if sus and fastest and fastest[0]["time_us"] >= sus:  # long calls (see _sustained_order): every kernel of
+                # the 3 x runoff fastest whose stored time is inside the noise floor of the stored best races too;
+                # near-copies of one kernel can fill the first places, and another structure tied with them must race
+                rows += [r for r in fastest[n:] if r["time_us"] <= fastest[0]["time_us"] * (1.0 + self.cfg.dispatch.noise_floor)]
         rows = list({r["hash"]: r for r in rows}.values())  # first occurrence kept: stored-time order, then the rest
         if not rows:
             return {}, []
@@ -702,7 +702,7 @@ class Search:
         their cycles, not their times at full clock (evo/sustained.py). The published time stays the cold one.
         Each tie runs search.sustained_seconds back to back, search.sustained_rounds times; one whose output is
         wrong afterwards is rejected. Nothing changes where fewer than two kernels tie, or the windows fail."""
-        from .sustained import fewest_cycles_first, tied_cold
+        from .sustained import REST_S, fewest_cycles_first, tied_cold
 
         s, p, store = self.cfg.search, self.problem, self.store
         if not s.sustained_from_us or len(ranked) < 2 or timings[ranked[0]].time_us < s.sustained_from_us:
@@ -716,8 +716,8 @@ class Search:
         try:
             rows = {h: store.kernel_row(h, p.key, p.layout, info.key) for h in tied}
             extra = {h: (r["source"], stored_cubin(self.compiler, store, r["source"], info.arch)) for h, r in rows.items()}
-            got = worker.call("sustained", timeout_s=120 + len(tied) * s.sustained_rounds * (s.sustained_seconds + 1) * 3,
-                              problem=p, extra=extra, seconds=s.sustained_seconds, rounds=s.sustained_rounds, rest=0.5)
+            got = worker.call("sustained", timeout_s=120 + len(tied) * s.sustained_rounds * (s.sustained_seconds + REST_S) * 3,
+                              problem=p, extra=extra, seconds=s.sustained_seconds, rounds=s.sustained_rounds, rest=REST_S)
         except (WorkerFault, EvoError) as e:
             print(f"  the sustained windows failed ({e}); the cold order stands", file=self.out, flush=True)
             return ranked

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 BATCH_S = 0.05  # queued work between two synchronizations: long against the sync's gap, short against a window
+REST_S = 0.5  # the search's idle seconds before each window, so that one kernel's heat is not the next one's start
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ def tied_cold(ranked: list[str], cold_us: dict[str, float], spreads: dict[str, f
 
 
 def fewest_cycles_first(ranked: list[str], tied: list[str], kcycles: dict[str, float], margin: float = 0.0) -> list[str]:
-    """`ranked` with its cold ties (`tied`, a prefix of it) reordered by SM cycles per call under sustained load,
+    """`ranked` with its cold ties (`tied`, some of it, the cold fastest among them) reordered by SM cycles per call under sustained load,
     fewest first, when one takes more than `margin` (a share) fewer than the cold fastest (ranked[0]); else, or
     without a reading of the cold fastest, `ranked` unchanged. In the new order a tie without a reading keeps its
     cold place after those with one; the rest of `ranked` follows unchanged."""

@@ -5,35 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.power_draw import Sustained, render, summarize_rounds, sustain
+from test_sustained import Clock
+
+from bench.power_draw import render, summarize_rounds
 from evo.gpu.state_sampler import INTERVAL_MS, summarize
+from evo.sustained import Sustained
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class Clock:
-    def __init__(self, per_call_s):
-        self.t, self.per_call_s, self.pending = 0.0, per_call_s, 0
-
-    def call(self):
-        self.pending += 1
-
-    def sync(self):  # the queued calls finish: device time passes
-        self.t += self.pending * self.per_call_s
-        self.pending = 0
-
-    def now(self):
-        return self.t
-
-
-def test_a_window_queues_50_ms_batches_until_the_seconds_are_up():
-    clk = Clock(0.003)  # a 3 ms call: 16 a batch
-    syncs = []
-    n, secs = sustain(clk.call, 0.2, 3000.0, lambda: (syncs.append(clk.pending), clk.sync()), clk.now)
-    assert syncs == [16, 16, 16, 16, 16] and n == 80 and secs == pytest.approx(0.24)
-    assert Sustained("x", n, secs).us_per_call == pytest.approx(3000.0)
-    clk = Clock(0.2)  # a call longer than a batch: one at a time
-    assert sustain(clk.call, 0.3, 2e5, clk.sync, clk.now) == (2, pytest.approx(0.4))
 
 
 def test_medians_over_rounds_energy_and_the_ratio_to_the_fastest_library():

@@ -4,16 +4,29 @@ import pytest
 from evo.sustained import Sustained, fewest_cycles_first, per_contender, sustain, tied_cold
 
 
-def test_sustain_runs_whole_batches_until_the_window_is_full():
-    t = [0.0]
-    calls = []
+class Clock:
+    def __init__(self, per_call_s):
+        self.t, self.per_call_s, self.pending = 0.0, per_call_s, 0
 
-    def call():
-        calls.append(1)
-        t[0] += 0.001  # 1 ms a call
+    def call(self):
+        self.pending += 1
 
-    n, secs = sustain(call, 0.12, 1000.0, lambda: None, lambda: t[0])
-    assert n == len(calls) and n % 50 == 0 and secs >= 0.12 and n == 150  # batches of 50 ms of calls
+    def sync(self):  # the queued calls finish: device time passes
+        self.t += self.pending * self.per_call_s
+        self.pending = 0
+
+    def now(self):
+        return self.t
+
+
+def test_a_window_queues_50_ms_batches_until_the_seconds_are_up():
+    clk = Clock(0.003)  # a 3 ms call: 16 a batch
+    syncs = []
+    n, secs = sustain(clk.call, 0.2, 3000.0, lambda: (syncs.append(clk.pending), clk.sync()), clk.now)
+    assert syncs == [16, 16, 16, 16, 16] and n == 80 and secs == pytest.approx(0.24)
+    assert Sustained("x", n, secs).us_per_call == pytest.approx(3000.0)
+    clk = Clock(0.2)  # a call longer than a batch: one at a time
+    assert sustain(clk.call, 0.3, 2e5, clk.sync, clk.now) == (2, pytest.approx(0.4))
 
 
 def test_per_contender_medians_and_cycles():
