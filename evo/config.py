@@ -161,6 +161,7 @@ class DispatchConfig:
     settle_max: int
     settle_budget_s: float
     measure_ties: bool
+    stream_instances: int
 
 
 @dataclass

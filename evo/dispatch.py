@@ -208,7 +208,7 @@ class CupyBackend:
     """The GPU side of the dispatcher: CuPy arrays, cubins compiled with nvcc and loaded once, cuBLAS, cuBLASLt."""
 
     def __init__(self, device_id: int | None = None, cache_dir: str | Path | None = None, lt_algorithms: int = 8,
-                 tune_reps: int = 60):
+                 tune_reps: int = 60, stream_instances: int = 8):
         try:
             import cupy
 
@@ -235,6 +235,7 @@ class CupyBackend:
         self.cache_dir = cache_dir
         self.lt_algorithms = lt_algorithms
         self.tune_reps = tune_reps
+        self.stream_instances = stream_instances
         self._compiler = None
         self._cublas: Fn | None = None
         self.native = cupy.ndarray
@@ -256,6 +257,15 @@ class CupyBackend:
 
     def empty(self, m: int, n: int) -> Any:
         return self.cupy.empty((m, n), dtype=self.cupy.float16)
+
+    def per_stream(self, first: Fn, make: Callable[[], Fn]) -> Fn:
+        """`first`, with an instance of its own (`make`) for every further CUDA stream that calls it: a kernel's
+        workspace or a cuBLASLt call's is never shared by two streams at once (evo.stream_local)."""
+        from .stream_local import StreamLocal
+
+        cupy = self.cupy
+        return StreamLocal(first, make, lambda: cupy.cuda.get_current_stream().ptr,
+                           cupy.cuda.runtime.streamIsCapturing, self.stream_instances)
 
     def cublas(self) -> Fn:
         """cublasGemmEx on the current stream through evo.ltgemm.CublasGemm (nvmath's bindings, a handle of our
@@ -284,7 +294,7 @@ class CupyBackend:
                 how = "autotuned on this GPU" + (" (the stored one is not planned here)" if config else "")
             if alg is None:
                 alg, how = lt.heuristic, "the heuristic's top-1" + (" (the stored one is not planned here)" if config else "")
-            return lt.bind(alg), algorithm_config(alg), how
+            return self.per_stream(lt.bind(alg), lambda: lt.bind(alg, own_workspace=True)), algorithm_config(alg), how
         except ImportError as e:
             raise EvoError(f"cuBLASLt through nvmath-python is not available ({e})") from None
         except EvoError:
@@ -309,7 +319,8 @@ class CupyBackend:
             if idx < 0 and pick is not None:
                 planned.append(pick)
                 idx = len(planned) - 1
-            return [(lt.bind(a), algorithm_config(a)) for a in planned], idx
+            return [(self.per_stream(lt.bind(a), lambda a=a: lt.bind(a, own_workspace=True)), algorithm_config(a))
+                    for a in planned], idx
         except ImportError as e:
             raise EvoError(f"cuBLASLt through nvmath-python is not available ({e})") from None
         except Exception as e:  # noqa: BLE001 - a cuBLASLt / nvmath error: the caller measures cuBLAS alone
@@ -332,13 +343,15 @@ class CupyBackend:
         return [f"kernel {r.hash} does not compile for {self.arch}: {r.error}" for r in res if not r.ok]
 
     def load(self, ks: KernelSource, problem: Problem, cache_dir: Path) -> Fn:
-        """Compile (or take from the cubin cache) and load the kernel for this shape; EvoError if it cannot."""
+        """Compile (or take from the cubin cache) and load the kernel for this shape; EvoError if it cannot. Each
+        further CUDA stream that calls it loads it again, with a workspace of its own (per_stream)."""
         from .gpu.host_launch import load_kernel
 
         r = self.compiler(cache_dir).compile(ks, self.arch)
         if not r.ok:
             raise EvoError(f"kernel {ks.hash} does not compile for {self.arch}: {r.error}")
-        return load_kernel(ks, r.cubin_path, problem, self.num_sms, self.smem_limit)
+        first = load_kernel(ks, r.cubin_path, problem, self.num_sms, self.smem_limit)
+        return self.per_stream(first, lambda: load_kernel(ks, r.cubin_path, problem, self.num_sms, self.smem_limit))
 
     def check(self, fn: Fn, problem: Problem) -> str:
         """'' if the kernel computes this shape right (random inputs + exact {0,1} test), else why not."""
@@ -397,7 +410,8 @@ class Dispatcher:
         """The table of the current GPU: <table_dir or $EVO_KERNELS or the config's paths.out (kernels_out)>/<GPU
         name>/table.json."""
         settings = kw.pop("settings", None) or DispatchSettings.from_config()
-        backend = backend or CupyBackend(lt_algorithms=settings.lt_algorithms, tune_reps=settings.measure_reps)
+        backend = backend or CupyBackend(lt_algorithms=settings.lt_algorithms, tune_reps=settings.measure_reps,
+                                         stream_instances=settings.stream_instances)
         if table_dir is None:
             from .config import load_config
 

@@ -7,7 +7,8 @@ itself supports capture (its docs: every routine that writes no host buffer): ``
 uses cuBLAS's default workspace pool, which since CUDA 12.2 is stream-ordered (cudaMallocAsync, recorded into a
 graph like any allocation on the capturing stream; PyTorch dropped its own cuBLAS workspaces for that reason) and
 is kept per stream, so two streams never share one. cuBLASLt calls pass a workspace of the plan's own, allocated
-when the plan is bound (never during a capture). Nothing here synchronises or reads back per call, and every call
+when the plan is bound (never during a capture); the dispatcher binds it again, with a workspace of its own, for each
+further stream that calls the shape (evo.stream_local). Nothing here synchronises or reads back per call, and every call
 runs on ``cupy.cuda.get_current_stream()`` (torch's current stream under evo.torch_op).
 
 The problem is planned once per shape through nvmath-python exactly as the baselines plan it
@@ -97,16 +98,22 @@ class LtGemm:
         self.mm.autotune(iterations=iterations)
         return self.mm.algorithms[0]
 
-    def bind(self, alg: Any) -> Fn:
+    def bind(self, alg: Any, own_workspace: bool = False) -> Fn:
+        """A call of this plan with algorithm `alg`. Every call bound without `own_workspace` shares the plan's one
+        workspace (calls on one stream run in turn); with it, the call gets a workspace of its own (another stream's
+        instance: evo.stream_local)."""
         import numpy as np
         from nvmath.bindings import cublasLt as lt
 
         cupy, mm = self.cupy, self.mm
         algo = mm.algorithm_object_to_buffer[alg]["algo"]
         ws_size = int(np.max(mm.algorithms_buffer["workspace_size"]))
-        if self._ws is None:  # one workspace for every algorithm of this plan (calls on one stream run in turn)
-            self._ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
-        ws = self._ws
+        if own_workspace:
+            ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
+        else:
+            if self._ws is None:
+                self._ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
+            ws = self._ws
         handle, desc = mm.handle, mm.mm_desc
         alpha, beta = mm.alpha.ctypes.data, mm.beta.ctypes.data
         la, lb, lc, ld = mm.a_layout_ptr, mm.b_layout_ptr, mm.c_layout_ptr, mm.d_layout_ptr

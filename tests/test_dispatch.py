@@ -6,12 +6,14 @@ import io
 import json
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from evo.dispatch import Dispatcher, row_band, validate
 from evo.errors import EvoError
+from evo.stream_local import StreamLocal
 
 TESTS = Path(__file__).resolve().parent
 NAIVE = (TESTS / "data" / "naive.cu").read_text()
@@ -764,14 +766,17 @@ def test_cupy_backend_marks_nvmath_pick_among_planned_algorithms(monkeypatch, mo
             self.algs = self.algs[::-1]  # as nvmath: the winner first
             return self.algs[0] if mode == "reorder" else Alg(99)
 
-        def bind(self, alg):
+        def bind(self, alg, own_workspace=False):
             return lambda a, b, c: alg
 
     monkeypatch.setattr(evo.ltgemm, "LtGemm", FakeLt)
     be = object.__new__(CupyBackend)
-    be.lt_algorithms = 8
+    be.lt_algorithms, be.stream_instances = 8, 8
+    be.cupy = SimpleNamespace(cuda=SimpleNamespace(get_current_stream=lambda: SimpleNamespace(ptr=0),
+                                                   runtime=SimpleNamespace(streamIsCapturing=lambda s: False)))
     algs, pick = be.cublaslt_algorithms(Problem(64, 64, 64))
     assert len(algs) == n and pick == idx
+    assert all(isinstance(fn, StreamLocal) for fn, _ in algs)  # each stream binds its own workspace
     assert [cfg["algorithm_id"] for _, cfg in algs[:3]] == [0, 1, 2]
     if mode == "outside":
         assert algs[3][1]["algorithm_id"] == 99

@@ -123,7 +123,7 @@ def test_per_call_overhead(dispatcher):
     a = cupy.zeros((m, k), cupy.float16)
     b = cupy.zeros((n, k), cupy.float16)
     plan = dispatcher.plan(m, n, k)
-    fn = plan.fn
+    fn = getattr(plan.fn, "first", plan.fn)  # the launch itself, without the per-stream lookup (part of the overhead)
 
     def bare():
         c = cupy.empty((m, n), cupy.float16)
@@ -149,3 +149,48 @@ def test_per_call_overhead(dispatcher):
     print(f"\nDISPATCH-OVERHEAD {row['shape']} ({plan.kind}): dispatch.matmul {results['dispatch']:.2f} us/call, "
           f"bare launch {results['bare']:.2f} us/call, overhead {over:.2f} us")
     assert over < 30, results
+
+
+def _workspace_bytes(fn) -> int:
+    first = getattr(fn, "first", fn)
+    spec = getattr(first, "spec", None) or getattr(first, "geometry", None)
+    return int(getattr(spec, "workspace", 0) or 0)
+
+
+def test_concurrent_streams_get_their_own_workspace(dispatcher):
+    """The same split-K kernel called on three streams at once, without synchronising between calls: each stream
+    runs an instance with its own workspace (evo.stream_local), so every stream's last result is its own product."""
+    import cupy
+
+    from evo.stream_local import StreamLocal
+
+    rows = sorted((r for r in dispatcher.rows.values() if r["winner"] == "evo"), key=lambda r: r["m"] * r["n"] * r["k"])
+    picked = []
+    for r in rows:
+        plan = dispatcher.plan(r["m"], r["n"], r["k"])
+        if plan.kind == "evo" and isinstance(plan.fn, StreamLocal) and _workspace_bytes(plan.fn) > 16:
+            picked.append((r, plan))
+        if len(picked) == 3:
+            break
+    if not picked:
+        pytest.skip("no evo row of this table serves a kernel with a workspace")
+    for r, plan in picked:
+        m, n, k = r["m"], r["n"], r["k"]
+        streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(3)]
+        rs = cupy.random.RandomState(11)
+        ins = [(rs.standard_normal((m, k), dtype=cupy.float32).astype(cupy.float16),
+                rs.standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)) for _ in streams]
+        outs = [cupy.full((m, n), cupy.nan, dtype=cupy.float16) for _ in streams]
+        cupy.cuda.Device().synchronize()
+        for _ in range(30):  # interleaved launches: the streams' kernels overlap on the GPU
+            for st, (a, b), c in zip(streams, ins, outs):
+                with st:
+                    plan.fn(a, b, c)
+        cupy.cuda.Device().synchronize()
+        # three of its own besides the instance the checks ran on the null stream (when they ran through it)
+        assert plan.fn.instances >= 3, f"{r['shape']}: {plan.fn.instances} instances for 3 streams"
+        for (a, b), c in zip(ins, outs):
+            want = a.astype(cupy.float32) @ b.astype(cupy.float32).T
+            err = float(cupy.linalg.norm(c.astype(cupy.float32) - want) / float(cupy.linalg.norm(want)))
+            assert err < 1e-2, f"{r['shape']} ({plan.hash}): relative error {err:.2e} with three streams at once"
+        print(f"{r['shape']} {plan.hash}: {_workspace_bytes(plan.fn)}-byte workspace, 3 streams, {plan.fn.instances} instances, correct")
