@@ -108,12 +108,9 @@ class LtGemm:
         cupy, mm = self.cupy, self.mm
         algo = mm.algorithm_object_to_buffer[alg]["algo"]
         ws_size = int(np.max(mm.algorithms_buffer["workspace_size"]))
-        if own_workspace:
-            ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
-        else:
-            if self._ws is None:
-                self._ws = cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
-            ws = self._ws
+        ws = self._ws if self._ws is not None and not own_workspace else cupy.empty(max(ws_size, 256), dtype=cupy.uint8)
+        if not own_workspace:
+            self._ws = ws
         handle, desc = mm.handle, mm.mm_desc
         alpha, beta = mm.alpha.ctypes.data, mm.beta.ctypes.data
         la, lb, lc, ld = mm.a_layout_ptr, mm.b_layout_ptr, mm.c_layout_ptr, mm.d_layout_ptr

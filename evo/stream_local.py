@@ -44,13 +44,13 @@ class StreamLocal:
         return len({id(f) for f in self._fns.values()})
 
     def __call__(self, a: Any, b: Any, c: Any) -> None:
-        fn = self._fns.get(self._stream())
+        s = self._stream()
+        fn = self._fns.get(s)
         if fn is None:
-            fn = self._for_new_stream()
+            fn = self._for_new_stream(s)
         fn(a, b, c)
 
-    def _for_new_stream(self) -> Fn:
-        s = self._stream()
+    def _for_new_stream(self, s: int) -> Fn:
         with self._lock:
             fn = self._fns.get(s)
             if fn is not None:  # another thread made it meanwhile
