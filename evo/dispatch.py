@@ -37,6 +37,7 @@ A kernel that fails to compile, load or check is never used, so the result is ne
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -55,6 +56,7 @@ from .kernel import KernelSource
 from .problem import Problem, log_distance
 
 Fn = Callable[[Any, Any, Any], None]
+_SAME_DEVICE = contextlib.nullcontext()  # reusable: the context of a backend whose GPU is current already
 
 
 @dataclass
@@ -258,6 +260,13 @@ class CupyBackend:
     def empty(self, m: int, n: int) -> Any:
         return self.cupy.empty((m, n), dtype=self.cupy.float16)
 
+    def on_device(self) -> Any:
+        """A context in which CUDA work goes to this backend's GPU: its module loads, allocations and launches (nothing
+        to switch where it is the current device already)."""
+        if self.cupy.cuda.runtime.getDevice() == self.device_id:
+            return _SAME_DEVICE
+        return self.cupy.cuda.Device(self.device_id)
+
     def per_stream(self, first: Fn, make: Callable[[], Fn]) -> Fn:
         """`first`, with an instance of its own (`make`) for every further CUDA stream that calls it: a kernel's
         workspace or a cuBLASLt call's is never shared by two streams at once (evo.stream_local)."""
@@ -404,13 +413,15 @@ class Dispatcher:
         self._families: list[Family] | None = None  # the template families, loaded on first need
         self._plans: dict[tuple[int, int, int], Plan] = {}
         self._native = getattr(backend, "native", None)
+        self._on_device: Callable[[], Any] = getattr(backend, "on_device", None) or (lambda: _SAME_DEVICE)
 
     @classmethod
-    def load(cls, table_dir: str | Path | None = None, backend: Any = None, **kw: Any) -> "Dispatcher":
-        """The table of the current GPU: <table_dir or $EVO_KERNELS or the config's paths.out (kernels_out)>/<GPU
-        name>/table.json."""
+    def load(cls, table_dir: str | Path | None = None, backend: Any = None, device_id: int | None = None,
+             **kw: Any) -> "Dispatcher":
+        """The table of GPU `device_id` (the current GPU by default): <table_dir or $EVO_KERNELS or the config's
+        paths.out (kernels_out)>/<GPU name>/table.json."""
         settings = kw.pop("settings", None) or DispatchSettings.from_config()
-        backend = backend or CupyBackend(lt_algorithms=settings.lt_algorithms, tune_reps=settings.measure_reps,
+        backend = backend or CupyBackend(device_id, lt_algorithms=settings.lt_algorithms, tune_reps=settings.measure_reps,
                                          stream_instances=settings.stream_instances)
         if table_dir is None:
             from .config import load_config
@@ -775,8 +786,10 @@ class Dispatcher:
         key = (m, n, k)
         plan = self._plans.get(key)
         if plan is None:
-            plan = self._plans[key] = self._plan(m, n, k)
+            with self._on_device():
+                plan = self._plans[key] = self._plan(m, n, k)
         return plan
+
 
     def cached(self, m: int, n: int, k: int) -> Plan | None:
         """The plan already made for a shape in this process, or None (nothing is chosen, compiled or timed)."""
@@ -799,13 +812,11 @@ class Dispatcher:
         if hasattr(self.backend, "check_device"):
             self.backend.check_device(a, b)
         plan = self._plans.get((m, n, k)) or self.plan(m, n, k)
-        if out is None:
-            c = self.backend.empty(m, n)
-        else:
-            if tuple(out.shape) != (m, n) or out.dtype != _F16 or not out.flags.c_contiguous:
-                raise ValueError(f"matmul: out must be a C-contiguous float16 [{m}, {n}] array, got {tuple(out.shape)} {out.dtype}")
-            c = out
-        plan.fn(a, b, c)  # type: ignore[misc]
+        if out is not None and (tuple(out.shape) != (m, n) or out.dtype != _F16 or not out.flags.c_contiguous):
+            raise ValueError(f"matmul: out must be a C-contiguous float16 [{m}, {n}] array, got {tuple(out.shape)} {out.dtype}")
+        with self._on_device():  # C is allocated and the kernel launched on this dispatcher's GPU
+            c = self.backend.empty(m, n) if out is None else out
+            plan.fn(a, b, c)  # type: ignore[misc]
         if foreign:
             import torch  # only reached with torch inputs
 
@@ -814,17 +825,40 @@ class Dispatcher:
 
 
 class _Default:
-    """The lazily created process-wide Dispatcher behind evo.dispatch.matmul."""
+    """The lazily created Dispatchers behind evo.dispatch.matmul, one per GPU (device ordinal)."""
 
-    dispatcher: Dispatcher | None = None
+    dispatchers: dict[int | None, Dispatcher] = {}
 
 
-def default() -> Dispatcher:
-    if _Default.dispatcher is None:
-        _Default.dispatcher = Dispatcher.load()
-    return _Default.dispatcher
+def device_of(x: Any) -> int | None:
+    """The CUDA device ordinal an array lives on: a CuPy array's ``device.id``, a torch CUDA tensor's
+    ``device.index``; None for anything else (validation then says what is wrong with it)."""
+    dev = getattr(x, "device", None)
+    if isinstance(getattr(dev, "id", None), int):
+        return dev.id
+    if getattr(dev, "type", None) == "cuda":
+        return dev.index if dev.index is not None else _current_device()
+    return None
+
+
+def _current_device() -> int | None:
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDevice())
+    except Exception:  # noqa: BLE001 - no CuPy or no GPU: Dispatcher.load says so in one line
+        return None
+
+
+def default(device: int | None = None) -> Dispatcher:
+    """The Dispatcher of GPU `device` (the current GPU by default), created on its first use."""
+    device = _current_device() if device is None else device
+    d = _Default.dispatchers.get(device)
+    if d is None:
+        d = _Default.dispatchers[device] = Dispatcher.load(device_id=device)
+    return d
 
 
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
-    """C = A·Bᵀ through a Dispatcher for the current GPU, created on first use."""
-    return default().matmul(a, b, out)
+    """C = A·Bᵀ through the Dispatcher of the GPU that holds A (each GPU's created on its first use)."""
+    return default(device_of(a)).matmul(a, b, out)

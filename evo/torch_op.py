@@ -15,6 +15,9 @@ a capture raises a RuntimeError that says so. The output is allocated by torch (
 Library-served shapes are capture-safe too: cuBLAS and cuBLASLt are called through nvmath's thin bindings on
 handles of evo's own (evo.ltgemm), not through CuPy's wrappers, which refuse a capturing stream.
 
+Several GPUs: each GPU is served by a dispatcher of its own, created on that GPU's first call (``dispatcher(device)``),
+so a model spread over GPUs in one process gets each GPU's kernels and library handles.
+
 Autograd: the backward pass uses torch's own matmuls (dA = dC·B, dB = dCᵀ·A); evo serves the forward product.
 torch is not a dependency of evo: ``pip install 'evo[torch]'``.
 """
@@ -29,24 +32,31 @@ except ImportError as e:  # pragma: no cover - exercised where torch is absent
 
 
 class _State:
-    """The dispatcher the op serves from (created on first use; ``use()`` replaces it) and CuPy views of torch's
-    streams, one per stream pointer."""
+    """The dispatchers the op serves from, one per GPU (created on a GPU's first use; ``use()`` replaces one), and
+    CuPy views of torch's streams, one per stream pointer."""
 
-    dispatcher: Any = None
+    dispatchers: dict[int, Any] = {}
     streams: dict[tuple[int, int], Any] = {}
 
 
-def use(dispatcher: Any) -> None:
-    """Serve evo::matmul from this evo.dispatch.Dispatcher (e.g. another table folder)."""
-    _State.dispatcher = dispatcher
+def use(dispatcher: Any, device: int | None = None) -> None:
+    """Serve evo::matmul on GPU `device` (the dispatcher's own GPU by default) from this evo.dispatch.Dispatcher
+    (e.g. another table folder)."""
+    if device is None:
+        device = getattr(dispatcher.backend, "device_id", None)
+    _State.dispatchers[torch.cuda.current_device() if device is None else device] = dispatcher
 
 
-def dispatcher() -> Any:
-    if _State.dispatcher is None:
+def dispatcher(device: int | None = None) -> Any:
+    """The dispatcher of GPU `device` (torch's current GPU by default): a model spread over several GPUs in one
+    process is served on each by that GPU's table, kernels and library handles."""
+    device = torch.cuda.current_device() if device is None else device
+    d = _State.dispatchers.get(device)
+    if d is None:
         from .dispatch import Dispatcher
 
-        _State.dispatcher = Dispatcher.load()
-    return _State.dispatcher
+        d = _State.dispatchers[device] = Dispatcher.load(device_id=device)
+    return d
 
 
 def check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -92,7 +102,8 @@ def _stream(cupy: Any, ptr: int, device: int) -> Any:
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """C = a @ b.T with evo's kernel table (fp16 in and out, fp32 accumulation)."""
     check_inputs(a, b)
-    d = dispatcher()
+    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    d = dispatcher(device)
     m, k = a.shape
     n = b.shape[0]
     c = torch.empty((m, n), dtype=torch.float16, device=a.device)
@@ -101,9 +112,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if torch.cuda.is_current_stream_capturing():
             raise RuntimeError(f"evo::matmul: shape {m}x{n}x{k} is first seen inside a CUDA graph capture; call the op "
                                "once on this shape before capturing (its kernel is chosen, compiled and checked then)")
-        plan = d.plan(m, n, k)
+        plan = d.plan(m, n, k)  # on the dispatcher's GPU (Dispatcher.plan switches to it)
     cupy = d.backend.cupy
-    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
     with cupy.cuda.Device(device), _stream(cupy, torch.cuda.current_stream(a.device).cuda_stream, device):
         plan.fn(_view(cupy, a), _view(cupy, b), _view(cupy, c))
     return c

@@ -2,6 +2,7 @@
 cuBLAS), fallbacks that keep results right, input validation, and the dispatcher's own host overhead."""
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import time
@@ -838,3 +839,85 @@ def test_kernel_of_an_unknown_family_is_not_rendered_again(tmp_path):
     a, b = inputs(300, 200, 250)
     np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))
     assert d.plan(300, 200, 250).kind != "general" and be.loaded == []
+
+
+class OneGpuOfTwo(NumpyBackend):
+    """NumpyBackend as the dispatcher of GPU 1 while GPU 0 is current: records whether each load, allocation and
+    call ran inside its `on_device` context."""
+
+    def __init__(self):
+        super().__init__()
+        self.inside = False
+        self.where: list[tuple[str, bool]] = []
+
+    @contextlib.contextmanager
+    def on_device(self):
+        self.inside = True
+        try:
+            yield
+        finally:
+            self.inside = False
+
+    def load(self, ks, problem, cache_dir):
+        self.where.append(("load", self.inside))
+        fn = super().load(ks, problem, cache_dir)
+
+        def call(a, b, c):
+            self.where.append(("call", self.inside))
+            fn(a, b, c)
+
+        call.hash = fn.hash
+        return call
+
+    def empty(self, m, n):
+        self.where.append(("empty", self.inside))
+        return super().empty(m, n)
+
+    def time(self, problem, calls, reps):
+        self.where.append(("time", self.inside))
+        return super().time(problem, calls, reps)
+
+
+def test_the_dispatchers_gpu_is_current_while_it_plans_allocates_and_calls(table):
+    """A dispatcher of another GPU than the current one loads, checks, times, allocates C and launches under its
+    own device (CupyBackend.on_device); nothing of it runs on the current GPU."""
+    be = OneGpuOfTwo()
+    d = Dispatcher.load(table, backend=be)
+    a, b = inputs(256, 256, 256)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))  # a table winner: loaded, C allocated, called
+    a, b = inputs(77, 200, 72)
+    np.testing.assert_array_equal(d.matmul(a, b), ref(a, b))  # not in the table: borrowed kernels timed
+    assert {w for w, _ in be.where} >= {"load", "empty", "call", "time"}
+    assert all(inside for _, inside in be.where), be.where
+    assert not be.inside
+
+
+def test_module_matmul_serves_each_gpu_from_its_own_dispatcher(monkeypatch):
+    """evo.dispatch.matmul picks the Dispatcher of the GPU that holds A (a CuPy array's device.id, a torch tensor's
+    device.index), creates each on first use and reuses it."""
+    import evo.dispatch as dispatch
+
+    made: list = []
+
+    class Stub:
+        def __init__(self, device_id):
+            self.device_id, self.calls = device_id, []
+
+        def matmul(self, a, b, out=None):
+            self.calls.append(a)
+            return "C"
+
+    def load(cls=None, table_dir=None, backend=None, device_id=None, **kw):
+        made.append(Stub(device_id))
+        return made[-1]
+
+    monkeypatch.setattr(dispatch.Dispatcher, "load", classmethod(lambda cls, *a, **kw: load(cls, *a, **kw)))
+    monkeypatch.setattr(dispatch._Default, "dispatchers", {})
+    on = lambda i: SimpleNamespace(device=SimpleNamespace(id=i))  # noqa: E731 - a CuPy array's device
+    torch_like = SimpleNamespace(device=SimpleNamespace(type="cuda", index=1))
+    a0, a1 = on(0), on(1)
+    assert dispatch.matmul(a0, a0) == "C" and dispatch.matmul(a1, a1) == "C" and dispatch.matmul(torch_like, torch_like)
+    dispatch.matmul(a0, a0)
+    assert [s.device_id for s in made] == [0, 1]
+    assert made[0].calls == [a0, a0] and made[1].calls == [a1, torch_like]
+    assert dispatch.device_of(np.zeros(2)) is None

@@ -194,3 +194,28 @@ def test_concurrent_streams_get_their_own_workspace(dispatcher):
             err = float(cupy.linalg.norm(c.astype(cupy.float32) - want) / float(cupy.linalg.norm(want)))
             assert err < 1e-2, f"{r['shape']} ({plan.hash}): relative error {err:.2e} with three streams at once"
         print(f"{r['shape']} {plan.hash}: {_workspace_bytes(plan.fn)}-byte workspace, 3 streams, {plan.fn.instances} instances, correct")
+
+
+def test_module_matmul_serves_each_gpu_from_its_own_dispatcher(dispatcher):
+    """evo.dispatch.matmul with arrays on GPU 1 while GPU 0 is current: GPU 1's dispatcher plans, allocates C and
+    launches there. Needs two GPUs (the nvidia-h200-x2 kind)."""
+    import cupy
+
+    import evo.dispatch as dispatch
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    row = min((r for r in dispatcher.rows.values() if r["winner"] == "evo"), key=lambda r: r["m"] * r["n"] * r["k"])
+    m, n, k = row["m"], row["n"], row["k"]
+    for dev in (1, 0, 1):
+        with cupy.cuda.Device(dev):
+            rs = cupy.random.RandomState(dev)
+            a = rs.standard_normal((m, k), dtype=cupy.float32).astype(cupy.float16)
+            b = rs.standard_normal((n, k), dtype=cupy.float32).astype(cupy.float16)
+        with cupy.cuda.Device(0):
+            c = dispatch.matmul(a, b)
+        with cupy.cuda.Device(dev):
+            want = a.astype(cupy.float32) @ b.astype(cupy.float32).T
+            err = float(cupy.linalg.norm(c.astype(cupy.float32) - want) / float(cupy.linalg.norm(want)))
+        assert c.device.id == dev and err < 1e-2, dispatch.default(dev).explain(m, n, k)
+    assert dispatch.default(1).backend.device_id == 1 and dispatch.default(0).backend.device_id == 0

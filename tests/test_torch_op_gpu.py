@@ -122,3 +122,21 @@ def test_backward_matches_torch(op):
     (a2 @ b2.T).backward(g.float())
     for x, y in ((a.grad, a2.grad), (b.grad, b2.grad)):
         assert float((x.float() - y).norm() / y.norm()) < 1e-2
+
+
+def test_each_gpu_is_served_by_its_own_dispatcher(op):
+    """A model spread over two GPUs in one process: the op on cuda:1 is chosen, loaded and launched on GPU 1 (its own
+    dispatcher), and cuda:0 keeps the one it had. Needs two GPUs (the nvidia-h200-x2 kind)."""
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    first = op.dispatcher(0)
+    for dev in (1, 0, 1):
+        g = torch.Generator(device=f"cuda:{dev}").manual_seed(dev)
+        for shape in shapes(op)[:2]:
+            m, n, k = (int(x) for x in shape.split("x"))
+            a = torch.randn(m, k, device=f"cuda:{dev}", dtype=torch.float16, generator=g)
+            b = torch.randn(n, k, device=f"cuda:{dev}", dtype=torch.float16, generator=g)
+            c = torch.ops.evo.matmul(a, b)
+            torch.cuda.synchronize(dev)
+            assert c.device == a.device and rel_err(c, a, b) < 1e-2, op.dispatcher(dev).explain(m, n, k)
+    assert op.dispatcher(0) is first and op.dispatcher(1).backend.device_id == 1
