@@ -790,7 +790,6 @@ class Dispatcher:
                 plan = self._plans[key] = self._plan(m, n, k)
         return plan
 
-
     def cached(self, m: int, n: int, k: int) -> Plan | None:
         """The plan already made for a shape in this process, or None (nothing is chosen, compiled or timed)."""
         return self._plans.get((m, n, k))
