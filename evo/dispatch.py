@@ -41,6 +41,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -414,6 +415,7 @@ class Dispatcher:
         self._plans: dict[tuple[int, int, int], Plan] = {}
         self._native = getattr(backend, "native", None)
         self._on_device: Callable[[], Any] = getattr(backend, "on_device", None) or (lambda: _SAME_DEVICE)
+        self._planning = threading.RLock()
 
     @classmethod
     def load(cls, table_dir: str | Path | None = None, backend: Any = None, device_id: int | None = None,
@@ -786,8 +788,11 @@ class Dispatcher:
         key = (m, n, k)
         plan = self._plans.get(key)
         if plan is None:
-            with self._on_device():
-                plan = self._plans[key] = self._plan(m, n, k)
+            with self._planning:  # one plan at a time: threads never time on the GPU side by side, nor twice
+                plan = self._plans.get(key)
+                if plan is None:
+                    with self._on_device():
+                        plan = self._plans[key] = self._plan(m, n, k)
         return plan
 
     def cached(self, m: int, n: int, k: int) -> Plan | None:

@@ -921,3 +921,50 @@ def test_module_matmul_serves_each_gpu_from_its_own_dispatcher(monkeypatch):
     assert [s.device_id for s in made] == [0, 1]
     assert made[0].calls == [a0, a0] and made[1].calls == [a1, torch_like]
     assert dispatch.device_of(np.zeros(2)) is None
+
+
+def test_threads_plan_a_shape_once_and_never_time_side_by_side(table, tmp_path, monkeypatch):
+    """Threads whose first calls meet: one plans (the others wait for its plan), and no two measurements run on the
+    GPU at once (each would slow the other and store a skewed decision)."""
+    import threading
+    from collections import Counter
+
+    class Slow(NumpyBackend):
+        def __init__(self):
+            super().__init__()
+            self.busy = 0
+            self.overlap = False
+
+        def time(self, problem, calls, reps):
+            self.busy += 1
+            self.overlap |= self.busy > 1
+            time.sleep(0.05)
+            self.busy -= 1
+            return super().time(problem, calls, reps)
+
+    shapes = [(77, 200, 72), (77, 200, 72), (129, 67, 33), (77, 200, 72), (129, 67, 33)]
+    alone = NumpyBackend()  # what planning each shape once measures, in a process of its own (decisions file)
+    monkeypatch.setenv("EVO_DISPATCH_DECISIONS", str(tmp_path / "alone.json"))
+    d0 = Dispatcher.load(table, backend=alone)
+    for m, n, k in dict.fromkeys(shapes):
+        d0.plan(m, n, k)
+    assert alone.timed  # shapes outside the table: measured on first use
+    monkeypatch.setenv("EVO_DISPATCH_DECISIONS", str(tmp_path / "threads.json"))
+    be = Slow()
+    d = Dispatcher.load(table, backend=be)
+    out: dict = {}
+
+    def call(i, m, n, k):
+        a, b = inputs(m, n, k, seed=i)
+        out[i] = (d.matmul(a, b), ref(a, b))
+
+    threads = [threading.Thread(target=call, args=(i, *s)) for i, s in enumerate(shapes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c, want in out.values():
+        np.testing.assert_array_equal(c, want)
+    assert not be.overlap
+    assert Counter(key for key, _ in be.timed) == Counter(key for key, _ in alone.timed)  # each shape planned once
+    assert len(out) == len(shapes)
