@@ -829,7 +829,8 @@ class Dispatcher:
 
 
 class _Default:
-    """The lazily created Dispatchers behind evo.dispatch.matmul, one per GPU (device ordinal)."""
+    """The Dispatchers behind evo.dispatch.matmul and torch.ops.evo.matmul, one per GPU (device ordinal), each
+    created on its GPU's first use or set by `use`."""
 
     dispatchers: dict[int | None, Dispatcher] = {}
 
@@ -861,6 +862,14 @@ def default(device: int | None = None) -> Dispatcher:
     if d is None:
         d = _Default.dispatchers[device] = Dispatcher.load(device_id=device)
     return d
+
+
+def use(dispatcher: Dispatcher, device: int | None = None) -> None:
+    """Serve GPU `device` (the dispatcher's own GPU by default) from this Dispatcher (e.g. another table folder),
+    in evo.dispatch.matmul and torch.ops.evo.matmul alike."""
+    if device is None:
+        device = getattr(dispatcher.backend, "device_id", None)
+    _Default.dispatchers[_current_device() if device is None else device] = dispatcher
 
 
 def matmul(a: Any, b: Any, out: Any = None) -> Any:

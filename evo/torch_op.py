@@ -32,31 +32,26 @@ except ImportError as e:  # pragma: no cover - exercised where torch is absent
 
 
 class _State:
-    """The dispatchers the op serves from, one per GPU (created on a GPU's first use; ``use()`` replaces one), and
-    CuPy views of torch's streams, one per stream pointer."""
+    """CuPy views of torch's streams, one per stream pointer (the dispatchers live in evo.dispatch, one per GPU,
+    shared with evo.dispatch.matmul)."""
 
-    dispatchers: dict[int, Any] = {}
     streams: dict[tuple[int, int], Any] = {}
 
 
 def use(dispatcher: Any, device: int | None = None) -> None:
     """Serve evo::matmul on GPU `device` (the dispatcher's own GPU by default) from this evo.dispatch.Dispatcher
-    (e.g. another table folder)."""
-    if device is None:
-        device = getattr(dispatcher.backend, "device_id", None)
-    _State.dispatchers[torch.cuda.current_device() if device is None else device] = dispatcher
+    (e.g. another table folder); evo.dispatch.matmul uses it too."""
+    from .dispatch import use as use_dispatcher
+
+    use_dispatcher(dispatcher, device)
 
 
 def dispatcher(device: int | None = None) -> Any:
-    """The dispatcher of GPU `device` (torch's current GPU by default): a model spread over several GPUs in one
-    process is served on each by that GPU's table, kernels and library handles."""
-    device = torch.cuda.current_device() if device is None else device
-    d = _State.dispatchers.get(device)
-    if d is None:
-        from .dispatch import Dispatcher
+    """The dispatcher of GPU `device` (torch's current GPU by default), evo.dispatch.default's: a model spread over
+    several GPUs in one process is served on each by that GPU's table, kernels and library handles."""
+    from .dispatch import default
 
-        d = _State.dispatchers[device] = Dispatcher.load(device_id=device)
-    return d
+    return default(torch.cuda.current_device() if device is None else device)
 
 
 def check_inputs(a: torch.Tensor, b: torch.Tensor) -> None:

@@ -968,3 +968,19 @@ def test_threads_plan_a_shape_once_and_never_time_side_by_side(table, tmp_path, 
     assert not be.overlap
     assert Counter(key for key, _ in be.timed) == Counter(key for key, _ in alone.timed)  # each shape planned once
     assert len(out) == len(shapes)
+
+
+def test_use_sets_the_dispatcher_a_gpu_serves_from(monkeypatch):
+    """evo.dispatch.use registers a Dispatcher for its GPU (or the one named) in the registry that evo.dispatch.matmul
+    and torch.ops.evo.matmul both read: nothing else is loaded for that GPU."""
+    import evo.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch._Default, "dispatchers", {})
+    monkeypatch.setattr(dispatch.Dispatcher, "load", classmethod(lambda cls, *a, **kw: pytest.fail("loaded another")))
+    one = SimpleNamespace(backend=SimpleNamespace(device_id=1), matmul=lambda a, b, out=None: "C1")
+    zero = SimpleNamespace(backend=SimpleNamespace(), matmul=lambda a, b, out=None: "C0")
+    dispatch.use(one)
+    dispatch.use(zero, device=0)
+    assert dispatch.default(1) is one and dispatch.default(0) is zero
+    assert dispatch.matmul(SimpleNamespace(device=SimpleNamespace(id=1)), None) == "C1"
+    assert dispatch.matmul(SimpleNamespace(device=SimpleNamespace(id=0)), None) == "C0"
