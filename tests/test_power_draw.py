@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from test_sustained import Clock
+from test_sustained import Clock, sampler
 
 from bench.power_draw import render, summarize_rounds
 from evo.gpu.state_sampler import INTERVAL_MS, summarize
@@ -97,16 +97,7 @@ def test_each_round_runs_every_contender_alone_in_its_own_sampled_window(monkeyp
     def select_across(plans, timer, reps):
         plans[0].tuned = "tuned"
 
-    class Sampled:
-        def __init__(self, bus, field):
-            self.summary = None
-
-        def __enter__(self):
-            log.append(("window",))
-            return self
-
-        def __exit__(self, *exc):
-            self.summary = summarize(["00000000:19:00.0, 1785, 1980, 690.0, 700.0, 61, 0x4"], "")
+    Sampled = sampler(log, summarize(["00000000:19:00.0, 1785, 1980, 690.0, 700.0, 61, 0x4"], ""))
 
     session = types.SimpleNamespace(timer=None, cublas=lambda a, b, c: (log.append(("cublas",)), clk.call()))
     info = types.SimpleNamespace(name="Fake GPU", key="NVIDIA_H200", driver="0", cuda_runtime="0", sm_count=132,

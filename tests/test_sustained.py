@@ -4,6 +4,24 @@ import pytest
 from evo.sustained import Sustained, fewest_cycles_first, per_contender, sustain, tied_cold
 
 
+def sampler(log: list, summary):
+    """A stand-in for evo.gpu.state_sampler.sample_states: logs ("window",) as a window opens and reports `summary`
+    once it closes."""
+
+    class Sampled:
+        def __init__(self, bus, field):
+            self.summary = None
+
+        def __enter__(self):
+            log.append(("window",))
+            return self
+
+        def __exit__(self, *exc):
+            self.summary = summary
+
+    return Sampled
+
+
 class Clock:
     def __init__(self, per_call_s):
         self.t, self.per_call_s, self.pending = 0.0, per_call_s, 0

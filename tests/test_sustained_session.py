@@ -5,6 +5,7 @@ from __future__ import annotations
 import types
 
 from test_runoff_placements import session_module  # noqa: F401  (the fixture: evo.gpu.session against a mock cupy)
+from test_sustained import sampler
 
 from evo.config import load_config
 from evo.problem import parse_shape
@@ -49,19 +50,8 @@ def test_each_kernel_alone_alternating_two_input_sets_then_checked(session_modul
 
     monkeypatch.setattr(sm.Session, "_launcher", launcher)
 
-    class Sampled:
-        def __init__(self, bus, field):
-            self.summary = None
-
-        def __enter__(self):
-            log.append(("window",))
-            return self
-
-        def __exit__(self, *exc):
-            self.summary = types.SimpleNamespace(sm_mhz_median=1400, power_w_median=680.0)
-
     monkeypatch.setattr(st, "reasons_field", lambda: "f")
-    monkeypatch.setattr(st, "sample_states", Sampled)
+    monkeypatch.setattr(st, "sample_states", sampler(log, types.SimpleNamespace(sm_mhz_median=1400, power_w_median=680.0)))
     session = object.__new__(sm.Session)
     session.cfg, session.seed = load_config(), 1
     session.info = types.SimpleNamespace(extra={"pci_bus_id": "0000:19:00.0"})
