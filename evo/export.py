@@ -177,7 +177,8 @@ def write_kernel_files(store: Store | None, problem: Problem, row: TableRow, out
         "params": json.loads(best["params"]), "launch": asdict(ks.launch(problem, 132)),
         "launch_rules": {"grid": ks.meta.grid, "block": ks.meta.block, "smem": ks.meta.smem,
                          "workspace": ks.meta.workspace, "requires": ks.meta.requires,
-                         "tensor_maps": list(ks.meta.tensor_maps), "archs": ks.meta.archs},
+                         "tensor_maps": list(ks.meta.tensor_maps), "archs": ks.meta.archs,
+                         "cooperative": ks.meta.cooperative},
         "time_us": row.time_us, "baselines_us": libs, "timing_source": row.timing_source,
         "lineage": chain if chain is not None else lineage(store, row.hash), "cuda": best["cuda"], "driver": best["driver"],
     }

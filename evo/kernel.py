@@ -86,6 +86,7 @@ class LaunchSpec:
     smem: int
     workspace: int
     tensor_maps: tuple[TensorMapSpec, ...] = ()
+    cooperative: bool = False  # launched so that the whole grid is resident at once (CTAs wait on other CTAs)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class KernelMeta:
     tensor_maps: tuple[dict, ...] = ()
     launch: str = "device"   # "host": the candidate's own host functions build its launch (see HOST_ENTRIES)
     host_args: tuple = ()    # launch: host: expressions passed to the host functions as int64s
+    cooperative: Any = False  # expression: true where the kernel's CTAs wait on each other (a cooperative launch)
 
 
 @dataclass(frozen=True)
@@ -150,6 +152,12 @@ class KernelSource:
         except (EvoError, ValueError, ZeroDivisionError, TypeError):
             return False
 
+    def cooperative(self, problem: Problem, num_sms: int) -> bool:
+        """Whether this instance's CTAs wait on other CTAs of the grid (a reduce-scatter barrier, stream-K's
+        fix-up), so that it must be launched cooperatively: the driver then makes the whole grid resident at once
+        or refuses the launch, even beside other kernels (other streams, other priorities)."""
+        return bool(expr.evaluate(self.meta.cooperative, self.env(problem, num_sms)))
+
     def host_arg_values(self, problem: Problem, num_sms: int) -> tuple[int, ...]:
         """launch: host: the front matter's host_args evaluated for this problem (int64s for the host functions)."""
         env = self.env(problem, num_sms)
@@ -178,6 +186,7 @@ class KernelSource:
             smem=expr.evaluate(self.meta.smem, env),
             workspace=expr.evaluate(self.meta.workspace, env),
             tensor_maps=maps,
+            cooperative=self.cooperative(problem, num_sms),
         )
 
 
@@ -221,6 +230,9 @@ def parse_meta(text: str) -> KernelMeta:
     launch = str(d.get("launch", "device"))
     if launch not in LAUNCH_MODES:
         raise EvoError(f"front matter: launch must be one of {', '.join(LAUNCH_MODES)}, not {launch!r}")
+    cooperative = d.get("cooperative", False)
+    if not isinstance(cooperative, (bool, int, str)):
+        raise EvoError(f"front matter: cooperative must be true, false or an expression, got {cooperative!r}")
     host_args = d.get("host_args") or []
     if not isinstance(host_args, list) or (host_args and launch != "host"):
         raise EvoError("front matter: host_args must be a list, and only with launch: host")
@@ -236,6 +248,7 @@ def parse_meta(text: str) -> KernelMeta:
         tensor_maps=tuple(maps),
         launch=launch,
         host_args=tuple(host_args),
+        cooperative=cooperative,
     )
 
 
@@ -267,6 +280,8 @@ def source_hash(text: str, meta: KernelMeta) -> str:
     }
     if meta.launch != "device":  # only then: hashes of device-launched candidates stay as they were
         launch.update(launch_mode=meta.launch, host_args=meta.host_args)
+    if meta.cooperative is not False:  # likewise: a kernel that declares none keeps its hash
+        launch.update(cooperative=meta.cooperative)
     h = hashlib.sha256()
     h.update(normalize(_FRONT.sub("", text, count=1)).encode())
     h.update(json.dumps(launch, sort_keys=True, default=str).encode())

@@ -149,10 +149,11 @@ def test_call_builds_the_launch_config_once_per_stream(monkeypatch):
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
     monkeypatch.setattr(hl, "driver", lambda: drv)
     real = hl.launch_config
-    monkeypatch.setattr(hl, "launch_config", lambda g, s: built.append(s) or real(g, s))
+    monkeypatch.setattr(hl, "launch_config", lambda g, s, coop: built.append(s) or real(g, s, coop))
     g = HostGeometry(64, (2, 1, 1), (128, 1, 1), (1, 1, 1), 0, False, 16, (Fill(0, 4, 4, 0),))
     k = object.__new__(hl.HostLaunchedKernel)
     k.fn_ptr, k.workspace, k._blocks = 1, types.SimpleNamespace(data=types.SimpleNamespace(ptr=4096)), {}
+    k.cooperative = False
     k._block = lambda a, b, c: k._blocks.setdefault((a, b, c), (g, None, None, {}))
     for _ in range(3):
         k(1, 2, 3)
@@ -161,8 +162,8 @@ def test_call_builds_the_launch_config_once_per_stream(monkeypatch):
     assert built == [7, 9] and launched == [7, 7, 7, 9] and len(memsets) == 4
 
 
-def test_launch_config_carries_cluster_and_pdl():
-    from evo.gpu.host_launch import (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+def test_launch_config_carries_cluster_pdl_and_cooperative():
+    from evo.gpu.host_launch import (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
                                      CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, launch_config)
 
     g = HostGeometry(64, (4, 66, 1), (384, 1, 1), (2, 1, 1), 205824, True, 0, ())
@@ -174,6 +175,10 @@ def test_launch_config_carries_cluster_and_pdl():
     assert attrs[1].value.programmaticStreamSerializationAllowed == 1
     plain, _ = launch_config(HostGeometry(64, (1, 1, 1), (32, 1, 1), (1, 1, 1), 0, False, 0, ()), 0)
     assert plain.numAttrs == 0
+    coop, cattrs = launch_config(g, 0, cooperative=True)  # a kernel whose CTAs wait on each other
+    assert coop.numAttrs == 3 and cattrs[0].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE and cattrs[0].value.cooperative == 1
+    assert [cattrs[i].id for i in (1, 2)] == [CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+                                              CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION]
     assert ctypes.sizeof(attrs[0]) == 72  # CUlaunchAttribute: 4-byte id, 4 bytes pad, 64-byte value
 
 

@@ -70,3 +70,20 @@ def test_expr_safe():
     for bad in ("__import__('os')", "M.real", "open('x')", "[1][0]", "Q + 1"):
         with pytest.raises(EvoError):
             expr.evaluate(bad, env)
+
+
+def test_cooperative_launch_is_declared_per_instance(naive_source):
+    """`cooperative` (an expression) says which instances launch with the whole grid resident; a kernel that
+    declares none keeps its hash, one that declares it gets another (its launch differs)."""
+    plain = KernelSource.parse(naive_source)
+    assert plain.launch(parse_shape("64x64x64"), 132).cooperative is False
+    src = naive_source.replace("workspace: 0\n", 'workspace: 0\ncooperative: "K > 128"\n')
+    ks = KernelSource.parse(src)
+    assert ks.hash != plain.hash and ks.code_hash == plain.code_hash  # one compile serves both
+    assert ks.launch(parse_shape("64x64x256"), 132).cooperative is True
+    assert ks.launch(parse_shape("64x64x64"), 132).cooperative is False
+    assert ks.cooperative(parse_shape("64x64x256"), 132) and not ks.cooperative(parse_shape("64x64x128"), 132)
+    off = KernelSource.parse(naive_source.replace("workspace: 0\n", "workspace: 0\ncooperative: false\n"))
+    assert off.hash == plain.hash
+    with pytest.raises(EvoError, match="cooperative"):
+        KernelSource.parse(naive_source.replace("workspace: 0\n", "workspace: 0\ncooperative: [1]\n"))

@@ -43,11 +43,12 @@ CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH = 11  # compile-time __cluster_dims__ (0: none); 12, 13: height, depth
 CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
 CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
 CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
 # driver errors of a launch refused before it ran (the context stays usable)
-_REFUSED = (1, 200, 209, 500, 701, 912)  # INVALID_VALUE, INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_FOUND,
-#                                          LAUNCH_OUT_OF_RESOURCES, INVALID_CLUSTER_SIZE
+_REFUSED = (1, 200, 209, 500, 701, 720, 912)  # INVALID_VALUE, INVALID_IMAGE, NO_BINARY_FOR_GPU, NOT_FOUND,
+#                                          LAUNCH_OUT_OF_RESOURCES, COOPERATIVE_LAUNCH_TOO_LARGE, INVALID_CLUSTER_SIZE
 
 
 class EvoHostLaunch(ctypes.Structure):
@@ -191,7 +192,8 @@ class _ClusterDim(ctypes.Structure):
 
 
 class _AttrValue(ctypes.Union):
-    _fields_ = [("pad", ctypes.c_char * 64), ("clusterDim", _ClusterDim), ("programmaticStreamSerializationAllowed", ctypes.c_int)]
+    _fields_ = [("pad", ctypes.c_char * 64), ("clusterDim", _ClusterDim), ("programmaticStreamSerializationAllowed", ctypes.c_int),
+                ("cooperative", ctypes.c_int)]
 
 
 class _LaunchAttr(ctypes.Structure):
@@ -234,9 +236,14 @@ def error_name(code: int) -> str:
     return f"CUresult {code}"
 
 
-def launch_config(g: HostGeometry, stream: int) -> tuple[_LaunchConfig, ctypes.Array]:
-    attrs = (_LaunchAttr * 2)()
+def launch_config(g: HostGeometry, stream: int, cooperative: bool = False) -> tuple[_LaunchConfig, ctypes.Array]:
+    """cooperative: the whole grid resident at once, or the launch is refused (KernelSource.cooperative)."""
+    attrs = (_LaunchAttr * 3)()
     n = 0
+    if cooperative:
+        attrs[n].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        attrs[n].value.cooperative = 1
+        n += 1
     if g.cluster != (1, 1, 1):
         attrs[n].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
         attrs[n].value.clusterDim = _ClusterDim(*g.cluster)
@@ -263,6 +270,7 @@ class HostLaunchedKernel:
         self.num_sms = num_sms
         self.args = ks.host_arg_values(problem, num_sms)
         self.pdl = pdl
+        self.cooperative = ks.cooperative(problem, num_sms)
         self.module = None
         if isolate:
             from .host_sandbox import SandboxedHostLibrary
@@ -351,7 +359,7 @@ class HostLaunchedKernel:
         if launch is None:  # built once per stream: the config and the attributes it points into stay alive here
             if len(configs) >= PARAM_CACHE:
                 configs.clear()
-            launch = configs[stream] = launch_config(g, stream)
+            launch = configs[stream] = launch_config(g, stream, self.cooperative)
         base = self.workspace.data.ptr
         for f in g.fills:
             fn = getattr(d, _MEMSET[f.elem])

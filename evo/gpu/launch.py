@@ -1,20 +1,23 @@
 """Load a compiled candidate and launch it by the ABI (runs inside the worker)."""
 from __future__ import annotations
 
+import ctypes
+
 import cupy
 import numpy as np
 
 from ..errors import EvoError
 from ..kernel import ENTRY, KernelSource, LaunchSpec
 from ..problem import Problem
-from .module import FreshModule, allow_large_cluster
+from .host_launch import HostGeometry, driver, error_name, launch_config
+from .module import FreshModule, ModuleFunction, allow_large_cluster
 
 
 # driver errors of a launch that was refused before it ran; the context stays usable
 _LAUNCH_REFUSED = ("CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_OUT_OF_RESOURCES", "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
                    "CUDA_ERROR_INVALID_CONFIGURATION", "CUDA_ERROR_NOT_FOUND", "CUDA_ERROR_INVALID_IMAGE",
                    "CUDA_ERROR_NO_BINARY_FOR_GPU", "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED",
-                   "CUDA_ERROR_INVALID_CLUSTER_SIZE")
+                   "CUDA_ERROR_INVALID_CLUSTER_SIZE", "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE")
 
 
 MAP_CACHE = 8  # tensor-map sets kept per kernel: encoding them is host work that must stay out of timed windows
@@ -41,8 +44,8 @@ class LoadedKernel:
         else:
             self.module = cupy.RawModule(path=cubin_path)
         try:
-            if not fresh:
-                self.fn = self.module.get_function(ENTRY)
+            if not fresh:  # the RawKernel's driver function, launched like a fresh module's
+                self.fn = ModuleFunction(self.module.get_function(ENTRY).kernel)
             static = int(self.fn.shared_size_bytes)
             max_threads = int(self.fn.max_threads_per_block)
         except cupy.cuda.driver.CUDADriverError as e:
@@ -57,10 +60,11 @@ class LoadedKernel:
                 self.fn.max_dynamic_shared_size_bytes = self.spec.smem
             except cupy.cuda.driver.CUDADriverError as e:
                 raise EvoError(f"cannot grant {self.spec.smem} bytes of dynamic shared memory: {e}") from None
-        allow_large_cluster(int(self.fn.fn.ptr if fresh else self.fn.kernel.ptr))  # (a RawModule function is a RawKernel)
+        allow_large_cluster(int(self.fn.fn.ptr))
         # the workspace is zeroed once; kernels must leave their counters at zero
         self.workspace = cupy.zeros(max(self.spec.workspace, 16) // 4 + 1, dtype=cupy.float32)
         self._maps: dict[tuple, list] = {}
+        self._cooperative: dict[tuple, tuple] = {}  # launch configs of a cooperative kernel, by buffers and stream
 
     def _tensor_maps(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> list:
         if not self.spec.tensor_maps:
@@ -76,6 +80,33 @@ class LoadedKernel:
             self._maps[key] = maps
         return self._maps[key]
 
+    def _launch_cooperative(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray, maps: list) -> None:
+        """cuLaunchKernelEx with the cooperative attribute: the driver makes the whole grid resident at once or
+        refuses the launch (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE). Not cupy's cooperative launch, which queries
+        the occupancy on every call and silently shrinks a one-dimensional grid that does not fit. The parameter
+        block and the launch config are built once per (A, B, C, stream)."""
+        stream = cupy.cuda.get_current_stream().ptr
+        key = (a.data.ptr, b.data.ptr, c.data.ptr, stream)
+        hit = self._cooperative.get(key)
+        if hit is None:
+            p = self.problem
+            vals = [ctypes.c_uint64(x.data.ptr) for x in (a, b, c)] + [ctypes.c_int32(v) for v in (p.m, p.n, p.k)]
+            vals.append(ctypes.c_uint64(self.workspace.data.ptr))
+            ptrs = (ctypes.c_void_p * (len(vals) + len(maps)))(*[ctypes.addressof(v) for v in vals],
+                                                                  *[t.ctypes.data for t in maps])
+            g = HostGeometry(0, self.spec.grid, self.spec.block, (1, 1, 1), self.spec.smem, False, 0, ())
+            cfg, attrs = launch_config(g, stream, cooperative=True)  # a compile-time cluster needs no attribute
+            if len(self._cooperative) >= MAP_CACHE:
+                self._cooperative.pop(next(iter(self._cooperative)))
+            hit = self._cooperative[key] = (cfg, ptrs, (attrs, vals, maps))  # the last: kept alive with the config
+        rc = driver().cuLaunchKernelEx(ctypes.byref(hit[0]), int(self.fn.fn.ptr), hit[1], None)
+        if rc:
+            name = error_name(rc)
+            if name in _LAUNCH_REFUSED:
+                raise EvoError(f"launch refused: {name} (cooperative grid {self.spec.grid}, block {self.spec.block}, "
+                               f"smem {self.spec.smem})")
+            raise cupy.cuda.driver.CUDADriverError(rc)
+
     def close(self) -> None:
         """Drop the module (unloaded when fresh) and the workspace: the next phase loads its own."""
         close = getattr(self.module, "close", None)
@@ -84,11 +115,14 @@ class LoadedKernel:
         self.fn = None
         self.workspace = None
         self._maps.clear()
+        self._cooperative.clear()
 
     def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
         p = self.problem
         args = [a, b, c, np.int32(p.m), np.int32(p.n), np.int32(p.k), self.workspace]
         args += self._tensor_maps(a, b, c)
+        if self.spec.cooperative:
+            return self._launch_cooperative(a, b, c, args[7:])
         try:
             self.fn(self.spec.grid, self.spec.block, tuple(args), shared_mem=self.spec.smem)
         except cupy.cuda.driver.CUDADriverError as e:
