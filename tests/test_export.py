@@ -212,3 +212,38 @@ def test_a_row_is_dated_the_day_its_numbers_were_measured(tmp_path):
     store.db.commit()
     _, rows = export_table(store, GPU, fresh)
     assert {r.shape: r.date for r in rows} == {"256x256x256": today, "512x512x2048": day(earlier)}
+
+
+def test_committed_tables_launch_every_waiting_kernel_cooperatively():
+    """A published kernel whose CTAs wait on each other (its family's `cooperative` expression holds for its
+    parameters; a parameter the kernel predates counts as its feature absent) declares the cooperative launch, in
+    its front matter and in the JSON that programs outside evo read; no other kernel does."""
+    import re
+
+    from evo import expr
+    from evo.export import published_kernel, read_table
+    from evo.kernel import parse_meta
+
+    root = Path(__file__).resolve().parent.parent
+    rules = {}
+    for t in sorted((root / "templates").glob("*/kernel.cu")):
+        m = parse_meta(t.read_text().replace("{{PARAMS}}", "{}"))
+        rules[t.parent.name] = m.cooperative
+    assert rules["wgmma_sm90"] and rules["cutlass_sm90"]
+    seen = 0
+    for table in sorted((root / "kernels_out").glob("*/table.json")):
+        _, rows = read_table(table.parent)
+        for r in rows:
+            if not r.kernel_path:
+                continue
+            ks = published_kernel(root / "kernels_out", r)
+            p = parse_shape(r.shape, r.layout)
+            rule = rules.get(r.family, False)
+            env = {k: 0 for k in re.findall(r"[A-Z_]+", str(rule))}
+            env.update(ks.env(p, 132))
+            want = bool(expr.evaluate(rule, env))
+            assert ks.launch(p, 132).cooperative is want, (table, r.shape)
+            meta = json.loads((root / "kernels_out" / r.kernel_path).with_suffix(".json").read_text())
+            assert meta["hash"] == ks.hash and bool(meta["launch"].get("cooperative")) is want, (table, r.shape)
+            seen += want
+    assert seen >= 1

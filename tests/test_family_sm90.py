@@ -161,6 +161,25 @@ def test_split_owner_launch_and_constraints(fam):
     assert fam.valid(fam.complete({**p, "SPLIT_RS": 1, "PERSISTENT": 0, "SPLIT_OWNER": 0}))
 
 
+def test_instances_whose_ctas_wait_on_each_other_launch_cooperatively(fam):
+    """A reduce-scatter split, a stream-K fix-up and a persistent owner reduce wait on CTAs that may not have been
+    dispatched before them: those instances launch cooperatively (the whole grid resident, or refused). The others,
+    a last-arrival reduce and a multi-wave owner reduce among them, wait on nothing or only on CTAs dispatched first."""
+    shape = Problem(512, 2048, 4096)
+    cases = [
+        ({"BM": 128, "BN": 128, "SPLIT_K": 2, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 6}, True),
+        ({"BM": 128, "BN": 128, "STREAMK": 1, "PERSISTENT": 1, "STAGES": 5}, True),
+        ({"BM": 128, "BN": 128, "SPLIT_K": 2, "SPLIT_OWNER": 1, "PERSISTENT": 1, "STAGES": 6}, True),
+        ({"BM": 128, "BN": 128, "SPLIT_K": 2, "SPLIT_OWNER": 1, "PERSISTENT": 0, "STAGES": 6}, False),
+        ({"BM": 128, "BN": 128, "SPLIT_K": 2, "PERSISTENT": 1, "STAGES": 6}, False),
+        ({"BM": 128, "BN": 128, "PERSISTENT": 1, "STAGES": 5}, False),
+    ]
+    for p, coop in cases:
+        q = fam.complete(p)
+        assert fam.valid(q), p
+        assert fam.render(q).launch(shape, num_sms=132).cooperative is coop, p
+
+
 @pytest.mark.nvcc
 def test_split_owner_ptx(fam, tmp_path):
     # the other splits arrive with a release reduction, the reducer polls with acquire loads; no acq_rel ticket, no

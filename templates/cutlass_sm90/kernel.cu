@@ -9,6 +9,7 @@ block: ["256 if SCHEDULE == 0 else 384", 1, 1]
 grid: ["cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) if SCHEDULE == 0 else min(cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) * SPLITS, NUM_SMS // (CLUSTER_M * CLUSTER_N) * CLUSTER_M * CLUSTER_N)", 1, 1]
 smem: "(TILE_M + TILE_N) * TILE_K * 2 * STAGES + 16384 * EPI + 1024 if STAGES else 221184"   # auto stages fill it
 requires: "K % 8 == 0 and N % 8 == 0"   # 16-byte TMA strides of A, B (K) and C (N)
+cooperative: "SCHEDULER == 1"   # stream-K's fix-up waits on the partials of peer CTAs: the whole grid resident at once
 ---*/
 // CUTLASS 3.x SM90 GEMM (nvidia-cutlass headers): C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation,
 // built from the CollectiveBuilders: TMA + wgmma mainloop with a (TILE_M x TILE_N x TILE_K) tile, a thread-block

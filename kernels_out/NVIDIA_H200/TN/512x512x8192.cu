@@ -17,6 +17,7 @@ tensor_maps:
   - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
+cooperative: true   # wgmma_sm90's: STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
