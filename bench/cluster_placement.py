@@ -1,10 +1,13 @@
 """Where a grid's CTAs land, launched singly and as thread-block clusters: SM per blockIdx, and start skew.
 
     python -m bench.cluster_placement [--grid 132] [--smem-kb 200] [--threads 384] [--spin-us 20] [--policy 0,1,2]
+        [--cluster 2]
 
-One kernel, compiled twice (plain and with __cluster_dims__(2, 1, 1)), takes --smem-kb of dynamic shared memory
+One kernel, compiled twice (plain and with __cluster_dims__(--cluster, 1, 1); 16 is non-portable), takes --smem-kb of dynamic shared memory
 (so one CTA fits an SM, as a GEMM's ring does), records %smid and %globaltimer at entry and spins --spin-us. Prints,
-per launch kind, the SMs of the first 24 blockIdx, how many SMs were used, and how late the last CTA started.
+per launch kind, the SMs of the first 24 blockIdx, how many SMs were used, and how late the last CTA started; for
+the clusters also the SMs of each cluster (a cluster runs inside one GPC, so these sets show how this die's GPCs were
+floor-swept) and cuOccupancyMaxActiveClusters (how many such clusters the GPU holds at once).
 --policy: the cluster launch again under each cluster scheduling policy preference (the function attribute
 CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: 0 default, 1 spread, 2 load balancing).
 
@@ -32,7 +35,7 @@ _SRC = r"""
     if (threadIdx.x == 0) { out[blockIdx.x * 2] = t0; out[blockIdx.x * 2 + 1] = sm; }                        \
   }
 PROBE(evo_place_plain, )
-PROBE(evo_place_pair, __cluster_dims__(2, 1, 1))
+PROBE(evo_place_pair, __cluster_dims__(EVO_CLUSTER, 1, 1))
 """
 
 
@@ -40,17 +43,36 @@ POLICY_ATTR = 15  # CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (cuda
 POLICIES = {0: "default", 1: "spread", 2: "load balancing"}  # CUclusterSchedulingPolicy
 
 
-def place(grid: int, smem: int, threads: int, spin_ns: int, policies: tuple[int, ...] = ()) -> dict[str, tuple[list[int], float]]:
+def max_active_clusters(fn_ptr: int, grid: int, threads: int, smem: int) -> int:
+    """cuOccupancyMaxActiveClusters of a kernel with compile-time cluster dimensions: how many of its clusters the
+    GPU can hold at once (an error reads as -1)."""
+    import ctypes
+
+    from evo.gpu.host_launch import _LaunchConfig, driver
+
+    d = driver()
+    n = ctypes.c_int(0)
+    cfg = _LaunchConfig(grid, 1, 1, threads, 1, 1, smem, None, None, 0)
+    rc = d.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(fn_ptr), ctypes.byref(cfg))
+    return n.value if rc == 0 else -1
+
+
+def place(grid: int, smem: int, threads: int, spin_ns: int, policies: tuple[int, ...] = (),
+          cluster: int = 2) -> dict[str, tuple[list[int], float]]:
     """{launch kind: (SM of each blockIdx, last CTA's start after the first's, us)}, the third of three launches;
-    with policies, the pair kernel once more under each cluster scheduling policy ("pair/spread", ...)."""
+    "pair" is the launch in clusters of `cluster` CTAs; with policies, that kernel once more under each cluster
+    scheduling policy ("pair/spread", ...)."""
     import cupy
     import numpy as np
 
-    mod = cupy.RawModule(code=_SRC, options=("-arch=sm_90a",))
+    from evo.gpu.module import allow_large_cluster
+
+    mod = cupy.RawModule(code=_SRC, options=("-arch=sm_90a", f"-DEVO_CLUSTER={cluster}"))
     out = {}
     for kind, policy in [("plain", None), ("pair", None)] + [("pair", p) for p in policies]:
         fn = mod.get_function(f"evo_place_{kind}")
         fn.max_dynamic_shared_size_bytes = smem
+        allow_large_cluster(int(fn.kernel.ptr))
         if policy is not None:
             cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, POLICY_ATTR, policy)
             kind = f"pair/{POLICIES[policy]}"
@@ -71,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=384)
     ap.add_argument("--spin-us", type=float, default=20.0)
     ap.add_argument("--policy", default="", help="comma list of cluster scheduling policies to launch the pairs under")
+    ap.add_argument("--cluster", type=int, default=2, choices=(2, 4, 8, 16), help="CTAs per cluster")
     a = ap.parse_args(argv)
     from evo.errors import EvoError
 
@@ -83,10 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     from evo.gpu.device import require_gpu
 
     require_gpu()
-    for kind, (sms, skew) in place(a.grid - a.grid % 2, a.smem_kb * 1024, a.threads, int(a.spin_us * 1000),
-                                      policies).items():
+    grid = a.grid - a.grid % a.cluster
+    for kind, (sms, skew) in place(grid, a.smem_kb * 1024, a.threads, int(a.spin_us * 1000), policies,
+                                      a.cluster).items():
         print(f"{kind}: {len(set(sms))} SMs for {len(sms)} CTAs, last CTA started {skew:.2f} us after the first")
         print(f"  SM of blockIdx 0..23: {sms[:24]}")
+        if kind.startswith("pair"):
+            groups = [sorted(sms[i:i + a.cluster]) for i in range(0, len(sms), a.cluster)]
+            print(f"  SMs of each cluster of {a.cluster}: {groups}")
+    import cupy
+
+    mod = cupy.RawModule(code=_SRC, options=("-arch=sm_90a", f"-DEVO_CLUSTER={a.cluster}"))
+    fn = mod.get_function("evo_place_pair")
+    fn.max_dynamic_shared_size_bytes = a.smem_kb * 1024
+    from evo.gpu.module import allow_large_cluster
+
+    allow_large_cluster(int(fn.kernel.ptr))
+    n = max_active_clusters(int(fn.kernel.ptr), grid, a.threads, a.smem_kb * 1024)
+    print(f"cuOccupancyMaxActiveClusters, clusters of {a.cluster} with {a.smem_kb} KiB each: {n}")
     return 0
 
 
