@@ -43,17 +43,30 @@ POLICY_ATTR = 15  # CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE (cuda
 POLICIES = {0: "default", 1: "spread", 2: "load balancing"}  # CUclusterSchedulingPolicy
 
 
-def max_active_clusters(fn_ptr: int, grid: int, threads: int, smem: int) -> int:
-    """cuOccupancyMaxActiveClusters of a kernel with compile-time cluster dimensions: how many of its clusters the
-    GPU can hold at once (an error reads as -1)."""
+def probe(kind: str, cluster: int, smem: int):
+    """The probe kernel ("plain", or "pair": in clusters of `cluster` CTAs), allowed `smem` bytes of dynamic shared
+    memory and, past 8 CTAs, a non-portable cluster."""
+    import cupy
+
+    from evo.gpu.module import allow_large_cluster
+
+    fn = cupy.RawModule(code=_SRC, options=("-arch=sm_90a", f"-DEVO_CLUSTER={cluster}")).get_function(f"evo_place_{kind}")
+    fn.max_dynamic_shared_size_bytes = smem
+    allow_large_cluster(int(fn.kernel.ptr))
+    return fn
+
+
+def max_active_clusters(cluster: int, grid: int, threads: int, smem: int) -> int:
+    """cuOccupancyMaxActiveClusters of the probe in clusters of `cluster` CTAs: how many of them the GPU can hold at
+    once (an error reads as -1)."""
     import ctypes
 
     from evo.gpu.host_launch import _LaunchConfig, driver
 
-    d = driver()
+    fn = probe("pair", cluster, smem)
     n = ctypes.c_int(0)
     cfg = _LaunchConfig(grid, 1, 1, threads, 1, 1, smem, None, None, 0)
-    rc = d.cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(fn_ptr), ctypes.byref(cfg))
+    rc = driver().cuOccupancyMaxActiveClusters(ctypes.byref(n), ctypes.c_void_p(int(fn.kernel.ptr)), ctypes.byref(cfg))
     return n.value if rc == 0 else -1
 
 
@@ -65,14 +78,9 @@ def place(grid: int, smem: int, threads: int, spin_ns: int, policies: tuple[int,
     import cupy
     import numpy as np
 
-    from evo.gpu.module import allow_large_cluster
-
-    mod = cupy.RawModule(code=_SRC, options=("-arch=sm_90a", f"-DEVO_CLUSTER={cluster}"))
     out = {}
     for kind, policy in [("plain", None), ("pair", None)] + [("pair", p) for p in policies]:
-        fn = mod.get_function(f"evo_place_{kind}")
-        fn.max_dynamic_shared_size_bytes = smem
-        allow_large_cluster(int(fn.kernel.ptr))
+        fn = probe(kind, cluster, smem)
         if policy is not None:
             cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, POLICY_ATTR, policy)
             kind = f"pair/{POLICIES[policy]}"
@@ -114,15 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         if kind.startswith("pair"):
             groups = [sorted(sms[i:i + a.cluster]) for i in range(0, len(sms), a.cluster)]
             print(f"  SMs of each cluster of {a.cluster}: {groups}")
-    import cupy
-
-    mod = cupy.RawModule(code=_SRC, options=("-arch=sm_90a", f"-DEVO_CLUSTER={a.cluster}"))
-    fn = mod.get_function("evo_place_pair")
-    fn.max_dynamic_shared_size_bytes = a.smem_kb * 1024
-    from evo.gpu.module import allow_large_cluster
-
-    allow_large_cluster(int(fn.kernel.ptr))
-    n = max_active_clusters(int(fn.kernel.ptr), grid, a.threads, a.smem_kb * 1024)
+    n = max_active_clusters(a.cluster, grid, a.threads, a.smem_kb * 1024)
     print(f"cuOccupancyMaxActiveClusters, clusters of {a.cluster} with {a.smem_kb} KiB each: {n}")
     return 0
 

@@ -80,7 +80,7 @@ class LoadedKernel:
             self._maps[key] = maps
         return self._maps[key]
 
-    def _launch_cooperative(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray, maps: list) -> None:
+    def _launch_cooperative(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
         """cuLaunchKernelEx with the cooperative attribute: the driver makes the whole grid resident at once or
         refuses the launch (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE). Not cupy's cooperative launch, which queries
         the occupancy on every call and silently shrinks a one-dimensional grid that does not fit. The parameter
@@ -89,7 +89,7 @@ class LoadedKernel:
         key = (a.data.ptr, b.data.ptr, c.data.ptr, stream)
         hit = self._cooperative.get(key)
         if hit is None:
-            p = self.problem
+            p, maps = self.problem, self._tensor_maps(a, b, c)
             vals = [ctypes.c_uint64(x.data.ptr) for x in (a, b, c)] + [ctypes.c_int32(v) for v in (p.m, p.n, p.k)]
             vals.append(ctypes.c_uint64(self.workspace.data.ptr))
             ptrs = (ctypes.c_void_p * (len(vals) + len(maps)))(*[ctypes.addressof(v) for v in vals],
@@ -118,11 +118,11 @@ class LoadedKernel:
         self._cooperative.clear()
 
     def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
+        if self.spec.cooperative:
+            return self._launch_cooperative(a, b, c)
         p = self.problem
         args = [a, b, c, np.int32(p.m), np.int32(p.n), np.int32(p.k), self.workspace]
         args += self._tensor_maps(a, b, c)
-        if self.spec.cooperative:
-            return self._launch_cooperative(a, b, c, args[7:])
         try:
             self.fn(self.spec.grid, self.spec.block, tuple(args), shared_mem=self.spec.smem)
         except cupy.cuda.driver.CUDADriverError as e:
