@@ -4,8 +4,8 @@
 
 For every row whose published kernel declares `cooperative` (its CTAs wait on each other), the kernel is loaded
 twice from one compile: as published (cooperative) and with a plain launch. Both are checked against an fp32
-reference, then timed side by side with the best library of the row (evo.timing.Timer: CUDA events, L2 flushed
-before every call, interleaved in shuffled order). Per row: the medians, the paired ratio plain / cooperative with
+reference, then timed side by side with the row's best library (cuBLAS, or cuBLASLt with the row's stored
+algorithm; evo.timing.Timer: CUDA events, L2 flushed before every call, interleaved in shuffled order). Per row: the medians, the paired ratio plain / cooperative with
 its bootstrap 95 % half-width, and an A/A control (the cooperative call timed twice): a difference counts only
 beyond the larger of the two. Then the host side of one call, launched back to back without synchronizing
 (--calls, median of five runs): what dispatch's caller waits for before the launch is queued.
@@ -69,6 +69,8 @@ def measure_row(be, table_dir: Path, row, reps: int, calls: int) -> dict:
     lib = row.best_library
     if lib == "cublas":
         calls_[lib] = be.cublas()
+    elif lib.startswith("cublaslt"):  # the row's stored algorithm, else autotuned here
+        calls_[lib] = be.cublaslt(p, (row.library_algorithms or {}).get(lib) or None, tune=True)[0]
     samples = be.time(p, calls_, reps)
     ratio, ci = paired_ratio(samples["plain"], samples["cooperative"])
     aa = float(np.median(np.asarray(samples["cooperative_again"]) / np.asarray(samples["cooperative"])))
