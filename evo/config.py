@@ -69,6 +69,7 @@ class CompileConfig:
     reject_spills: bool
     cache_dir: str
     ahead: bool
+    ahead_baselines: bool
 
 
 @dataclass

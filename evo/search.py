@@ -23,6 +23,7 @@ from .gpu.device import COMPILE_ONLY_HINT, require_gpu
 from .gpu.gpu_state import describe_state
 from .gpu.worker import GpuWorker, WorkerFault
 from .kernel import KernelSource
+from .ltgemm import algorithm_from_detail
 from .problem import GpuInfo, Problem, log_distance, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
@@ -258,6 +259,8 @@ class Search:
 
         guide = self._start_guide(fams, info, proposers)
         if self.ahead is not None:
+            if cfg.compile.ahead_baselines and cfg.search.library_seeds:
+                self._next_baselines(worker, info)
             self.ahead_queue = self._compile_ahead(fams, info, proposers)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
@@ -372,17 +375,18 @@ class Search:
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
             known = [{x.hash for x in self.store.individuals(q.key, q.layout, info.key, info.arch)} for q in problems]
+            algorithms = [self._library_algorithms(info, q) for q in problems]
         except Exception as e:  # noqa: BLE001
             self._ahead_skipped(e)
             return None
 
         def queue() -> None:
             try:
-                for i, (q, seen) in enumerate(zip(problems, known)):
+                for i, (q, seen, algos) in enumerate(zip(problems, known, algorithms)):
                     ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
                     sources = [x.source for x in mut.starts(ctx)] if mut is not None else []
                     if i and self.cfg.search.library_seeds:
-                        sources += [x.source for x in algorithm_proposals(q, self._table_algorithms(info, q), fams)]
+                        sources += [x.source for x in algorithm_proposals(q, algos, fams)]
                     self.ahead.submit(sources, info.arch)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
@@ -398,6 +402,33 @@ class Search:
         """The (library, cuBLASLt algorithm) pairs the table recorded for shape q (none without a row)."""
         row, _ = self._published_row(Path(self.cfg.paths.out) / info.key, q.key)
         return list(((row.library_algorithms or {}) if row is not None else {}).items())
+
+    def _library_algorithms(self, info: GpuInfo, q: Problem) -> list[tuple[str, dict]]:
+        """Shape q's cuBLASLt algorithms: the table's record, else what this archive's baselines of q carry."""
+        table = self._table_algorithms(info, q)
+        if table:
+            return table
+        timed = [(b.library, algorithm_from_detail(b.detail)) for b in self.store.baselines(q.key, q.layout, info.key)
+                 if b.library.startswith("cublaslt")]
+        return [(lib, algo) for lib, algo in timed if algo]
+
+    def _next_baselines(self, worker, info: GpuInfo) -> None:
+        """Time the libraries of the shapes searched next, where neither the table nor this archive knows their
+        cuBLASLt algorithms yet: their library-tile seeds (CUTLASS instances of cuBLASLt's tile, ~40-60 s of nvcc
+        each) then compile during this search instead of with the GPU idle at the start of theirs. Those searches
+        find the baselines in the archive and do not time them again. A failure is one line; it never ends this search."""
+        for q in self.next_problems:
+            try:
+                if self._table_algorithms(info, q) or self.store.baselines(q.key, q.layout, info.key):
+                    continue
+                print(f"  timing the next shape's baselines ({q.key}), so that its library seeds compile ahead",
+                      file=self.out, flush=True)
+                res = worker.call("baselines", timeout_s=600, problem=q)
+                for b in res["results"].values():
+                    self.store.add_baseline(q.key, q.layout, info.key, b)
+            except Exception as e:  # noqa: BLE001  (its own search times them, and fails there if it must)
+                print(f"  the next shape's baselines were not timed ahead: {type(e).__name__}: "
+                      f"{' '.join(str(e).split())[:200]}", file=self.out)
 
     def _start_guide(self, fams: list[Family], info: GpuInfo, proposers: list):
         """The prior, the cost model (trained on the archive now), the bandit and the convergence rule (evo.guide);

@@ -155,11 +155,11 @@ class Recording:
         return []
 
 
-def _cfg(tmp_path, **search):
+def _cfg(tmp_path, compile_: dict | None = None, **search):
     return load_config(overrides={
         "search": {"budget_minutes": 0, "max_candidates": 6, "children": 3, "seed": 0, **search},
         "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"), "templates": str(TOY)},
-        "check": {"sanitize": False}})
+        "check": {"sanitize": False}, "compile": compile_ or {}})
 
 
 def test_a_search_queues_its_starts_then_the_next_shapes(tmp_path):
@@ -211,6 +211,56 @@ def test_the_next_shapes_library_tiles_come_from_the_table(tmp_path):
     assert tile8 in queued(this, cfg, [nxt])
     assert tile8 not in queued(nxt, cfg, [])  # not for the shape itself: its seeds compile as the search times them
     assert tile8 not in queued(parse_shape("128x256x256"), _cfg(tmp_path, library_seeds=False), [nxt])  # seeds off
+
+
+class TimesLibraries(FakeWorker):
+    """A worker whose cuBLASLt baselines carry the algorithm (an 8-wide tile), recording the shapes it times them on
+    (a search's own timing of them, not its runoff's)."""
+
+    shapes: list = []
+
+    def call(self, op, timeout_s, **kw):
+        res = super().call(op, timeout_s, **kw)
+        if op == "baselines":
+            import json
+
+            from evo.ltgemm import ALGO_MARK
+            from evo.records import BaselineResult
+
+            if not kw.get("extra"):  # not a runoff's re-timing beside the finalists
+                TimesLibraries.shapes.append(kw["problem"].key)
+            algo = {"tile": [8, 64], "cluster_shape": [1, 1, 1], "split_k": 1}
+            res["results"]["cublaslt_heuristic"] = BaselineResult("cublaslt_heuristic", 55.0, 0.0,
+                                                                  f"heuristic top-1{ALGO_MARK}{json.dumps(algo)}")
+        return res
+
+
+def test_the_next_shapes_libraries_are_timed_ahead_so_its_library_tiles_compile_ahead(tmp_path):
+    """A sweep's next shape that neither the table nor the archive knows: its baselines are timed during this search,
+    its cuBLASLt tile's instance queued to compile, and its own search finds the baselines and does not time them."""
+    from evo.search import Search
+    from evo.store import Store
+
+    (toy,) = load_families(TOY)
+    tile8 = toy.render({"TILE": 8, "UNROLL": 4, "PAD": 0}).hash
+    this, nxt = parse_shape("256x256x256"), parse_shape("512x256x128")
+
+    def run(cfg, problem, nexts):
+        TimesLibraries.shapes = []
+        rec, out = Recording(), io.StringIO()
+        Search(problem, cfg, out=out, worker_factory=TimesLibraries, compiler=FakeCompiler(), ahead=rec,
+               next_problems=nexts).run()
+        return {h for h, _ in rec.queued}, list(TimesLibraries.shapes), out.getvalue()
+
+    cfg = _cfg(tmp_path)
+    queued, timed, log = run(cfg, this, [nxt])
+    assert timed == [this.key, nxt.key] and tile8 in queued
+    assert "timing the next shape's baselines (512x256x128)" in log
+    assert {b.library for b in Store(cfg.paths.db).baselines(nxt.key, nxt.layout, "Fake_GPU")} >= {"cublas", "cublaslt_heuristic"}
+    _, timed, _ = run(cfg, nxt, [])
+    assert timed == []  # the next search reads them from the archive
+    queued, timed, _ = run(_cfg(tmp_path / "off", {"ahead_baselines": False}), this, [nxt])
+    assert timed == [this.key] and tile8 not in queued
 
 
 def test_a_search_without_compile_ahead_queues_nothing(tmp_path):
