@@ -235,10 +235,13 @@ class Search:
         if state is not None and state.others() > 0:
             print(f"  warning:  this GPU is shared ({describe_state(state)}): windows the other processes overlap run "
                   "slow and are timed again or scaled (docs/evaluator.md, \"Timing drift\")", file=self.out, flush=True)
+        setup: dict[str, float] = {}  # seconds of each step before the search's own budget starts (logged below)
+        t = time.monotonic()
         if store.ceilings(gpu) is None:
             print("measuring the GPU's ceilings (8192^3 cuBLAS, 1 GiB copy)...", file=self.out, flush=True)
             c = worker.call("ceilings", timeout_s=300)
             store.set_ceilings(gpu, c["peak_tflops"], c["bw_gbs"], c["detail"])
+            setup["the ceilings"], t = time.monotonic() - t, time.monotonic()
         peak, bw = store.ceilings(gpu)  # type: ignore[misc]
         info.extra.update(peak_tflops=peak, bw_gbs=bw, roofline_us=p.roofline_us(peak, bw))  # for prompts
         baselines = store.baselines(p.key, p.layout, gpu)
@@ -252,16 +255,21 @@ class Search:
                 if k == "cublaslt":
                     print(f"  note: {v}", file=self.out)
             baselines = store.baselines(p.key, p.layout, gpu)
+            setup["the baselines"], t = time.monotonic() - t, time.monotonic()
         best_lib = min((b.time_us for b in baselines if b.time_us > 0), default=0.0)
         for b in baselines:
             print(f"  {b.library:<20} {b.time_us:9.2f} us  {p.tflops(b.time_us):7.1f} TFLOP/s", file=self.out)
         print(f"  roofline bound {p.roofline_us(peak, bw):.2f} us (P={peak:.0f} TFLOP/s, BW={bw:.0f} GB/s measured)", file=self.out, flush=True)
 
+        t = time.monotonic()
         guide = self._start_guide(fams, info, proposers)
+        setup["the guide (prior, cost model)"], t = time.monotonic() - t, time.monotonic()
         if self.ahead is not None:
             if cfg.compile.ahead_baselines and cfg.search.library_seeds:
                 self._next_baselines(worker, info)
+                setup["the next shape's baselines"] = time.monotonic() - t
             self.ahead_queue = self._compile_ahead(fams, info, proposers)
+        print("  setup: " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()), file=self.out, flush=True)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
         # the budget is the search's own time (propose, compile, check, time): it starts here, after the one-off

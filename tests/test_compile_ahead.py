@@ -256,6 +256,8 @@ def test_the_next_shapes_libraries_are_timed_ahead_so_its_library_tiles_compile_
     queued, timed, log = run(cfg, this, [nxt])
     assert timed == [this.key, nxt.key] and tile8 in queued
     assert "timing the next shape's baselines (512x256x128)" in log
+    setup = next(line for line in log.splitlines() if line.startswith("  setup: "))  # where the time before the budget went
+    assert all(step in setup for step in ("the ceilings", "the baselines", "the guide", "the next shape's baselines"))
     assert {b.library for b in Store(cfg.paths.db).baselines(nxt.key, nxt.layout, "Fake_GPU")} >= {"cublas", "cublaslt_heuristic"}
     _, timed, _ = run(cfg, nxt, [])
     assert timed == []  # the next search reads them from the archive
