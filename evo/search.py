@@ -265,7 +265,7 @@ class Search:
         guide = self._start_guide(fams, info, proposers)
         setup["the guide (prior, cost model)"], t = time.monotonic() - t, time.monotonic()
         if self.ahead is not None:
-            if cfg.compile.ahead_baselines and cfg.search.library_seeds:
+            if cfg.compile.ahead_baselines and cfg.search.library_seeds and self.next_problems:
                 self._next_baselines(worker, info)
                 setup["the next shape's baselines"] = time.monotonic() - t
             self.ahead_queue = self._compile_ahead(fams, info, proposers)
