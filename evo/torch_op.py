@@ -97,7 +97,9 @@ def _stream(cupy: Any, ptr: int, device: int) -> Any:
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """C = a @ b.T with evo's kernel table (fp16 in and out, fp32 accumulation)."""
     check_inputs(a, b)
-    device = a.device.index if a.device.index is not None else torch.cuda.current_device()
+    from .dispatch import device_of
+
+    device = device_of(a)  # the tensor's GPU (the current one for a bare "cuda" device), as evo.dispatch.matmul routes
     d = dispatcher(device)
     m, k = a.shape
     n = b.shape[0]
