@@ -182,6 +182,25 @@ def test_launch_config_carries_cluster_pdl_and_cooperative():
     assert ctypes.sizeof(attrs[0]) == 72  # CUlaunchAttribute: 4-byte id, 4 bytes pad, 64-byte value
 
 
+def test_abi_parameters_point_at_the_kernel_arguments_in_order():
+    """The device-launched kernels' parameter block for cuLaunchKernelEx: A, B, C (64-bit), M, N, K (32-bit), the
+    workspace (64-bit), then every 128-byte tensor map by value, each pointer reading back its own argument."""
+    import numpy as np
+
+    from evo.gpu.host_launch import abi_parameters
+
+    maps = [np.arange(16, dtype=np.uint64) + 100 * i for i in range(2)]
+    ptrs, held = abi_parameters(0x1000, 0x2000, 0x3000, parse_shape("100x200x64"), 0x4000, maps)
+    assert len(ptrs) == 9
+    read = [ctypes.c_uint64.from_address(ptrs[i]).value for i in (0, 1, 2, 6)]
+    assert read == [0x1000, 0x2000, 0x3000, 0x4000]
+    assert [ctypes.c_int32.from_address(ptrs[i]).value for i in (3, 4, 5)] == [100, 200, 64]
+    for i, t in enumerate(maps):
+        assert ctypes.string_at(ptrs[7 + i], 128) == t.tobytes()
+    no_maps, _ = abi_parameters(1, 2, 3, parse_shape("8x8x8"), 4, [])
+    assert len(no_maps) == 7 and ctypes.c_int32.from_address(no_maps[5]).value == 8
+
+
 def test_export_marks_host_launched_champions(tmp_path):
     """The exported .json of a host-launched champion says so (its front-matter geometry is an estimate)."""
     import json as _json

@@ -236,6 +236,18 @@ def error_name(code: int) -> str:
     return f"CUresult {code}"
 
 
+def abi_parameters(a: int, b: int, c: int, problem: Problem, workspace: int,
+                   maps: list) -> tuple[ctypes.Array, tuple]:
+    """The kernel ABI's parameters as cuLaunchKernelEx takes them: an array of pointers to (A, B, C as 64-bit
+    addresses, M, N, K as 32-bit ints, the workspace address, then each 128-byte tensor map by value). The second
+    value holds what those pointers point at; it must live as long as the array is launched with."""
+    vals = [ctypes.c_uint64(x) for x in (a, b, c)] + [ctypes.c_int32(v) for v in (problem.m, problem.n, problem.k)]
+    vals.append(ctypes.c_uint64(workspace))
+    ptrs = (ctypes.c_void_p * (len(vals) + len(maps)))(*[ctypes.addressof(v) for v in vals],
+                                                          *[t.ctypes.data for t in maps])
+    return ptrs, (vals, maps)
+
+
 def launch_config(g: HostGeometry, stream: int, cooperative: bool = False) -> tuple[_LaunchConfig, ctypes.Array]:
     """cooperative: the whole grid resident at once, or the launch is refused (KernelSource.cooperative)."""
     attrs = (_LaunchAttr * 3)()

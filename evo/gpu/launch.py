@@ -4,12 +4,11 @@ from __future__ import annotations
 import ctypes
 
 import cupy
-import numpy as np
 
 from ..errors import EvoError
 from ..kernel import ENTRY, KernelSource, LaunchSpec
 from ..problem import Problem
-from .host_launch import HostGeometry, driver, error_name, launch_config
+from .host_launch import HostGeometry, abi_parameters, driver, error_name, launch_config
 from .module import FreshModule, ModuleFunction, allow_large_cluster
 
 
@@ -64,7 +63,7 @@ class LoadedKernel:
         # the workspace is zeroed once; kernels must leave their counters at zero
         self.workspace = cupy.zeros(max(self.spec.workspace, 16) // 4 + 1, dtype=cupy.float32)
         self._maps: dict[tuple, list] = {}
-        self._cooperative: dict[tuple, tuple] = {}  # launch configs of a cooperative kernel, by buffers and stream
+        self._launches: dict[tuple, tuple] = {}  # launch configs and parameter blocks, by buffers and stream
 
     def _tensor_maps(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> list:
         if not self.spec.tensor_maps:
@@ -80,30 +79,31 @@ class LoadedKernel:
             self._maps[key] = maps
         return self._maps[key]
 
-    def _launch_cooperative(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
-        """cuLaunchKernelEx with the cooperative attribute: the driver makes the whole grid resident at once or
-        refuses the launch (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE). Not cupy's cooperative launch, which queries
-        the occupancy on every call and silently shrinks a one-dimensional grid that does not fit. The parameter
-        block and the launch config are built once per (A, B, C, stream)."""
+    def _launch(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
+        """Every launch goes through cuLaunchKernelEx, the parameter block and the launch config built once per
+        (A, B, C, stream) and reused: cupy's launch converts its arguments on every call (host microseconds in
+        front of small kernels). A cooperative kernel (KernelSource.cooperative) gets the cooperative attribute:
+        the driver makes the whole grid resident at once or refuses the launch
+        (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE). Not cupy's cooperative launch, which queries the occupancy on
+        every call and silently shrinks a one-dimensional grid that does not fit."""
         stream = cupy.cuda.get_current_stream().ptr
         key = (a.data.ptr, b.data.ptr, c.data.ptr, stream)
-        hit = self._cooperative.get(key)
+        hit = self._launches.get(key)
         if hit is None:
-            p, maps = self.problem, self._tensor_maps(a, b, c)
-            vals = [ctypes.c_uint64(x.data.ptr) for x in (a, b, c)] + [ctypes.c_int32(v) for v in (p.m, p.n, p.k)]
-            vals.append(ctypes.c_uint64(self.workspace.data.ptr))
-            ptrs = (ctypes.c_void_p * (len(vals) + len(maps)))(*[ctypes.addressof(v) for v in vals],
-                                                                  *[t.ctypes.data for t in maps])
+            p = self.problem
+            ptrs, held = abi_parameters(a.data.ptr, b.data.ptr, c.data.ptr, p, self.workspace.data.ptr,
+                                        self._tensor_maps(a, b, c))
             g = HostGeometry(0, self.spec.grid, self.spec.block, (1, 1, 1), self.spec.smem, False, 0, ())
-            cfg, attrs = launch_config(g, stream, cooperative=True)  # a compile-time cluster needs no attribute
-            if len(self._cooperative) >= MAP_CACHE:
-                self._cooperative.pop(next(iter(self._cooperative)))
-            hit = self._cooperative[key] = (cfg, ptrs, (attrs, vals, maps))  # the last: kept alive with the config
+            cfg, attrs = launch_config(g, stream, cooperative=self.spec.cooperative)  # a compile-time cluster needs no attribute
+            if len(self._launches) >= MAP_CACHE:
+                self._launches.pop(next(iter(self._launches)))
+            hit = self._launches[key] = (cfg, ptrs, (attrs, held))  # the last: kept alive with the config
         rc = driver().cuLaunchKernelEx(ctypes.byref(hit[0]), int(self.fn.fn.ptr), hit[1], None)
         if rc:
             name = error_name(rc)
             if name in _LAUNCH_REFUSED:
-                raise EvoError(f"launch refused: {name} (cooperative grid {self.spec.grid}, block {self.spec.block}, "
+                kind = "cooperative grid" if self.spec.cooperative else "grid"
+                raise EvoError(f"launch refused: {name} ({kind} {self.spec.grid}, block {self.spec.block}, "
                                f"smem {self.spec.smem})")
             raise cupy.cuda.driver.CUDADriverError(rc)
 
@@ -115,19 +115,7 @@ class LoadedKernel:
         self.fn = None
         self.workspace = None
         self._maps.clear()
-        self._cooperative.clear()
+        self._launches.clear()
 
     def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
-        if self.spec.cooperative:
-            return self._launch_cooperative(a, b, c)
-        p = self.problem
-        args = [a, b, c, np.int32(p.m), np.int32(p.n), np.int32(p.k), self.workspace]
-        args += self._tensor_maps(a, b, c)
-        try:
-            self.fn(self.spec.grid, self.spec.block, tuple(args), shared_mem=self.spec.smem)
-        except cupy.cuda.driver.CUDADriverError as e:
-            # a refused launch (resources, configuration) leaves the context usable: report it as the
-            # kernel's failure; a sticky error from earlier work (illegal address, ...) stays fatal
-            if any(m in str(e) for m in _LAUNCH_REFUSED):
-                raise EvoError(f"launch refused: {e}") from None
-            raise
+        self._launch(a, b, c)
