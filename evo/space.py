@@ -56,7 +56,8 @@ class FamilySpace:
         self.family = family
         self.enumerations = enumerations if enumerations is not None else Enumerations()
         self._all: list[dict[str, Any]] | None = None
-        self._meta: dict[str, KernelMeta | None] = {}
+        self._meta: dict[str, KernelMeta | None] = {}  # by shape ("": front matter that names no shape)
+        self._front: tuple[str, bool] | None = None  # the front matter, and whether it names the shape
 
     @property
     def name(self) -> str:
@@ -97,12 +98,16 @@ class FamilySpace:
 
     def _meta_for(self, problem: Problem) -> KernelMeta | None:
         """The launch rules with the problem's shape filled in; None when the front matter itself has parameter
-        placeholders (then the geometry needs a rendered candidate)."""
-        if problem.key not in self._meta:
+        placeholders (then the geometry needs a rendered candidate). Front matter without the shape's placeholders
+        is parsed once for every shape (the cost model sizes thousands of measured instances over hundreds of shapes)."""
+        if self._front is None:
             text = self.family.template
             end = text.find("---*/")
-            front = text[: end + len("---*/")] if end >= 0 else text
-            front = front.replace("{{PARAMS}}", "{}")
+            front = (text[: end + len("---*/")] if end >= 0 else text).replace("{{PARAMS}}", "{}")
+            self._front = (front, any("{{" + k + "}}" in front for k in SHAPE_KEYS))
+        front, shaped = self._front
+        key = problem.key if shaped else ""
+        if key not in self._meta:
             for k, v in zip(SHAPE_KEYS, (problem.m, problem.n, problem.k)):
                 front = front.replace("{{" + k + "}}", str(v))
             meta = None
@@ -111,8 +116,8 @@ class FamilySpace:
                     meta = parse_meta(front + "\n")
                 except (EvoError, yaml.YAMLError):
                     meta = None
-            self._meta[problem.key] = meta
-        return self._meta[problem.key]
+            self._meta[key] = meta
+        return self._meta[key]
 
     def geometry(self, params: dict[str, Any], problem: Problem, num_sms: int) -> Geometry | None:
         """The instance's launch geometry on the problem; None when it does not accept the problem or its

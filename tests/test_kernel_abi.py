@@ -72,6 +72,53 @@ def test_expr_safe():
             expr.evaluate(bad, env)
 
 
+def test_expr_evaluates_as_the_tree_reads():
+    """Compiled once per text, evaluated as written: every operand of and/or (a failing one still fails), comparisons
+    chained, only the taken branch of a conditional, names looked up at evaluation."""
+    env = {"M": 100, "BM": 64, "Z": 0}
+    assert expr.evaluate("M > 64 and BM == 64", env) == 1 and expr.evaluate("M < 64 or BM < 64", env) == 0
+    assert expr.evaluate("not M", env) == 0 and expr.evaluate("-BM + 1", env) == -63
+    assert expr.evaluate("0 < BM < M", env) == 1 and expr.evaluate("0 < M < BM", env) == 0
+    assert expr.evaluate("64 <= BM <= 64 == BM", env) == 1
+    assert expr.evaluate("1 if Z == 0 else Q", env) == 1  # the branch not taken is not evaluated
+    with pytest.raises(ZeroDivisionError):
+        expr.evaluate("Z == 1 and M // Z", env)  # and/or evaluate every operand
+    with pytest.raises(EvoError, match="unknown name 'Q'"):
+        expr.evaluate("0 if Z == 0 else Q", {"Z": 1})
+    with pytest.raises(EvoError, match="unsupported"):
+        expr.evaluate("M in (1, 2)", env)
+    assert expr.evaluate("(round_up(M, BM) + max(M, BM) - min(M, BM) + cdiv(M, BM) % 3 ** 2 << 2 >> 1) | 1 & 3", env) == 333
+
+
+def test_expr_agrees_with_python_on_every_family_rule():
+    """Every launch rule of every family (grid, block, smem, workspace, requires, cooperative), for every start on
+    shapes of each class, evaluates as Python evaluates the same text (rules as booleans, sizes as ints)."""
+    from evo.families import load_families
+    from evo.kernel import parse_meta
+
+    funcs = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max, "round_up": lambda a, b: -(-a // b) * b}
+    checked = 0
+    for fam in load_families():
+        front = fam.template[: fam.template.find("---*/") + 5].replace("{{PARAMS}}", "{}")
+        for shape in ("64x64x64", "4096x4096x1024", "256x1024x8192", "16x8192x128"):
+            p = parse_shape(shape)
+            meta = parse_meta(front.replace("{{M}}", str(p.m)).replace("{{N}}", str(p.n)).replace("{{K}}", str(p.k)) + "\n")
+            rules = [(r, bool) for r in (meta.requires, meta.cooperative)] + [(r, int) for r in (*meta.grid, *meta.block, meta.smem, meta.workspace)]
+            for params in fam.start_instances():
+                env = {k: int(v) for k, v in {**fam.default_params(), **params}.items() if isinstance(v, (int, bool))}
+                env.update(M=p.m, N=p.n, K=p.k, NUM_SMS=132)
+                for rule, kind in rules:
+                    if isinstance(rule, (bool, int)):
+                        continue
+                    try:
+                        want = kind(eval(str(rule), {"__builtins__": {}}, {**funcs, **env}))  # noqa: S307 (our own front matter)
+                    except ZeroDivisionError:
+                        continue
+                    assert kind(expr.evaluate(rule, env)) == want, (fam.name, shape, params, rule)
+                    checked += 1
+    assert checked > 1000
+
+
 def test_cooperative_launch_is_declared_per_instance(naive_source):
     """`cooperative` (an expression) says which instances launch with the whole grid resident; a kernel that
     declares none keeps its hash, one that declares it gets another (its launch differs)."""
