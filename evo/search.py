@@ -376,25 +376,30 @@ class Search:
     def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> threading.Thread | None:
         """Queue the background compiles, from a thread of its own (refitting the starts is seconds of Python that
         the seeds' timing need not wait for): this shape's family starts (the first generation compiles them; the
-        seeds, timed before it, may take a minute of CUTLASS compiles), then the next shapes' starts and, where the
-        table records the library's algorithm for them, their library-tile seeds. A failure is one log line: compiling
-        ahead only saves time, it never ends a search."""
+        seeds, timed before it, may take a minute of CUTLASS compiles), then for each next shape its seeds that do
+        not depend on this search (the instances of its cuBLASLt tiles where the table or the archive knows them,
+        the transposed shape's fastest kernels with SWAP_AB flipped; its search times them first) and its starts. A failure is one log line: compiling ahead only saves time, it never ends a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
             known = [{x.hash for x in self.store.individuals(q.key, q.layout, info.key, info.arch)} for q in problems]
             algorithms = [self._library_algorithms(info, q) for q in problems]
+            transposed = [[x.source for x in transposed_proposals(q, self.store, info.key, fams,
+                                                                   published=self._published_transposed(info, q))]
+                          if i and self.cfg.search.transposed_seeds else [] for i, q in enumerate(problems)]
         except Exception as e:  # noqa: BLE001
             self._ahead_skipped(e)
             return None
 
         def queue() -> None:
             try:
-                for i, (q, seen, algos) in enumerate(zip(problems, known, algorithms)):
+                for i, (q, seen, algos, flipped) in enumerate(zip(problems, known, algorithms, transposed)):
                     ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
-                    sources = [x.source for x in mut.starts(ctx)] if mut is not None else []
-                    if i and self.cfg.search.library_seeds:
-                        sources += [x.source for x in algorithm_proposals(q, algos, fams)]
+                    # a next shape's seeds first (its library tiles, the transposed shape's fastest): its search times
+                    # them before its first generation
+                    sources = ([x.source for x in algorithm_proposals(q, algos, fams)]
+                               if i and self.cfg.search.library_seeds else []) + flipped
+                    sources += [x.source for x in mut.starts(ctx)] if mut is not None else []
                     self.ahead.submit(sources, info.arch)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
@@ -631,9 +636,10 @@ class Search:
         text is '' where its file is missing or is not that kernel."""
         return self._published_in(Path(self.cfg.paths.out) / info.key)
 
-    def _published_transposed(self, info: GpuInfo) -> list[Sample]:
-        """The table's kernel for the transposed shape N x M x K (none where the table lacks it or its file)."""
-        shape = transposed_shape(self.problem)
+    def _published_transposed(self, info: GpuInfo, problem: Problem | None = None) -> list[Sample]:
+        """The table's kernel for the transposed shape N x M x K of this shape or `problem` (none where the table
+        lacks it or its file)."""
+        shape = transposed_shape(problem or self.problem)
         row, text = self._published_row(Path(self.cfg.paths.out) / info.key, shape) if shape else (None, "")
         if row is None or not text:
             return []

@@ -250,11 +250,15 @@ def test_the_next_shapes_libraries_are_timed_ahead_so_its_library_tiles_compile_
         rec, out = Recording(), io.StringIO()
         Search(problem, cfg, out=out, worker_factory=TimesLibraries, compiler=FakeCompiler(), ahead=rec,
                next_problems=nexts).run()
-        return {h for h, _ in rec.queued}, list(TimesLibraries.shapes), out.getvalue()
+        return [h for h, _ in rec.queued], list(TimesLibraries.shapes), out.getvalue()
 
     cfg = _cfg(tmp_path)
     queued, timed, log = run(cfg, this, [nxt])
     assert timed == [this.key, nxt.key] and tile8 in queued
+    # the next shape's list: its library tile first (its search times it as a seed before its first generation),
+    # then its starts (the recording keeps each shape's list whole, repeats included)
+    starts = {h for h in queued if h != tile8}
+    assert set(queued[queued.index(tile8) + 1:]) == starts
     assert "timing the next shape's baselines (512x256x128)" in log
     setup = next(line for line in log.splitlines() if line.startswith("  setup: "))  # where the time before the budget went
     assert all(step in setup for step in ("the ceilings", "the baselines", "the guide", "the next shape's baselines"))
@@ -448,3 +452,35 @@ def test_a_later_round_compiles_ahead_in_its_own_order(tmp_path, monkeypatch):
     first, second = seen[:3], seen[3:5]
     assert first == [("8192x8192x8192", ["1024x1024x1024"]), ("1024x1024x1024", ["64x64x64"]), ("64x64x64", [])]
     assert second == [("8192x8192x8192", ["1024x1024x1024"]), ("1024x1024x1024", [])]  # not 64x64x64, done
+
+
+def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_path, monkeypatch):
+    """The transposed shape's fastest kernel (SWAP_AB flipped), which a search times among its seeds, does not
+    depend on this search: it is queued for the next shape, before its starts; not for this shape (its own search
+    compiles it), not with transposed seeds off."""
+    import evo.search as search_mod
+    from evo.proposers.base import Proposal
+
+    (toy,) = load_families(TOY)
+    flipped = toy.render({"TILE": 16, "UNROLL": 2, "PAD": 1})
+    asked = []
+
+    def fake(problem, store, gpu, families, per_family=1, published=()):
+        asked.append(problem.key)
+        return [Proposal(flipped.text, "seed", (), "the transposed shape's fastest")] if problem.key == nxt.key else []
+
+    monkeypatch.setattr(search_mod, "transposed_proposals", fake)
+    this, nxt = parse_shape("256x256x256"), parse_shape("512x256x128")
+
+    def queued(cfg):
+        rec = Recording()
+        search_mod.Search(this, cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
+                          next_problems=[nxt]).run()
+        return [h for h, _ in rec.queued]
+
+    order = queued(_cfg(tmp_path))
+    assert flipped.hash in order and nxt.key in asked
+    starts = {h for h in order if h != flipped.hash}
+    assert set(order[order.index(flipped.hash) + 1:]) == starts  # the next shape's starts follow it
+    asked.clear()
+    assert flipped.hash not in queued(_cfg(tmp_path / "off", transposed_seeds=False)) and asked == []
