@@ -48,6 +48,7 @@ class SearchConfig:
     prior_ties: float
     prior_sample: int
     cost_model: bool
+    cost_model_regrow: float
     propose_factor: int
     explore: float
     start_slack: float

@@ -176,6 +176,11 @@ def history(store: Any, gpu: str, layout: str = "TN", failures: bool = False) ->
             for r in store.rows(q, (gpu, layout, int(failures)))]
 
 
+def measurement_count(store: Any, gpu: str, layout: str = "TN") -> int:
+    """How many measurements (failures too) of one GPU the archive holds: what train_from_store would read."""
+    return int(next(iter(store.rows("SELECT COUNT(*) FROM evaluations WHERE gpu=? AND layout=?", (gpu, layout))))[0])
+
+
 def train_from_store(store: Any, gpu: str, families: list[Family], spec: GpuSpec, seed: int = 0,
                      exclude_shape: str = "", prior: Prior | None = None, shipped: list[Sample] = ()) -> CostModel:
     """A model of this GPU from the archive and the ``shipped`` measurements beside its table (evo.measurements; the
@@ -185,6 +190,27 @@ def train_from_store(store: Any, gpu: str, families: list[Family], spec: GpuSpec
     model = CostModel(families, spec, seed, prior=prior).fit(own + extra)
     model.shipped_rows = sum(1 for s in extra if s.ok)
     return model
+
+
+class SharedModel:
+    """One trained cost model shared by the searches of a sweep (one per GPU process): trained again only when the
+    measurements it would train on grew by more than `regrow` (a share) or the GPU, families or seed changed. A
+    shape's search adds a few dozen measurements to thousands, and training before every shape cost 5-56 s of an idle
+    GPU on an H200 with compiles running (docs/perf-search.md)."""
+
+    def __init__(self, regrow: float):
+        self.regrow = regrow
+        self.key: tuple = ()
+        self.rows = 0
+        self.model: CostModel | None = None
+        self.trained = 0  # times trained (the rest reused)
+
+    def get(self, key: tuple, rows: int, train) -> CostModel:
+        """The model for `key` (GPU, families, seed, ...) over `rows` measurements: the shared one, or train()."""
+        if self.model is None or key != self.key or rows > self.rows * (1.0 + self.regrow) or rows < self.rows:
+            self.model, self.key, self.rows = train(), key, rows
+            self.trained += 1
+        return self.model
 
 
 # --- accuracy on held-out shapes ---------------------------------------------------------------------------

@@ -119,6 +119,9 @@ class ShapeSearcher:
         from .space import Enumerations
 
         self.enumerations = Enumerations()  # each family's space enumerated once for the actor's shapes
+        from .cost_model import SharedModel
+
+        self.shared_model = SharedModel(self.cfg.search.cost_model_regrow)  # the cost model, trained again as the archive grows
 
     def gpu_info(self) -> GpuInfo:
         return self.info
@@ -132,7 +135,7 @@ class ShapeSearcher:
             before = store.db.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]
             log_dir = self.dir / "logs"
             res = search_shape(problem, self.cfg, self.worker, self.compiler, log_dir, self.name, seeds=seeds,
-                               enumerations=self.enumerations)
+                               enumerations=self.enumerations, shared_model=self.shared_model)
             ids = [r[0] for r in store.db.execute("SELECT id FROM runs WHERE id>? AND shape=?", (before, problem.key))]
             rows = export_rows(store, problem.key, problem.layout, self.info.key, run_ids=ids)
             log = log_dir / f"{self.info.key}_{problem.key}.log"

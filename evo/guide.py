@@ -21,7 +21,7 @@ from typing import Any
 from .bandit import Bandit
 from .config import Config
 from .convergence import Convergence
-from .cost_model import MIN_ROWS, MIN_SHAPES, CostModel, train_from_store
+from .cost_model import MIN_ROWS, MIN_SHAPES, CostModel, SharedModel, measurement_count, train_from_store
 from .errors import EvoError
 from .families import Family
 from .kernel import KernelSource
@@ -38,7 +38,8 @@ def is_seed(p: Proposal) -> bool:
 
 class Guide:
     def __init__(self, cfg: Config, families: list[Family], info: GpuInfo, store: Any, problem: Problem, seed: int = 0,
-                 enumerations: Enumerations | None = None):
+                 enumerations: Enumerations | None = None, shared: SharedModel | None = None):
+        """shared: a sweep's cost model, reused across its shapes until the measurements grew (evo.cost_model)."""
         s = cfg.search
         self.problem = problem
         self.spec = GpuSpec.from_info(info)
@@ -50,9 +51,16 @@ class Guide:
                 shipped = load_measurements(shipped_path(cfg.paths.out, info.key))
             except EvoError as e:  # they only rank: a search goes on without them, and says so
                 self.shipped_error = str(e)
-        self.model: CostModel = (train_from_store(store, info.key, families, self.spec, seed, prior=self.prior,
-                                                  shipped=shipped)
-                                 if s.cost_model else CostModel(families, self.spec, seed, prior=self.prior))
+        def train() -> CostModel:
+            return train_from_store(store, info.key, families, self.spec, seed, prior=self.prior, shipped=shipped)
+
+        if not s.cost_model:
+            self.model = CostModel(families, self.spec, seed, prior=self.prior)
+        elif shared is None:
+            self.model = train()
+        else:
+            key = (info.key, info.arch, tuple(f.name for f in families), seed, s.prior_sample, len(shipped))
+            self.model = shared.get(key, measurement_count(store, info.key) + len(shipped), train)
         self.factor = max(1, s.propose_factor)
         self.explore = s.explore
         self.start_slack = s.start_slack

@@ -16,6 +16,7 @@ from .cli import config_from_args, parser, require_positive
 from .compile import Compiler, stored_cubin
 from .compile_ahead import CompileAhead
 from .config import Config
+from .cost_model import SharedModel
 from .drift import DriftReference, drifted, retimed, tolerance
 from .errors import EvoError, cli_entry
 from .families import Family, load_families, rerendered
@@ -132,14 +133,17 @@ def split_children(cfg: Config, proposers: list, n: int) -> list[int]:
 class Search:
     def __init__(self, problem: Problem, cfg: Config, out=sys.stdout, worker_factory=GpuWorker, compiler=None,
                  seed_sources: list[str] | None = None, worker: GpuWorker | None = None, enumerations=None,
-                 ahead: CompileAhead | None = None, next_problems: list[Problem] | None = None):
+                 ahead: CompileAhead | None = None, next_problems: list[Problem] | None = None,
+                 shared_model: SharedModel | None = None):
         """seed_sources: full kernel texts (e.g. winners of neighbouring shapes) evaluated before anything new is proposed.
         worker: an already started GPU worker to reuse (a sweep keeps one per GPU); otherwise one is started.
         enumerations: evo.space.Enumerations shared by a sweep's searches (each family's space enumerated once).
         ahead: a sweep's background compiles (evo.compile_ahead), kept across its shapes; None: the search runs its own
         while `compile.ahead` is on. next_problems: shapes searched after this one, whose starts (and library-tile
-        seeds, where the table records the library's algorithm) compile ahead once this shape's are queued."""
+        seeds, where the table records the library's algorithm) compile ahead once this shape's are queued.
+        shared_model: a sweep's cost model (evo.cost_model.SharedModel), trained again only as the archive grows."""
         self.ahead = ahead
+        self.shared_model = shared_model
         self.ahead_queue: threading.Thread | None = None  # the thread queueing this search's compiles ahead
         self.next_problems = list(next_problems or [])
         self.enumerations = enumerations
@@ -448,7 +452,8 @@ class Search:
         the mutate proposer gets the prior for generation 0 and cross-family moves, Optuna the viable families."""
         from .guide import Guide
 
-        guide = Guide(self.cfg, fams, info, self.store, self.problem, self.cfg.search.seed, self.enumerations)
+        guide = Guide(self.cfg, fams, info, self.store, self.problem, self.cfg.search.seed, self.enumerations,
+                      self.shared_model)
         for x in proposers:
             if isinstance(x, MutateProposer):
                 x.prior, x.prior_top, x.fit_starts = guide.prior, self.cfg.search.prior_top, self.cfg.search.fit_starts

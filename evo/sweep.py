@@ -29,7 +29,7 @@ from .cli import config_from_args, parser, require_positive
 from .compile_ahead import AheadCounts, CompileAhead
 from .config import Config
 from .errors import EvoError, NoGpuError, cli_entry
-from .cost_model import history
+from .cost_model import SharedModel, history
 from .export import LIBRARIES, export_table
 from .kernel import KernelSource
 from .measurements import save as save_measurements, shipped_path
@@ -198,10 +198,11 @@ class CountingCompiler:
 def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_dir: Path,
                  worker_name: str = "", seeds: list[str] | None = None,
                  enumerations: Enumerations | None = None, ahead: Any = None,
-                 next_problems: list[Problem] | None = None) -> ShapeResult:
+                 next_problems: list[Problem] | None = None, shared_model: SharedModel | None = None) -> ShapeResult:
     """One shape's search with a started worker; never raises for a failed search (KeyboardInterrupt passes).
     enumerations: the families' valid instances, kept by the caller across its shapes. ahead, next_problems: the
-    caller's background compiles (evo.compile_ahead) and the shapes it searches next, whose kernels they compile."""
+    caller's background compiles (evo.compile_ahead) and the shapes it searches next, whose kernels they compile.
+    shared_model: the caller's cost model (evo.cost_model.SharedModel), kept across its shapes."""
     from .search import Search
 
     info: GpuInfo = worker.info
@@ -217,7 +218,8 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
         log_dir.mkdir(parents=True, exist_ok=True)
         with open(log_dir / f"{info.key}_{problem.key}.log", "a") as out:
             search = Search(problem, cfg, out=out, compiler=counting, seed_sources=seeds, worker=worker,
-                            enumerations=enumerations, ahead=ahead, next_problems=next_problems)
+                            enumerations=enumerations, ahead=ahead, next_problems=next_problems,
+                            shared_model=shared_model)
             search.llm_checked = True  # evo.sweep sends the LLM preflight once, before any GPU work, not per shape
             try:
                 summary = search.run()
@@ -275,6 +277,7 @@ class InlineBackend:
         self.worker = worker_factory(cfg, device_id)
         self.compiler = compiler
         self.enumerations = Enumerations()  # each family's space enumerated once for all shapes
+        self.shared_model = SharedModel(cfg.search.cost_model_regrow)  # the cost model, trained again as the archive grows
         self.todo: deque[tuple[Problem, float | None]] = deque()
         self.slots = self.n_gpus = 1
         # the next shape's kernels compile while this one is searched (evo.compile_ahead); next_of: the sweep's order
@@ -295,7 +298,8 @@ class InlineBackend:
         p, minutes = self.todo.popleft()
         nxt = [self.next_of[p.key]] if p.key in self.next_of else []
         return search_shape(p, with_budget(self.cfg, minutes), self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}",
-                            enumerations=self.enumerations, ahead=self.ahead, next_problems=nxt)
+                            enumerations=self.enumerations, ahead=self.ahead, next_problems=nxt,
+                            shared_model=self.shared_model)
 
     def stop(self) -> None:
         if self.ahead is not None:
@@ -316,6 +320,7 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
             return
         results.put(("hello", device_id, info))
         enumerations = Enumerations()  # each family's space enumerated once for this GPU's shapes
+        shared_model = SharedModel(cfg.search.cost_model_regrow)  # this GPU's cost model, trained again as the archive grows
         ahead = CompileAhead(compiler, cfg.compile.jobs) if cfg.compile.ahead else None  # this GPU's share of the CPUs
         while True:
             task = tasks.get()
@@ -324,7 +329,8 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
             p, minutes, nxt = task
             results.put(("start", device_id, p.key))
             res = search_shape(p, with_budget(cfg, minutes), worker, compiler, log_dir, f"gpu{device_id}",
-                               enumerations=enumerations, ahead=ahead, next_problems=[nxt] if nxt is not None else [])
+                               enumerations=enumerations, ahead=ahead, next_problems=[nxt] if nxt is not None else [],
+                               shared_model=shared_model)
             if ahead is not None:  # this GPU's counts so far, ahead of the result that the sweep waits for
                 results.put(("ahead", device_id, ahead.snapshot()))
             results.put(("result", device_id, res))

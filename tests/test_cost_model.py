@@ -146,3 +146,49 @@ def test_geomean_leaves_out_what_has_no_log():
     assert geomean([2.0, 8.0]) == pytest.approx(4.0)
     assert geomean([2.0, None, float("nan"), 0.0, -1.0, 8.0]) == pytest.approx(4.0)
     assert geomean([]) == 0.0 and geomean([float("nan")]) == 0.0
+
+
+def test_a_shared_model_is_trained_again_only_as_its_measurements_grow():
+    from evo.cost_model import SharedModel
+
+    shared, made = SharedModel(0.05), []
+
+    def train():
+        made.append(object())
+        return made[-1]
+
+    key = ("GPU", "sm_90a", ("wgmma_sm90",), 0)
+    first = shared.get(key, 1000, train)
+    assert shared.get(key, 1050, train) is first and shared.trained == 1  # +5 %: reused
+    second = shared.get(key, 1051, train)  # beyond 5 % of the rows it was trained on
+    assert second is not first and shared.trained == 2
+    assert shared.get(key, 1100, train) is second  # within 5 % of 1051
+    assert shared.get(("Other_GPU",) + key[1:], 1100, train) is not second  # another GPU, families or seed: trained
+    assert shared.get(("Other_GPU",) + key[1:], 900, train) is not made[-2]  # fewer rows (another archive): trained
+    assert shared.trained == 4
+
+
+@pytest.mark.parametrize("regrow,trained", [(100.0, 2), (0.0, 3)])
+def test_a_sweeps_searches_share_the_cost_model(tmp_path, monkeypatch, regrow, trained):
+    """One sweep process reuses its cost model while the archive grows by less than search.cost_model_regrow; with 0
+    every shape whose search added measurements trains it again. (This archive starts empty, so the second shape
+    trains on the first's measurements and the third reuses that.)"""
+    import io
+
+    import evo.guide as guide_mod
+    from evo.problem import parse_shape
+    from evo.sweep import run_sweep
+    from test_sweep import CachingFakeCompiler, ShapeFake, make_cfg
+
+    calls = []
+    real = guide_mod.train_from_store
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(guide_mod, "train_from_store", counting)
+    cfg = make_cfg(tmp_path, cost_model_regrow=regrow)
+    run_sweep([parse_shape(s) for s in ("256x256x256", "512x512x256", "256x512x512")], cfg, device_ids=[0],
+              worker_factory=ShapeFake, compiler=CachingFakeCompiler(), out=io.StringIO())
+    assert len(calls) == trained
