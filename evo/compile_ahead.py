@@ -48,23 +48,43 @@ class CompileAhead:
         self.cancel = threading.Event()
         self.seen: set[tuple[str, str]] = set()
         self.futures: list[Future] = []
+        self.queued: list[tuple[Future, KernelSource, str]] = []  # not known to have started (pruned on `first`)
         self.counts = AheadCounts()
         self.failures: list[str] = []  # "hash family: error" of the failed compiles not yet reported (take_failures)
         self.lock = threading.Lock()
 
-    def submit(self, sources: list[str], arch: str) -> int:
-        """Queue the kernels (full texts) not queued before, in order; returns how many were new."""
-        n = 0
+    def submit(self, sources: list[str], arch: str, first: bool = False) -> int:
+        """Queue the kernels (full texts) not queued before, in order; returns how many were new. first: ahead of
+        the compiles still waiting in the queue (those of searches already under way or done, which go back behind
+        these in their order) and ahead of this list's kernels queued before but not started."""
+        parsed = []
         for text in sources:
             ks = KernelSource.parse(text)
-            if arch not in ks.meta.archs or (ks.hash, arch) in self.seen or self.cancel.is_set():
-                continue
-            self.seen.add((ks.hash, arch))
-            self.futures.append(self.pool.submit(self._one, ks, arch))
-            n += 1
+            if arch in ks.meta.archs and not self.cancel.is_set():
+                parsed.append(ks)
         with self.lock:
+            held: list[tuple[KernelSource, str]] = []
+            if first:  # take back what no worker has started (cancel() fails on a running or finished compile)
+                held = [(k, a) for f, k, a in self.queued if f.cancel()]
+                self.queued = [q for q in self.queued if not q[0].done()]
+            taken = {(k.hash, a) for k, a in held}
+            self.seen -= taken
+            n = 0
+            for ks in parsed:
+                if (ks.hash, arch) not in self.seen:
+                    self._queue(ks, arch)
+                    n += (ks.hash, arch) not in taken  # a kernel taken back and queued again is not new
+            for ks, a in held:
+                if (ks.hash, a) not in self.seen:
+                    self._queue(ks, a)
             self.counts.submitted += n
         return n
+
+    def _queue(self, ks: KernelSource, arch: str) -> None:
+        self.seen.add((ks.hash, arch))
+        f = self.pool.submit(self._one, ks, arch)
+        self.futures.append(f)
+        self.queued.append((f, ks, arch))
 
     def _one(self, ks: KernelSource, arch: str) -> None:
         if self.cancel.is_set():

@@ -380,9 +380,10 @@ class Search:
     def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> threading.Thread | None:
         """Queue the background compiles, from a thread of its own (refitting the starts is seconds of Python that
         the seeds' timing need not wait for): this shape's family starts (the first generation compiles them; the
-        seeds, timed before it, may take a minute of CUTLASS compiles), then for each next shape its seeds that do
-        not depend on this search (the instances of its cuBLASLt tiles where the table or the archive knows them,
-        the transposed shape's fastest kernels with SWAP_AB flipped; its search times them first) and its starts. A failure is one log line: compiling ahead only saves time, it never ends a search."""
+        seeds, timed before it, may take a minute of CUTLASS compiles), preceded by the next shapes' seeds that do
+        not depend on this search (the instances of their cuBLASLt tiles where the table or the archive knows them,
+        the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time them first), all of these
+        ahead of the compiles earlier searches queued that have not started; then the next shapes' starts. A failure is one log line: compiling ahead only saves time, it never ends a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
@@ -395,16 +396,21 @@ class Search:
             self._ahead_skipped(e)
             return None
 
+        def starts(q: Problem, seen: set[str]) -> list[str]:
+            ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
+            return [x.source for x in mut.starts(ctx)] if mut is not None else []
+
         def queue() -> None:
             try:
-                for i, (q, seen, algos, flipped) in enumerate(zip(problems, known, algorithms, transposed)):
-                    ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
-                    # a next shape's seeds first (its library tiles, the transposed shape's fastest): its search times
-                    # them before its first generation
-                    sources = ([x.source for x in algorithm_proposals(q, algos, fams)]
-                               if i and self.cfg.search.library_seeds else []) + flipped
-                    sources += [x.source for x in mut.starts(ctx)] if mut is not None else []
-                    self.ahead.submit(sources, info.arch)
+                # the next shapes' seeds (their library tiles, the transposed shape's fastest: their searches time them
+                # before their first generations) and this shape's starts, ahead of what earlier searches queued and
+                # no worker has started (on an H200 sweep ~100 kernels waited there, and a next shape's seed with them)
+                seeds = [src for i, (q, algos, flipped) in enumerate(zip(problems, algorithms, transposed)) if i
+                         for src in ([x.source for x in algorithm_proposals(q, algos, fams)]
+                                     if self.cfg.search.library_seeds else []) + flipped]
+                self.ahead.submit(seeds + starts(problems[0], known[0]), info.arch, first=True)
+                for q, seen in zip(problems[1:], known[1:]):
+                    self.ahead.submit(starts(q, seen), info.arch)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 

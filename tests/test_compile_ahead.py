@@ -94,6 +94,34 @@ def test_a_failed_background_compile_is_named_once_in_the_log_of_the_search_that
     assert good.hash[:10] not in logs[0]
 
 
+def test_first_puts_a_list_ahead_of_the_compiles_still_waiting(tmp_path, naive_source):
+    """A search's list goes ahead of what earlier searches queued and no worker has started; those go back behind it
+    in their order, a kernel of both lists once, in the new list's place; the compile running is left alone."""
+    order, gate = [], threading.Event()
+
+    class Gated(Compiler):
+        def _compile(self, ks, arch, key, cancel=None):
+            order.append(ks.hash)
+            gate.wait(10)  # the first compile holds the one worker until the rest are queued
+            return CompileResult(ks.hash, arch, True, cubin_path="x")
+
+    comp = Gated(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                 reject_spills=True, ptx_checks=False)
+    a, b, c, d = (naive_source.replace("---*/", f"# kernel {i}\nworkspace: {16 * (i + 1)}\n---*/", 1) for i in range(4))
+    h = {name: KernelSource.parse(t).hash for name, t in zip("abcd", (a, b, c, d))}
+    ahead = CompileAhead(comp, jobs=2)  # one worker
+    assert ahead.submit([a, b, c], "sm_80") == 3
+    deadline = time.monotonic() + 5
+    while not order and time.monotonic() < deadline:  # a is running
+        time.sleep(0.01)
+    assert ahead.submit([d, c], "sm_80", first=True) == 1  # c was queued before: not new
+    gate.set()
+    ahead.wait(10)
+    assert order == [h["a"], h["d"], h["c"], h["b"]]
+    assert ahead.snapshot().submitted == 4 and ahead.snapshot().compiled == 4
+    ahead.close()
+
+
 def test_close_kills_the_running_compile_and_drops_the_queue(tmp_path, naive_source):
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\nsleep 30\n")  # a compile that would run 30 s
@@ -141,7 +169,7 @@ class Recording:
     def __init__(self):
         self.queued: list[tuple[str, str]] = []
 
-    def submit(self, sources, arch):
+    def submit(self, sources, arch, first=False):
         self.queued += [(KernelSource.parse(s).hash, arch) for s in sources]
         return len(sources)
 
@@ -341,7 +369,7 @@ def test_a_one_gpu_sweep_hands_each_search_the_shape_after_it(tmp_path, monkeypa
     seen = []
 
     def fake_search_shape(problem, cfg, worker, compiler, log_dir, name="", seeds=None, enumerations=None,
-                          ahead=None, next_problems=None):
+                          ahead=None, next_problems=None, shared_model=None):
         seen.append((problem.key, [q.key for q in next_problems or []], ahead is not None))
         return sweep.ShapeResult(problem.key, problem.layout, worker.info.key, "done", best_us=1.0, best_lib_us=1.0,
                                  winner="cublas")
@@ -439,7 +467,7 @@ def test_a_later_round_compiles_ahead_in_its_own_order(tmp_path, monkeypatch):
     seen = []
 
     def fake_search_shape(problem, cfg, worker, compiler, log_dir, name="", seeds=None, enumerations=None,
-                          ahead=None, next_problems=None):
+                          ahead=None, next_problems=None, shared_model=None):
         seen.append((problem.key, [q.key for q in next_problems or []]))
         stop = "converged" if problem.key == "64x64x64" else "time budget spent"  # the others still improve
         return sweep.ShapeResult(problem.key, problem.layout, worker.info.key, "done", best_us=1.0, best_lib_us=1.0,
