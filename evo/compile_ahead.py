@@ -47,8 +47,7 @@ class CompileAhead:
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ahead")
         self.cancel = threading.Event()
         self.seen: set[tuple[str, str]] = set()
-        self.futures: list[Future] = []
-        self.queued: list[tuple[Future, KernelSource, str]] = []  # not known to have started (pruned on `first`)
+        self.queued: list[tuple[Future, KernelSource, str]] = []  # every compile queued (the finished pruned on `first`)
         self.counts = AheadCounts()
         self.failures: list[str] = []  # "hash family: error" of the failed compiles not yet reported (take_failures)
         self.lock = threading.Lock()
@@ -82,9 +81,7 @@ class CompileAhead:
 
     def _queue(self, ks: KernelSource, arch: str) -> None:
         self.seen.add((ks.hash, arch))
-        f = self.pool.submit(self._one, ks, arch)
-        self.futures.append(f)
-        self.queued.append((f, ks, arch))
+        self.queued.append((self.pool.submit(self._one, ks, arch), ks, arch))
 
     def _one(self, ks: KernelSource, arch: str) -> None:
         if self.cancel.is_set():
@@ -114,10 +111,10 @@ class CompileAhead:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every queued compile has finished (tests; a caller that wants the cache filled)."""
-        wait(self.futures, timeout=timeout)
+        wait([f for f, _, _ in self.queued], timeout=timeout)
 
     def close(self) -> None:
         self.cancel.set()
-        for f in self.futures:
+        for f, _, _ in self.queued:
             f.cancel()
         self.pool.shutdown(wait=True)

@@ -79,7 +79,7 @@ class LoadedKernel:
             self._maps[key] = maps
         return self._maps[key]
 
-    def _launch(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
+    def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
         """Every launch goes through cuLaunchKernelEx, the parameter block and the launch config built once per
         (A, B, C, stream) and reused: cupy's launch converts its arguments on every call (host microseconds in
         front of small kernels). A cooperative kernel (KernelSource.cooperative) gets the cooperative attribute:
@@ -116,6 +116,3 @@ class LoadedKernel:
         self.workspace = None
         self._maps.clear()
         self._launches.clear()
-
-    def __call__(self, a: cupy.ndarray, b: cupy.ndarray, c: cupy.ndarray) -> None:
-        self._launch(a, b, c)

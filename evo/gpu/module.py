@@ -103,9 +103,6 @@ class ModuleFunction:
     def max_dynamic_shared_size_bytes(self, value: int) -> None:
         cupy.cuda.driver.funcSetAttribute(self.fn.ptr, ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(value))
 
-    def __call__(self, grid, block, args, shared_mem: int = 0) -> None:
-        self.fn(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
-
 
 K = TypeVar("K")
 
