@@ -47,41 +47,41 @@ class CompileAhead:
         self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ahead")
         self.cancel = threading.Event()
         self.seen: set[tuple[str, str]] = set()
-        self.queued: list[tuple[Future, KernelSource, str]] = []  # every compile queued (the finished pruned on `first`)
+        self.queued: list[tuple[Future, KernelSource, str, float]] = []  # compiles queued, with their rank (finished ones pruned)
         self.counts = AheadCounts()
         self.failures: list[str] = []  # "hash family: error" of the failed compiles not yet reported (take_failures)
         self.lock = threading.Lock()
 
-    def submit(self, sources: list[str], arch: str, first: bool = False) -> int:
-        """Queue the kernels (full texts) not queued before, in order; returns how many were new. first: ahead of
-        the compiles still waiting in the queue (those of searches already under way or done, which go back behind
-        these in their order) and ahead of this list's kernels queued before but not started."""
+    def submit(self, sources: list[str], arch: str, rank: float = 0.0) -> int:
+        """Queue the kernels (full texts) not queued before, in order; returns how many were new. rank: a list goes
+        ahead of the queued compiles of a lower rank that no worker has started (they go back behind it, in their
+        order), and a kernel of it queued before at a lower rank and not started moves up to its place; among equal
+        ranks, first in, first out. A search passes the time it started, so the newest search's kernels go first."""
         parsed = []
         for text in sources:
             ks = KernelSource.parse(text)
             if arch in ks.meta.archs and not self.cancel.is_set():
                 parsed.append(ks)
         with self.lock:
-            held: list[tuple[KernelSource, str]] = []
-            if first:  # take back what no worker has started (cancel() fails on a running or finished compile)
-                held = [(k, a) for f, k, a in self.queued if f.cancel()]
-                self.queued = [q for q in self.queued if not q[0].done()]
-            taken = {(k.hash, a) for k, a in held}
+            # take back what no worker has started (cancel() fails on a running or finished compile)
+            held = [(k, a, r) for f, k, a, r in self.queued if r < rank and f.cancel()]
+            self.queued = [q for q in self.queued if not q[0].done()]
+            taken = {(k.hash, a) for k, a, _ in held}
             self.seen -= taken
             n = 0
             for ks in parsed:
                 if (ks.hash, arch) not in self.seen:
-                    self._queue(ks, arch)
+                    self._queue(ks, arch, rank)
                     n += (ks.hash, arch) not in taken  # a kernel taken back and queued again is not new
-            for ks, a in held:
+            for ks, a, r in held:
                 if (ks.hash, a) not in self.seen:
-                    self._queue(ks, a)
+                    self._queue(ks, a, r)
             self.counts.submitted += n
         return n
 
-    def _queue(self, ks: KernelSource, arch: str) -> None:
+    def _queue(self, ks: KernelSource, arch: str, rank: float) -> None:
         self.seen.add((ks.hash, arch))
-        self.queued.append((self.pool.submit(self._one, ks, arch), ks, arch))
+        self.queued.append((self.pool.submit(self._one, ks, arch), ks, arch, rank))
 
     def _one(self, ks: KernelSource, arch: str) -> None:
         if self.cancel.is_set():
@@ -111,10 +111,10 @@ class CompileAhead:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until every queued compile has finished (tests; a caller that wants the cache filled)."""
-        wait([f for f, _, _ in self.queued], timeout=timeout)
+        wait([q[0] for q in self.queued], timeout=timeout)
 
     def close(self) -> None:
         self.cancel.set()
-        for f, _, _ in self.queued:
-            f.cancel()
+        for q in self.queued:
+            q[0].cancel()
         self.pool.shutdown(wait=True)

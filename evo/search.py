@@ -400,17 +400,19 @@ class Search:
             ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
             return [x.source for x in mut.starts(ctx)] if mut is not None else []
 
+        rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued and that wait still
+
         def queue() -> None:
             try:
-                # the next shapes' seeds (their library tiles, the transposed shape's fastest: their searches time them
-                # before their first generations) and this shape's starts, ahead of what earlier searches queued and
-                # no worker has started (on an H200 sweep ~100 kernels waited there, and a next shape's seed with them)
+                # the next shapes' seeds first (their library tiles, the transposed shape's fastest: their searches
+                # time them before their first generations), then this shape's starts, then the next shapes' (on an
+                # H200 sweep 43 of 99 kernels still waited when a shape ended, a next shape's seed among them)
                 seeds = [src for i, (q, algos, flipped) in enumerate(zip(problems, algorithms, transposed)) if i
                          for src in ([x.source for x in algorithm_proposals(q, algos, fams)]
                                      if self.cfg.search.library_seeds else []) + flipped]
-                self.ahead.submit(seeds + starts(problems[0], known[0]), info.arch, first=True)
+                self.ahead.submit(seeds + starts(problems[0], known[0]), info.arch, rank)
                 for q, seen in zip(problems[1:], known[1:]):
-                    self.ahead.submit(starts(q, seen), info.arch)
+                    self.ahead.submit(starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 

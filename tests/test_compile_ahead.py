@@ -94,9 +94,10 @@ def test_a_failed_background_compile_is_named_once_in_the_log_of_the_search_that
     assert good.hash[:10] not in logs[0]
 
 
-def test_first_puts_a_list_ahead_of_the_compiles_still_waiting(tmp_path, naive_source):
-    """A search's list goes ahead of what earlier searches queued and no worker has started; those go back behind it
-    in their order, a kernel of both lists once, in the new list's place; the compile running is left alone."""
+def test_a_higher_rank_goes_ahead_of_the_compiles_still_waiting(tmp_path, naive_source):
+    """A later search's lists (a higher rank) go ahead of what earlier searches queued and no worker has started;
+    those go back behind them in their order, a kernel of both once, in the new list's place; the compile running is
+    left alone; lists of one rank keep their order."""
     order, gate = [], threading.Event()
 
     class Gated(Compiler):
@@ -107,18 +108,19 @@ def test_first_puts_a_list_ahead_of_the_compiles_still_waiting(tmp_path, naive_s
 
     comp = Gated(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
                  reject_spills=True, ptx_checks=False)
-    a, b, c, d = (naive_source.replace("---*/", f"# kernel {i}\nworkspace: {16 * (i + 1)}\n---*/", 1) for i in range(4))
-    h = {name: KernelSource.parse(t).hash for name, t in zip("abcd", (a, b, c, d))}
+    a, b, c, d, e = (naive_source.replace("---*/", f"# kernel {i}\nworkspace: {16 * (i + 1)}\n---*/", 1) for i in range(5))
+    h = {name: KernelSource.parse(t).hash for name, t in zip("abcde", (a, b, c, d, e))}
     ahead = CompileAhead(comp, jobs=2)  # one worker
     assert ahead.submit([a, b, c], "sm_80") == 3
     deadline = time.monotonic() + 5
     while not order and time.monotonic() < deadline:  # a is running
         time.sleep(0.01)
-    assert ahead.submit([d, c], "sm_80", first=True) == 1  # c was queued before: not new
+    assert ahead.submit([d, c], "sm_80", rank=1.0) == 1  # c was queued before: not new
+    assert ahead.submit([e], "sm_80", rank=1.0) == 1  # the same rank: behind d and c, still ahead of b
     gate.set()
     ahead.wait(10)
-    assert order == [h["a"], h["d"], h["c"], h["b"]]
-    assert ahead.snapshot().submitted == 4 and ahead.snapshot().compiled == 4
+    assert order == [h["a"], h["d"], h["c"], h["e"], h["b"]]
+    assert ahead.snapshot().submitted == 5 and ahead.snapshot().compiled == 5
     ahead.close()
 
 
@@ -169,7 +171,7 @@ class Recording:
     def __init__(self):
         self.queued: list[tuple[str, str]] = []
 
-    def submit(self, sources, arch, first=False):
+    def submit(self, sources, arch, rank=0.0):
         self.queued += [(KernelSource.parse(s).hash, arch) for s in sources]
         return len(sources)
 
