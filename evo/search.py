@@ -139,8 +139,9 @@ class Search:
         worker: an already started GPU worker to reuse (a sweep keeps one per GPU); otherwise one is started.
         enumerations: evo.space.Enumerations shared by a sweep's searches (each family's space enumerated once).
         ahead: a sweep's background compiles (evo.compile_ahead), kept across its shapes; None: the search runs its own
-        while `compile.ahead` is on. next_problems: shapes searched after this one, whose starts (and library-tile
-        seeds, where the table records the library's algorithm) compile ahead once this shape's are queued.
+        while `compile.ahead` is on. next_problems: shapes searched after this one: their seeds (library tiles where
+        the table or the archive knows the algorithm, the transposed shape's fastest kernels) compile ahead before
+        this shape's starts, their starts after them.
         shared_model: a sweep's cost model (evo.cost_model.SharedModel), trained again only as the archive grows."""
         self.ahead = ahead
         self.shared_model = shared_model
@@ -383,7 +384,9 @@ class Search:
         seeds, timed before it, may take a minute of CUTLASS compiles), preceded by the next shapes' seeds that do
         not depend on this search (the instances of their cuBLASLt tiles where the table or the archive knows them,
         the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time them first), all of these
-        ahead of the compiles earlier searches queued that have not started; then the next shapes' starts. A failure is one log line: compiling ahead only saves time, it never ends a search."""
+        ahead of the compiles earlier searches queued that have not started; then the next shapes' starts (all of
+        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn). A
+        failure is one log line: compiling ahead only saves time, it never ends a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
