@@ -71,6 +71,7 @@ class CompileConfig:
     cache_dir: str
     ahead: bool
     ahead_baselines: bool
+    ahead_depth: int
 
 
 @dataclass

@@ -205,7 +205,7 @@ class RayBackend:
         self.gpu = ""
         self.log_dir = Path(cfg.paths.db).parent / "sweep_logs"
         self._owns_ray = False
-        self.next_of: dict[str, Problem] = {}  # set by the sweep like any backend's; the actors do not compile ahead
+        self.next_of: dict[str, list[Problem]] = {}  # set by the sweep like any backend's; the actors do not compile ahead
 
     def ahead_counts(self) -> AheadCounts:
         """Nothing compiled ahead: the actors compile as they search."""

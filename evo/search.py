@@ -272,7 +272,7 @@ class Search:
         if self.ahead is not None:
             if cfg.compile.ahead_baselines and cfg.search.library_seeds and self.next_problems:
                 self._next_baselines(worker, info)
-                setup["the next shape's baselines"] = time.monotonic() - t
+                setup["the next shapes' baselines"] = time.monotonic() - t
             self.ahead_queue = self._compile_ahead(fams, info, proposers)
         print("  setup: " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()), file=self.out, flush=True)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())

@@ -262,11 +262,13 @@ def search_shape(problem: Problem, cfg: Config, worker: Any, compiler: Any, log_
 
 # --- where the searches run: in this process, one process per GPU, or Ray actors --------------------------
 
-def successors(problems: list[Problem], gpus: int) -> dict[str, Problem]:
-    """Each shape's likely successor on its GPU: with every GPU taking the next shape in the order as it finishes
-    one, the shape `gpus` places later (the compile cache is shared, so whichever GPU takes it finds its kernels)."""
+def successors(problems: list[Problem], gpus: int, depth: int = 1) -> dict[str, list[Problem]]:
+    """Each shape's likely successors on its GPU, nearest first, at most `depth` of them: with every GPU taking the
+    next shape in the order as it finishes one, the shapes `gpus`, 2 `gpus`, ... places later (the compile cache is
+    shared, so whichever GPU takes one finds its kernels). Shapes without a successor are left out."""
     step = max(1, gpus)
-    return {a.key: b for a, b in zip(problems, problems[step:])}
+    out = {a.key: problems[i + step: i + step * depth + 1: step] for i, a in enumerate(problems)}
+    return {k: v for k, v in out.items() if v}
 
 
 class InlineBackend:
@@ -282,7 +284,7 @@ class InlineBackend:
         self.slots = self.n_gpus = 1
         # the next shape's kernels compile while this one is searched (evo.compile_ahead); next_of: the sweep's order
         self.ahead = CompileAhead(compiler, cfg.compile.jobs) if cfg.compile.ahead else None
-        self.next_of: dict[str, Problem] = {}
+        self.next_of: dict[str, list[Problem]] = {}
 
     def start(self) -> list[GpuInfo]:
         return [self.worker.start()]
@@ -296,7 +298,7 @@ class InlineBackend:
 
     def next_result(self) -> ShapeResult:
         p, minutes = self.todo.popleft()
-        nxt = [self.next_of[p.key]] if p.key in self.next_of else []
+        nxt = self.next_of.get(p.key, [])
         return search_shape(p, with_budget(self.cfg, minutes), self.worker, self.compiler, self.log_dir, f"gpu{self.device_id}",
                             enumerations=self.enumerations, ahead=self.ahead, next_problems=nxt,
                             shared_model=self.shared_model)
@@ -329,7 +331,7 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
             p, minutes, nxt = task
             results.put(("start", device_id, p.key))
             res = search_shape(p, with_budget(cfg, minutes), worker, compiler, log_dir, f"gpu{device_id}",
-                               enumerations=enumerations, ahead=ahead, next_problems=[nxt] if nxt is not None else [],
+                               enumerations=enumerations, ahead=ahead, next_problems=list(nxt),
                                shared_model=shared_model)
             if ahead is not None:  # this GPU's counts so far, ahead of the result that the sweep waits for
                 results.put(("ahead", device_id, ahead.snapshot()))
@@ -355,7 +357,7 @@ class ProcessBackend:
         self.running: dict[int, str] = {}
         self.slots = self.n_gpus = len(device_ids)
         self.layout = "TN"
-        self.next_of: dict[str, Problem] = {}  # each shape's likely successor on its GPU, compiled ahead there
+        self.next_of: dict[str, list[Problem]] = {}  # each shape's likely successors on its GPU, compiled ahead there
         self.ahead_by_gpu: dict[int, AheadCounts] = {}  # each GPU process's compile-ahead counts, as last reported
 
     def start(self) -> list[GpuInfo]:
@@ -381,7 +383,7 @@ class ProcessBackend:
 
     def submit(self, problem: Problem, minutes: float | None = None) -> None:
         self.layout = problem.layout
-        self.tasks.put((problem, minutes, self.next_of.get(problem.key)))
+        self.tasks.put((problem, minutes, self.next_of.get(problem.key, [])))
 
     def next_result(self) -> ShapeResult:
         while True:
@@ -706,8 +708,8 @@ def run_sweep(shapes: list[Problem], cfg: Config, *, shapes_file: str = "", devi
             return stopped
 
         def run_round(items: list[tuple[Problem, float | None]], finished_before: int, total: int) -> None:
-            # the shape each GPU likely takes after each, whose kernels compile ahead; this round's order only
-            backend.next_of = successors([q for q, _ in items], backend.slots)
+            # the shapes each GPU likely takes after each, whose kernels compile ahead; this round's order only
+            backend.next_of = successors([q for q, _ in items], backend.slots, cfg.compile.ahead_depth)
             it = iter(items)
             in_flight = 0
             n_round = 0

@@ -291,7 +291,7 @@ def test_the_next_shapes_libraries_are_timed_ahead_so_its_library_tiles_compile_
     assert set(queued[queued.index(tile8) + 1:]) == starts
     assert "timing the next shape's baselines (512x256x128)" in log
     setup = next(line for line in log.splitlines() if line.startswith("  setup: "))  # where the time before the budget went
-    assert all(step in setup for step in ("the ceilings", "the baselines", "the guide", "the next shape's baselines"))
+    assert all(step in setup for step in ("the ceilings", "the baselines", "the guide", "the next shapes' baselines"))
     assert {b.library for b in Store(cfg.paths.db).baselines(nxt.key, nxt.layout, "Fake_GPU")} >= {"cublas", "cublaslt_heuristic"}
     _, timed, _ = run(cfg, nxt, [])
     assert timed == []  # the next search reads them from the archive
@@ -381,8 +381,12 @@ def test_a_one_gpu_sweep_hands_each_search_the_shape_after_it(tmp_path, monkeypa
     cfg = _cfg(tmp_path)
     sweep.run_sweep(shapes, cfg, device_ids=[0], worker_factory=FakeWorker, compiler=FakeCompiler(), out=io.StringIO(),
                     order="longest")
-    order = [k for k, _, _ in seen]
-    assert [n for _, n, _ in seen] == [[order[1]], [order[2]], []] and all(a for _, _, a in seen)
+    order = [k for k, _, _ in seen]  # compile.ahead_depth 2: the next two shapes, as far as the order goes
+    assert [n for _, n, _ in seen] == [[order[1], order[2]], [order[2]], []] and all(a for _, _, a in seen)
+    seen.clear()
+    sweep.run_sweep(shapes, _cfg(tmp_path / "one", {"ahead_depth": 1}), device_ids=[0], worker_factory=FakeWorker,
+                    compiler=FakeCompiler(), out=io.StringIO(), order="longest")
+    assert [n for _, n, _ in seen] == [[order[1]], [order[2]], []]
 
 
 def test_a_one_gpu_sweep_says_what_it_compiled_ahead(tmp_path):
@@ -406,11 +410,19 @@ def test_each_gpu_compiles_ahead_the_shape_it_likely_takes_next():
     from evo.sweep import successors
 
     shapes = [parse_shape(s) for s in ("64x64x64", "128x64x64", "256x64x64", "512x64x64", "1024x64x64")]
+    keys = lambda d: {k: [q.key for q in v] for k, v in d.items()}  # noqa: E731
     one = successors(shapes, 1)
-    assert [one[a.key].key for a in shapes[:4]] == [b.key for b in shapes[1:]] and shapes[4].key not in one
+    assert keys(one) == {a.key: [b.key] for a, b in zip(shapes, shapes[1:])}
     two = successors(shapes, 2)  # GPU 0 takes shapes 0, 2, 4 and GPU 1 shapes 1, 3 while they keep pace
-    assert {k: v.key for k, v in two.items()} == {shapes[0].key: shapes[2].key, shapes[1].key: shapes[3].key,
-                                                  shapes[2].key: shapes[4].key}
+    assert keys(two) == {shapes[0].key: [shapes[2].key], shapes[1].key: [shapes[3].key], shapes[2].key: [shapes[4].key]}
+    # deeper: the next shapes on the same GPU, nearest first, as far as the order goes
+    assert keys(successors(shapes, 1, 2)) == {shapes[0].key: [shapes[1].key, shapes[2].key],
+                                              shapes[1].key: [shapes[2].key, shapes[3].key],
+                                              shapes[2].key: [shapes[3].key, shapes[4].key],
+                                              shapes[3].key: [shapes[4].key]}
+    assert keys(successors(shapes, 2, 2)) == {shapes[0].key: [shapes[2].key, shapes[4].key],
+                                              shapes[1].key: [shapes[3].key], shapes[2].key: [shapes[4].key]}
+    assert successors(shapes, 1, 0) == {}  # depth 0: no shape compiles ahead of its own search
 
 
 def test_a_multi_gpu_sweep_sends_each_shape_with_its_successor():
@@ -425,8 +437,8 @@ def test_a_multi_gpu_sweep_sends_each_shape_with_its_successor():
     for p in shapes:
         backend.submit(p, 0.5)
     sent = [backend.tasks.get_nowait() for _ in shapes]
-    assert [(p.key, m, n.key if n else None) for p, m, n in sent] == [
-        (shapes[0].key, 0.5, shapes[2].key), (shapes[1].key, 0.5, None), (shapes[2].key, 0.5, None)]
+    assert [(p.key, m, [q.key for q in n]) for p, m, n in sent] == [
+        (shapes[0].key, 0.5, [shapes[2].key]), (shapes[1].key, 0.5, []), (shapes[2].key, 0.5, [])]
 
 
 def test_a_two_gpu_sweep_compiles_ahead_in_each_gpus_process(tmp_path):
@@ -480,7 +492,8 @@ def test_a_later_round_compiles_ahead_in_its_own_order(tmp_path, monkeypatch):
     sweep.run_sweep(shapes, _cfg(tmp_path), device_ids=[0], worker_factory=FakeWorker, compiler=FakeCompiler(),
                     out=io.StringIO(), budget_gpu_hours=0.05, order="likely-wins")
     first, second = seen[:3], seen[3:5]
-    assert first == [("8192x8192x8192", ["1024x1024x1024"]), ("1024x1024x1024", ["64x64x64"]), ("64x64x64", [])]
+    assert first == [("8192x8192x8192", ["1024x1024x1024", "64x64x64"]), ("1024x1024x1024", ["64x64x64"]),
+                     ("64x64x64", [])]
     assert second == [("8192x8192x8192", ["1024x1024x1024"]), ("1024x1024x1024", [])]  # not 64x64x64, done
 
 
