@@ -282,7 +282,7 @@ class InlineBackend:
         self.shared_model = SharedModel(cfg.search.cost_model_regrow)  # the cost model, trained again as the archive grows
         self.todo: deque[tuple[Problem, float | None]] = deque()
         self.slots = self.n_gpus = 1
-        # the next shape's kernels compile while this one is searched (evo.compile_ahead); next_of: the sweep's order
+        # the next shapes' kernels compile while this one is searched (evo.compile_ahead); next_of: the sweep's order
         self.ahead = CompileAhead(compiler, cfg.compile.jobs) if cfg.compile.ahead else None
         self.next_of: dict[str, list[Problem]] = {}
 

@@ -365,7 +365,7 @@ def test_a_start_is_refitted_once_per_shape(fams):
     assert len(calls) == 4
 
 
-def test_a_one_gpu_sweep_hands_each_search_the_shape_after_it(tmp_path, monkeypatch):
+def test_a_one_gpu_sweep_hands_each_search_the_shapes_after_it(tmp_path, monkeypatch):
     import evo.sweep as sweep
 
     seen = []
@@ -406,7 +406,7 @@ def test_a_one_gpu_sweep_says_what_it_compiled_ahead(tmp_path):
     assert outcome.summary and "Compiled ahead" not in outcome.summary
 
 
-def test_each_gpu_compiles_ahead_the_shape_it_likely_takes_next():
+def test_each_gpu_compiles_ahead_the_shapes_it_likely_takes_next():
     from evo.sweep import successors
 
     shapes = [parse_shape(s) for s in ("64x64x64", "128x64x64", "256x64x64", "512x64x64", "1024x64x64")]
