@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -260,6 +261,8 @@ class Prior:
         self.sample = sample
         self.seed = seed
         self._ranked: dict[str, list[Ranked]] = {}
+        self._rank_lock = threading.Lock()  # a search ranks on its compile-ahead thread while the seeds are timed
+        self._claimant: threading.Thread | None = None  # the thread a claim_rank is for
         self._fits: dict[tuple, Ranked | None] = {}  # fit's answers: a start is refitted once per shape (evo.compile_ahead asks first)
 
     def space(self, family: str) -> FamilySpace | None:
@@ -273,10 +276,35 @@ class Prior:
         return None if geo is None else estimate(family, params, geo, problem, self.gpu)
 
     def rank(self, problem: Problem) -> list[Ranked]:
-        """Every sampled instance that accepts the problem, best estimate first (computed once per problem)."""
+        """Every sampled instance that accepts the problem, best estimate first (computed once per problem; asked
+        while another thread computes it or holds its claim, it waits for that answer)."""
+        if self._claimant is threading.current_thread():  # the claiming thread itself, before its computation
+            return self._rank_once(problem)
+        with self._rank_lock:
+            return self._rank_once(problem)
+
+    def _rank_once(self, problem: Problem) -> list[Ranked]:
         if problem.key not in self._ranked:
             self._ranked = {problem.key: self._rank(problem)}  # one problem at a time: the search's
         return self._ranked[problem.key]
+
+    def claim_rank(self, problem: Problem, thread: threading.Thread) -> Callable[[], None]:
+        """Claim the problem's ranking for `thread` (a search's compile-ahead thread, while the seeds are timed),
+        which calls the returned function, exactly once. Until it has, rank() asked from any other thread waits for
+        its answer. A failure there is left to rank(), which computes again and raises it."""
+        self._rank_lock.acquire()  # released by the function, once its answer is in
+        self._claimant = thread
+
+        def compute() -> None:
+            try:
+                self._rank_once(problem)
+            except Exception:  # noqa: BLE001
+                pass
+            finally:
+                self._claimant = None
+                self._rank_lock.release()
+
+        return compute
 
     def _rank(self, problem: Problem) -> list[Ranked]:
         rng = random.Random(self.seed * 1000003 + problem.m * 31 + problem.n * 17 + problem.k)

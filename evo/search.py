@@ -385,8 +385,10 @@ class Search:
         not depend on this search (the instances of their cuBLASLt tiles where the table or the archive knows them,
         the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time them first), all of these
         ahead of the compiles earlier searches queued that have not started; then the next shapes' starts (all of
-        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn). A
-        failure is one log line: compiling ahead only saves time, it never ends a search."""
+        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn).
+        Between this shape's starts and the next shapes' the thread also computes the prior's ranking of this shape,
+        claimed for it (Prior.claim_rank): generation 0 waits for that rather than ranking again. A failure is one
+        log line: compiling ahead only saves time, it never ends a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
@@ -414,13 +416,26 @@ class Search:
                          for src in ([x.source for x in algorithm_proposals(q, algos, fams)]
                                      if self.cfg.search.library_seeds else []) + flipped]
                 self.ahead.submit(seeds + starts(problems[0], known[0]), info.arch, rank)
+            except Exception as e:  # noqa: BLE001
+                self._ahead_skipped(e)
+                return
+            finally:
+                ranking()  # generation 0's, claimed for this thread: after this shape's starts, before the next shapes'
+            try:
                 for q, seen in zip(problems[1:], known[1:]):
                     self.ahead.submit(starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 
         t = threading.Thread(target=queue, name="evo-compile-ahead", daemon=True)
-        t.start()
+        # the prior's ranking of this shape (every family's sample sized: seconds of Python that left the GPU idle
+        # before generation 0) is computed here too, while the seeds are timed; generation 0 waits for it
+        ranking = mut.prior.claim_rank(self.problem, t) if mut is not None and mut.prior is not None else (lambda: None)
+        try:
+            t.start()
+        except BaseException:
+            ranking()  # no thread to release the claim: ranked here
+            raise
         return t
 
     def _ahead_skipped(self, e: Exception) -> None:

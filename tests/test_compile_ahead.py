@@ -211,6 +211,33 @@ def test_a_search_queues_its_starts_then_the_next_shapes(tmp_path):
     assert set(queued[:len(set(starts(this)))]) == set(starts(this))
 
 
+def test_the_compile_ahead_thread_ranks_the_shape_after_its_starts_before_the_next_shapes(tmp_path, monkeypatch):
+    # the prior's ranking (seconds of Python) is computed while the seeds are timed, on the compile-ahead thread,
+    # once; generation 0 waits for it rather than computing it again
+    import threading
+
+    from evo.prior import Prior
+    from evo.search import Search
+
+    events, real = [], Prior._rank
+
+    def recording_rank(self, problem):
+        events.append(("rank", threading.current_thread().name))
+        return real(self, problem)
+
+    class Ordered(Recording):
+        def submit(self, sources, arch, rank=0.0):
+            events.append(("submit", len(sources)))
+            return super().submit(sources, arch, rank)
+
+    monkeypatch.setattr(Prior, "_rank", recording_rank)
+    this, nxt = parse_shape("256x256x256"), parse_shape("512x256x128")
+    Search(this, _cfg(tmp_path), out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=Ordered(),
+           next_problems=[nxt]).run()
+    assert [e for e in events if e[0] == "rank"] == [("rank", "evo-compile-ahead")]
+    assert [e[0] for e in events[:3]] == ["submit", "rank", "submit"]
+
+
 def test_the_next_shapes_library_tiles_come_from_the_table(tmp_path):
     # where the table records cuBLASLt's algorithm for the next shape, that tile's instance compiles ahead too
     import json

@@ -286,3 +286,45 @@ def test_a_thin_tile_on_a_long_k_is_bound_by_its_ring():
     off = estimate("mma_small_sm80", mma.complete({**base, "STAGES": 6}), Geometry(256, 64, 24_576, 0), long_k,
                    GpuSpec(ring_latency_us=0.0))
     assert off.ring_us == 0.0 and off.us < one.us
+
+
+def test_a_rank_asked_while_another_thread_holds_its_claim_waits_for_that_answer(fams, monkeypatch):
+    # a search's compile-ahead thread ranks while the seeds are timed; generation 0 asks meanwhile and must get that
+    # ranking, computed once, not a second one
+    import threading
+    import time
+
+    p = Prior(fams, GpuSpec(peak_tflops=750, bw_gbs=4300), sample=50)
+    calls, real = [], Prior._rank
+
+    def slow_rank(self, problem):
+        calls.append(threading.current_thread().name)
+        time.sleep(0.3)
+        return real(self, problem)
+
+    monkeypatch.setattr(Prior, "_rank", slow_rank)
+    q = parse_shape("512x2048x4096")
+    early = []  # the claiming thread may itself ask before it computes (it does not wait for its own claim)
+    t = threading.Thread(target=lambda: (time.sleep(0.2), early.append(p.rank(q)), compute()), name="ahead")
+    compute = p.claim_rank(q, t)
+    t.start()
+    ranked = p.rank(q)  # asked before "ahead" even starts computing: waits for its answer
+    t.join()
+    assert calls == ["ahead"] and ranked and p.rank(q) is ranked and early == [ranked]
+
+    two = parse_shape("1024x1024x1024")  # without a claim: two threads asking at once compute it once
+    answers = []
+    t = threading.Thread(target=lambda: answers.append(p.rank(two)), name="first")
+    t.start()
+    answers.append(p.rank(two))
+    t.join()
+    assert calls[1:] in (["first"], ["MainThread"]) and answers[0] is answers[1]
+
+    def failing(self, problem):
+        raise ZeroDivisionError("a broken rule")
+
+    monkeypatch.setattr(Prior, "_rank", failing)
+    other = parse_shape("64x64x64")
+    p.claim_rank(other, threading.current_thread())()
+    with pytest.raises(ZeroDivisionError):  # the claimed computation's failure is raised where the ranking is asked for
+        p.rank(other)
