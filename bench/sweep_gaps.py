@@ -1,0 +1,100 @@
+"""Where the GPU waited in a search or sweep: per run of an archive, seconds from the run's start to its first
+evaluation, the seeds' end, the wait from there to the first child (generation 0), and every pause between two
+evaluations longer than a threshold. An evaluation's window is [created - seconds, created] (the worker's own time),
+so a pause is GPU time spent on nothing: compiles, Python, the check's host side.
+
+    python -m bench.sweep_gaps DB [--gap-s 5] [--md out.md]
+
+For the next engineer measuring the sweep's throughput (docs/perf-search.md).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evo.cli import _Parser
+from evo.errors import EvoError, cli_entry
+from evo.store import Store
+
+
+@dataclass
+class RunGaps:
+    run_id: int
+    shape: str
+    evaluations: int
+    span_s: float                      # run start to its last evaluation's end
+    first_eval_s: float                # run start to the first evaluation's start
+    seeds_end_s: float | None          # run start to the last seed's end (None: no seed evaluated)
+    child_wait_s: float | None         # the seeds' end to the first non-seed evaluation's start
+    pauses: list[tuple[float, float]] = field(default_factory=list)  # (at s after start, length s), > threshold
+
+    @property
+    def longest_pause_s(self) -> float:
+        return max((p for _, p in self.pauses), default=0.0)
+
+
+def run_gaps(store: Store, gap_s: float = 5.0) -> list[RunGaps]:
+    out = []
+    for run in store.rows("SELECT id, shape, started FROM runs ORDER BY id"):
+        evs = list(store.rows(
+            "SELECT e.created, e.seconds, COALESCE(c.proposer, '') AS proposer FROM evaluations e "
+            "LEFT JOIN candidates c ON c.hash = e.hash WHERE e.run_id=? ORDER BY e.created", (run["id"],)))
+        if not evs:
+            continue
+        t0 = float(run["started"])
+        windows = [(float(e["created"]) - float(e["seconds"] or 0.0), float(e["created"]), e["proposer"]) for e in evs]
+        seed_ends = [end for _, end, who in windows if who == "seed"]
+        seeds_end = max(seed_ends) if seed_ends else None
+        child_starts = [start for start, _, who in windows if who != "seed" and (seeds_end is None or start >= seeds_end)]
+        pauses, last_end = [], windows[0][1]
+        for start, end, _ in windows[1:]:
+            if start - last_end > gap_s:
+                pauses.append((round(last_end - t0, 1), round(start - last_end, 1)))
+            last_end = max(last_end, end)
+        out.append(RunGaps(
+            run_id=int(run["id"]), shape=run["shape"], evaluations=len(evs), span_s=round(last_end - t0, 1),
+            first_eval_s=round(windows[0][0] - t0, 1),
+            seeds_end_s=None if seeds_end is None else round(seeds_end - t0, 1),
+            child_wait_s=(round(min(child_starts) - seeds_end, 1) if seeds_end is not None and child_starts else None),
+            pauses=pauses))
+    return out
+
+
+def markdown(rows: list[RunGaps], gap_s: float) -> str:
+    def f(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f}"
+    lines = [f"| run | shape | evaluations | span s | first evaluation s | seeds end s | seeds -> first child s | "
+             f"pauses > {gap_s:g} s (at: length) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pauses = ", ".join(f"{at:.0f}: {n:.1f}" for at, n in r.pauses) or "none"
+        lines.append(f"| {r.run_id} | {r.shape} | {r.evaluations} | {r.span_s:.1f} | {r.first_eval_s:.1f} | "
+                     f"{f(r.seeds_end_s)} | {f(r.child_wait_s)} | {pauses} |")
+    return "\n".join(lines)
+
+
+@cli_entry
+def main(argv: list[str] | None = None) -> int:
+    ap = _Parser(prog="python -m bench.sweep_gaps", description=__doc__.split("\n\n")[0])
+    ap.add_argument("db", help="the sweep's or search's SQLite archive")
+    ap.add_argument("--gap-s", type=float, default=5.0, help="report pauses between evaluations longer than this")
+    ap.add_argument("--md", help="also write the table to this Markdown file")
+    args = ap.parse_args(argv)
+    if not Path(args.db).is_file():
+        raise EvoError(f"no archive at {args.db}")
+    store = Store(args.db)
+    try:
+        rows = run_gaps(store, args.gap_s)
+    finally:
+        store.close()
+    if not rows:
+        raise EvoError(f"{args.db} holds no run with an evaluation")
+    text = markdown(rows, args.gap_s)
+    print(text)
+    if args.md:
+        Path(args.md).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
