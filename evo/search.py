@@ -141,7 +141,7 @@ class Search:
         ahead: a sweep's background compiles (evo.compile_ahead), kept across its shapes; None: the search runs its own
         while `compile.ahead` is on. next_problems: shapes searched after this one: their seeds (library tiles where
         the table or the archive knows the algorithm, the transposed shape's fastest kernels) compile ahead before
-        this shape's starts, the nearest one's starts after them.
+        this shape's starts, their starts after them.
         shared_model: a sweep's cost model (evo.cost_model.SharedModel), trained again only as the archive grows."""
         self.ahead = ahead
         self.shared_model = shared_model
@@ -384,15 +384,17 @@ class Search:
         seeds, timed before it, may take a minute of CUTLASS compiles), preceded by the next shapes' seeds that do
         not depend on this search (the instances of their cuBLASLt tiles where the table or the archive knows them,
         the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time them first), all of these
-        ahead of the compiles earlier searches queued that have not started; then the nearest next shape's starts (all of
-        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn).
-        Between this shape's starts and the next shapes' the thread also computes the prior's ranking of this shape,
-        claimed for it (Prior.claim_rank): generation 0 waits for that rather than ranking again. A failure is one
-        log line: compiling ahead only saves time, it never ends a search."""
+        ahead of the compiles earlier searches queued that have not started; then the next shapes' starts (all of
+        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn). A
+        shape's starts are refitted once in a sweep (`CompileAhead.once`), by the first search that queues them; each
+        later one queues the same list again at its own rank. Between this shape's starts and the next shapes' the
+        thread also computes the prior's ranking of this shape, claimed for it (Prior.claim_rank): generation 0 waits
+        for that rather than ranking again. A failure is one log line: compiling ahead only saves time, it never ends
+        a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
-            known = [{x.hash for x in self.store.individuals(q.key, q.layout, info.key, info.arch)} for q in problems[:2]]
+            known = [{x.hash for x in self.store.individuals(q.key, q.layout, info.key, info.arch)} for q in problems]
             algorithms = [self._library_algorithms(info, q) for q in problems]
             transposed = [[x.source for x in transposed_proposals(q, self.store, info.key, fams,
                                                                    published=self._published_transposed(info, q))]
@@ -402,8 +404,10 @@ class Search:
             return None
 
         def starts(q: Problem, seen: set[str]) -> list[str]:
-            ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
-            return [x.source for x in mut.starts(ctx)] if mut is not None else []
+            def refit() -> list[str]:
+                ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
+                return [x.source for x in mut.starts(ctx)] if mut is not None else []
+            return self.ahead.once(("starts", q.key, q.layout, info.arch), refit)
 
         rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued and that wait still
 
@@ -421,9 +425,9 @@ class Search:
                 return
             finally:
                 ranking()  # generation 0's, claimed for this thread: after this shape's starts, before the next shapes'
-            try:  # the nearest next shape's starts; a farther one's seeds only (its starts take seconds of nvcc and
-                # the search before it queues them: refitting them here too would be Python done twice)
-                for q, seen in zip(problems[1:2], known[1:2]):
+            try:  # the next shapes' starts, the farther ones too: a CUTLASS start takes ~50-60 s of nvcc, and a short
+                # search before it left the GPU idle 19-42 s waiting for one (docs/perf-search.md)
+                for q, seen in zip(problems[1:], known[1:]):
                     self.ahead.submit(starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)

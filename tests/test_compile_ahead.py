@@ -184,6 +184,16 @@ class Recording:
     def take_failures(self):
         return []
 
+    once = CompileAhead.once
+
+    @property
+    def lock(self):
+        return self.__dict__.setdefault("_lock", threading.Lock())
+
+    @property
+    def lists(self):
+        return self.__dict__.setdefault("_lists", {})
+
 
 def _cfg(tmp_path, compile_: dict | None = None, **search):
     return load_config(overrides={
@@ -235,9 +245,37 @@ def test_the_compile_ahead_thread_ranks_the_shape_after_its_starts_before_the_ne
     Search(this, _cfg(tmp_path), out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=Ordered(),
            next_problems=[nxt, far]).run()
     assert [e for e in events if e[0] == "rank"] == [("rank", "evo-compile-ahead")]
-    # this shape's list (the next shapes' seeds, its starts), the ranking, the nearest next shape's starts; the
-    # farther shape's starts are left to the search before it (its seeds went in the first list)
-    assert [e[0] for e in events if e[0] == "rank" or e[1] > 0] == ["submit", "rank", "submit"]
+    # this shape's list (the next shapes' seeds, its starts), the ranking, the next shapes' starts
+    assert [e[0] for e in events if e[0] == "rank" or e[1] > 0] == ["submit", "rank", "submit", "submit"]
+
+
+def test_a_sweep_refits_each_shapes_starts_once_and_queues_them_two_searches_ahead(tmp_path, monkeypatch):
+    # a CUTLASS start takes ~50-60 s of nvcc: a shape's starts are queued by the search two shapes before it (a
+    # short search one shape before left the GPU idle waiting), refitted there once; later searches queue the same
+    # list again at their own rank without refitting it
+    from evo.search import Search
+
+    refits, real = [], MutateProposer.starts
+
+    def counting(self, ctx):
+        if threading.current_thread().name == "evo-compile-ahead":
+            refits.append(ctx.problem.key)
+        return real(self, ctx)
+
+    monkeypatch.setattr(MutateProposer, "starts", counting)
+    shapes = [parse_shape(s) for s in ("256x256x256", "512x256x128", "128x256x64", "256x128x128")]
+    rec, lists = Recording(), []
+    for i, q in enumerate(shapes):
+        before = len(rec.queued)
+        Search(q, _cfg(tmp_path), out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
+               next_problems=shapes[i + 1:i + 3]).run()
+        lists.append([h for h, _ in rec.queued[before:]])
+    assert sorted(refits) == sorted(q.key for q in shapes)  # each shape's starts refitted once
+    fams = load_families(TOY)
+    third = {ks.hash for f in fams for ks in (f.render(p, shapes[2]) for p in f.start_instances())
+             if ks.accepts(shapes[2])}
+    assert third and third <= set(lists[0])  # queued by the first search, two shapes ahead
+    assert third <= set(lists[1]) and third <= set(lists[2])  # and again, at each later search's rank
 
 
 def test_the_next_shapes_library_tiles_come_from_the_table(tmp_path):
@@ -556,3 +594,14 @@ def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_pa
     assert set(order[order.index(flipped.hash) + 1:]) == starts  # the next shape's starts follow it
     asked.clear()
     assert flipped.hash not in queued(_cfg(tmp_path / "off", transposed_seeds=False)) and asked == []
+
+
+def test_once_computes_a_list_once_per_key(tmp_path):
+    ahead = CompileAhead(_compiler(tmp_path), jobs=2)
+    calls = []
+    try:
+        assert ahead.once(("a",), lambda: calls.append(1) or ["x"]) == ["x"]
+        assert ahead.once(("a",), lambda: calls.append(1) or ["y"]) == ["x"]
+        assert ahead.once(("b",), lambda: calls.append(1) or ["y"]) == ["y"] and len(calls) == 2
+    finally:
+        ahead.close()
