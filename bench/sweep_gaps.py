@@ -1,7 +1,9 @@
 """Where the GPU waited in a search or sweep: per run of an archive, seconds from the run's start to its first
 evaluation, the seeds' end, the wait from there to the first child (generation 0), and every pause between two
 evaluations longer than a threshold. An evaluation's window is [created - seconds, created] (the worker's own time),
-so a pause is GPU time spent on nothing: compiles, Python, the check's host side.
+so a pause is GPU time spent on nothing: compiles, Python, the check's host side. A seed is a kernel the archive
+first stored as one (a candidate keeps its first proposer: a kernel another shape's search proposed and this one timed
+as a seed counts as a child here, and a run whose seeds all came so shows none).
 
     python -m bench.sweep_gaps DB [--gap-s 5] [--md out.md]
 
