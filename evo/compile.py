@@ -101,6 +101,10 @@ class Compiler:
             cmd.insert(1, f"-I{inc}")
         return cmd
 
+    def is_cached(self, ks: KernelSource, arch: str) -> bool:
+        """Whether the cache holds this kernel's result for arch (compiled or failed): `compile` would return at once."""
+        return (self.cache_dir / arch / f"{self.key(ks, arch)}.json").is_file()
+
     def compile(self, ks: KernelSource, arch: str, cancel: threading.Event | None = None) -> CompileResult:
         """cancel: once set, a compile not finished is killed and returns error CANCELLED (nothing cached)."""
         if arch not in ks.meta.archs:

@@ -150,6 +150,7 @@ class Search:
         self.enumerations = enumerations
         self.seed_sources = list(seed_sources or [])
         self.neighbour_seeds: list[str] = []  # kernels of other shapes this run offered (seed_sources, the table's nearest rows)
+        self.deferred: list[tuple[KernelSource, Proposal]] = []  # slow children compiling in the background (_defer_slow)
         self.shared_worker = worker
         self.problem = problem
         self.cfg = cfg
@@ -292,11 +293,14 @@ class Search:
         stalls = 0
         stop = ""
 
+        def time_spent() -> str:
+            return "time budget spent" if budget_s and time.monotonic() - t_search >= budget_s else ""
+
         def out_of_budget() -> str:
-            if budget_s and time.monotonic() - t_search >= budget_s:
-                return "time budget spent"
-            if cfg.search.max_candidates and new_candidates >= cfg.search.max_candidates:
-                return "candidate budget spent"
+            if time_spent():
+                return time_spent()
+            if cfg.search.max_candidates and new_candidates + len(self.deferred) >= cfg.search.max_candidates:
+                return "candidate budget spent"  # the deferred children are timed before the search stops"
             if any(getattr(x, "exhausted", False) for x in proposers):
                 return next((x.stop_reason for x in proposers if getattr(x, "exhausted", False) and getattr(x, "stop_reason", "")),
                             "LLM token/cost budget spent")
@@ -347,14 +351,16 @@ class Search:
             failures = [i for i in individuals if not i.correct][:20]
             island, pool = self.diversity.pool(individuals, prog.generation)
             ctx = ProposalContext(p, info.arch, info, fams, pool, baselines, rng, prog.generation, failures,
-                                  known={i.hash for i in individuals}, island=island)
+                                  known={i.hash for i in individuals} | {ks.hash for ks, _ in self.deferred},
+                                  island=island)
             proposals: list[Proposal] = []
             counts = guide.propose_counts(proposers, split_children(cfg, proposers, cfg.search.children))
             for proposer, n in zip(proposers, counts):
                 proposals += proposer.propose(ctx, n)
             proposals, near = proposals + near, []
             proposals = guide.choose(proposals, cfg.search.children)  # what is compiled: cost model + bandit
-            limit = cfg.search.max_candidates - new_candidates if cfg.search.max_candidates else len(proposals)
+            limit = (cfg.search.max_candidates - new_candidates - len(self.deferred) if cfg.search.max_candidates
+                     else len(proposals))
             fresh = self._admit(proposals, gpu, limit)
             if not fresh:
                 stalls += 1
@@ -371,6 +377,14 @@ class Search:
             for proposer in proposers:
                 proposer.observe(children)
             prog.line(prog.status())
+        if self.deferred:  # the slow children still compiling: timed now unless the time budget is spent (waited
+            # for, as their generation would have; admitted within the candidate budget), else left to the cache
+            late, self.deferred = self.deferred, []
+            prog.line(f"timing the {len(late)} slow compiles left in the background before stopping ({stop})")
+            children = self._compile_and_evaluate(late, worker, info, prog, time_spent, run_id, defer=False)
+            new_candidates += len(children)
+            for proposer in proposers:
+                proposer.observe(children)
         for proposer in proposers:
             if hasattr(proposer, "drop_pending"):
                 proposer.drop_pending()
@@ -516,11 +530,47 @@ class Search:
             fresh.append((ks, prop))
         return fresh
 
-    def _compile_and_evaluate(self, fresh, worker: GpuWorker, info: GpuInfo, prog: Progress, out_of_budget, run_id: int) -> list[Individual]:
+    def _defer_slow(self, fresh: list, generation: int, arch: str, seconds: dict[str, float]) -> list:
+        """What a generation compiles and times now: its children less those of a family whose median compile takes
+        `compile.defer_s` or more (CUTLASS SM90), not in the cache yet and not timed past the budget (seeds, starts),
+        which go to the background queue (self.ahead) and wait in self.deferred; plus the deferred ones that have
+        landed in the cache since. Where nothing else would be timed meanwhile, nothing is deferred (every deferred
+        child is compiled here and waited for): a search of slow families only does not spin through generations."""
+        limit = self.cfg.compile.defer_s
+        if not limit or self.ahead is None or generation < 1:
+            return fresh
+        landed = {ks.hash for ks, _ in self.deferred if self.compiler.is_cached(ks, arch)}
+        ready = [kp for kp in self.deferred if kp[0].hash in landed]
+        waiting = [kp for kp in self.deferred if kp[0].hash not in landed]
+        pending = {ks.hash for ks, _ in self.deferred}
+        now, later = [], []
+        for ks, prop in fresh:
+            if ks.hash in pending:
+                continue
+            slow = (seconds.get(ks.meta.family, 0.0) >= limit and not timed_past_budget(prop, generation)
+                    and not self.compiler.is_cached(ks, arch))
+            (later if slow else now).append((ks, prop))
+        if not now and not ready:
+            self.deferred = []
+            return waiting + later
+        if later:
+            self.ahead.submit([ks.text for ks, _ in later], arch, time.monotonic())
+            fams = sorted({ks.meta.family for ks, _ in later})
+            print(f"  {len(later)} {'/'.join(fams)} children compile in the background (~"
+                  f"{max(seconds[f] for f in fams):.0f} s each); each is timed in the first generation after it lands",
+                  file=self.out, flush=True)
+        self.deferred = waiting + later
+        return ready + now
+
+    def _compile_and_evaluate(self, fresh, worker: GpuWorker, info: GpuInfo, prog: Progress, out_of_budget, run_id: int,
+                              defer: bool = True) -> list[Individual]:
         store = self.store
+        seconds = store.compile_seconds(info.arch)
+        if defer:  # a child that takes a minute of nvcc does not hold the GPU idle: it is timed a generation later
+            fresh = self._defer_slow(fresh, prog.generation, info.arch, seconds)
         # quick compiles first (stable within a family): with results handed over as they finish, the first
         # candidates are timed within seconds while a family that takes a minute per instance (CUTLASS) compiles
-        fresh = quick_compiles_first(fresh, store.compile_seconds(info.arch))
+        fresh = quick_compiles_first(fresh, seconds)
         items = [(ks, info.arch) for ks, _ in fresh]
         by_hash = {ks.hash: (ks, prop) for ks, prop in fresh}
         children: list[Individual] = []

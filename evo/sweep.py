@@ -185,6 +185,9 @@ class CountingCompiler:
         self._count(r)
         return r
 
+    def is_cached(self, ks: Any, arch: str) -> bool:
+        return self.inner.is_cached(ks, arch)
+
     def compile_many(self, items: Iterable, jobs: int = 0, on_done: Callable | None = None,
                      stop: Callable[[], bool] | None = None) -> list:
         def done(r: Any) -> None:

@@ -1,0 +1,154 @@
+"""A generation's slow children (a family whose median compile takes `compile.defer_s` or more: CUTLASS SM90, ~50 s)
+compile in the background while the generation times the others; each is timed in the first generation after it
+lands, and those still compiling when the search stops are timed then (budget allowing). A 5-minute H200 search left
+the GPU idle 111 of 159 s waiting for such children (docs/perf-search.md)."""
+import io
+import shutil
+from pathlib import Path
+
+from evo.config import load_config
+from evo.kernel import KernelSource
+from evo.problem import parse_shape
+from evo.proposers.base import Proposal
+from evo.search import Search
+from evo.store import Store
+from fakes import FakeCompiler, FakeWorker
+
+TOY = Path(__file__).parent / "data" / "families" / "toy"
+
+
+def _two_families(tmp_path) -> Path:
+    """The toy family twice: `toy` and `slowtoy` (the same kernel under another name)."""
+    root = tmp_path / "fams"
+    shutil.copytree(TOY, root / "toy")
+    shutil.copytree(TOY, root / "slowtoy")
+    for f in ("family.yaml", "kernel.cu"):
+        p = root / "slowtoy" / f
+        p.write_text(p.read_text().replace("name: toy", "name: slowtoy").replace("family: toy", "family: slowtoy"))
+    return root
+
+
+def _cfg(tmp_path, templates, defer_s=20, **search):
+    s = {"budget_minutes": 0, "max_candidates": 30, "children": 6, "population": 6, "elites": 2, "initial_random": 4,
+         "seed": 1, **search}
+    return load_config(overrides={"search": s, "compile": {"defer_s": defer_s},
+                                  "paths": {"db": str(tmp_path / "evo.db"), "out": str(tmp_path / "out"),
+                                            "templates": str(templates)}})
+
+
+class Background:
+    """A CompileAhead stand-in: what is submitted lands in the compiler's cache after `lag` more submits (0: at
+    once; None: never)."""
+
+    def __init__(self, compiler, lag=0):
+        self.compiler, self.lag, self.waiting, self.submitted = compiler, lag, [], []
+
+    def submit(self, sources, arch, rank=0.0):
+        kss = [KernelSource.parse(t) for t in sources]
+        self.submitted += [ks.hash for ks in kss]
+        self.waiting += [(ks, arch) for ks in kss]
+        if self.lag is not None:
+            while len(self.waiting) > self.lag:
+                ks, a = self.waiting.pop(0)
+                self.compiler.compile(ks, a)
+        return len(kss)
+
+    def once(self, key, compute):
+        return compute()
+
+    counts = property(lambda self: __import__("evo.compile_ahead", fromlist=["AheadCounts"]).AheadCounts())
+
+    def take_failures(self):
+        return []
+
+
+def _kernel(family, tile, unroll, pad=0, idea="mutate"):
+    from evo.families import load_families
+
+    (fam,) = load_families(TOY.parent, names=["toy"])
+    ks = fam.render({"TILE": tile, "UNROLL": unroll, "PAD": pad})
+    return KernelSource.parse(ks.text.replace("family: toy", f"family: {family}")), Proposal(
+        ks.text.replace("family: toy", f"family: {family}"), "mutate", (), idea)
+
+
+def _search(tmp_path, comp, ahead, defer_s=20):
+    s = Search(parse_shape("256x256x256"), _cfg(tmp_path, TOY.parent, defer_s), out=io.StringIO(),
+               worker_factory=FakeWorker, compiler=comp, ahead=ahead)
+    return s
+
+
+def test_slow_children_go_to_the_background_and_come_back_once_cached(tmp_path):
+    comp = FakeCompiler()
+    bg = Background(comp, lag=None)
+    s = _search(tmp_path, comp, bg)
+    slow, quick = _kernel("slowtoy", 16, 2), _kernel("toy", 16, 4)
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    assert s._defer_slow([slow, quick], 1, "sm_90a", seconds) == [quick]
+    assert bg.submitted == [slow[0].hash] and [k.hash for k, _ in s.deferred] == [slow[0].hash]
+    # proposed again while it compiles: not compiled or counted twice
+    other = _kernel("toy", 8, 1)
+    assert s._defer_slow([slow, other], 2, "sm_90a", seconds) == [other] and len(s.deferred) == 1
+    comp.compile(slow[0], "sm_90a")  # it lands
+    later = _kernel("toy", 8, 2)
+    assert s._defer_slow([later], 3, "sm_90a", seconds) == [slow, later] and s.deferred == []
+
+
+def test_nothing_is_deferred_where_nothing_else_would_be_timed_meanwhile(tmp_path):
+    comp = FakeCompiler()
+    bg = Background(comp, lag=None)
+    s = _search(tmp_path, comp, bg)
+    a, b = _kernel("slowtoy", 16, 2), _kernel("slowtoy", 16, 4)
+    seconds = {"slowtoy": 50.0}
+    assert s._defer_slow([a], 1, "sm_90a", seconds) == [a] and s.deferred == []
+    # with one deferred and only slow children next, the deferred one is waited for with them
+    quick = _kernel("toy", 8, 1)
+    assert s._defer_slow([a, quick], 1, "sm_90a", {**seconds, "toy": 1.0}) == [quick]
+    assert s._defer_slow([b], 2, "sm_90a", seconds) == [a, b] and s.deferred == []
+
+
+def test_seeds_starts_cached_kernels_and_quick_families_are_never_deferred(tmp_path):
+    comp = FakeCompiler()
+    s = _search(tmp_path, comp, Background(comp, lag=None))
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    quick = _kernel("toy", 8, 1)
+    start = _kernel("slowtoy", 16, 2, idea="slowtoy start instance 0")
+    seed = _kernel("slowtoy", 16, 4)
+    assert s._defer_slow([seed, quick], 0, "sm_90a", seconds) == [seed, quick]  # generation 0: the seeds
+    assert s._defer_slow([start, quick], 1, "sm_90a", seconds) == [start, quick]  # timed past the budget
+    cached = _kernel("slowtoy", 8, 2)
+    comp.compile(cached[0], "sm_90a")
+    assert s._defer_slow([cached, quick], 1, "sm_90a", seconds) == [cached, quick] and s.deferred == []
+    off = _search(tmp_path / "off", comp, Background(comp, lag=None), defer_s=0)
+    slow = _kernel("slowtoy", 32, 8)
+    assert off._defer_slow([slow, quick], 1, "sm_90a", seconds) == [slow, quick]
+
+
+def _searched(tmp_path, lag, monkeypatch, max_candidates=40):
+    monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 50.0, "toy": 0.5})
+    deferred, real = set(), Search._defer_slow
+
+    def spy(self, *a):
+        out = real(self, *a)
+        deferred.update(ks.hash for ks, _ in self.deferred)
+        return out
+
+    monkeypatch.setattr(Search, "_defer_slow", spy)
+    comp = FakeCompiler()
+    bg = Background(comp, lag=lag)
+    cfg = _cfg(tmp_path, _two_families(tmp_path), max_candidates=max_candidates)
+    out = io.StringIO()
+    summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp, ahead=bg).run()
+    store = Store(cfg.paths.db)
+    timed = {r[0] for r in store.rows("SELECT hash FROM evaluations")}
+    store.close()
+    return summary, out.getvalue(), deferred, timed
+
+
+def test_a_search_times_every_deferred_child_landed_or_left_at_the_end(tmp_path, monkeypatch):
+    # lands two submits later; never lands (waited for with the next all-slow generation, or at the end)
+    for lag, most in ((2, 40), (None, 40), (None, 12)):
+        summary, log, deferred, timed = _searched(tmp_path / f"{lag}-{most}", lag, monkeypatch, most)
+        assert deferred and "children compile in the background" in log, log
+        assert deferred <= timed  # none lost
+        assert summary.correct > 0 and len(timed) <= most + 20  # the seeds and starts, then at most `most` children
+    assert "slow compiles left in the background before stopping (candidate budget spent)" in log, log
