@@ -380,11 +380,14 @@ class Search:
         if self.deferred:  # the slow children still compiling: timed now unless the time budget is spent (waited
             # for, as their generation would have; admitted within the candidate budget), else left to the cache
             late, self.deferred = self.deferred, []
-            prog.line(f"timing the {len(late)} slow compiles left in the background before stopping ({stop})")
-            children = self._compile_and_evaluate(late, worker, info, prog, time_spent, run_id, defer=False)
-            new_candidates += len(children)
-            for proposer in proposers:
-                proposer.observe(children)
+            if time_spent():
+                prog.line(f"{len(late)} slow compiles left in the background untimed (time budget spent)")
+            else:
+                prog.line(f"timing the {len(late)} slow compiles left in the background before stopping ({stop})")
+                children = self._compile_and_evaluate(late, worker, info, prog, time_spent, run_id, defer=False)
+                new_candidates += len(children)
+                for proposer in proposers:
+                    proposer.observe(children)
         for proposer in proposers:
             if hasattr(proposer, "drop_pending"):
                 proposer.drop_pending()
@@ -533,12 +536,14 @@ class Search:
     def _defer_slow(self, fresh: list, generation: int, arch: str, seconds: dict[str, float]) -> list:
         """What a generation compiles and times now: its children less those of a family whose median compile takes
         `compile.defer_s` or more (CUTLASS SM90), not in the cache yet and not timed past the budget (seeds, starts),
-        which go to the background queue (self.ahead) and wait in self.deferred; plus the deferred ones that have
-        landed in the cache since. Where nothing else would be timed meanwhile, nothing is deferred (every deferred
-        child is compiled here and waited for): a search of slow families only does not spin through generations."""
+        which go to the background queue (self.ahead) and wait in self.deferred, as many as it compiles at once (the
+        rest are left out of the generation, as if not proposed); plus the deferred ones that have landed in the
+        cache since. Where nothing else would be timed meanwhile, nothing is deferred (the deferred children are
+        compiled here and waited for): a search of slow families only does not spin through generations."""
         limit = self.cfg.compile.defer_s
         if not limit or self.ahead is None or generation < 1:
             return fresh
+        room = getattr(self.ahead, "workers", 1)  # pending at most what the background compiles at once
         landed = {ks.hash for ks, _ in self.deferred if self.compiler.is_cached(ks, arch)}
         ready = [kp for kp in self.deferred if kp[0].hash in landed]
         waiting = [kp for kp in self.deferred if kp[0].hash not in landed]
@@ -553,6 +558,10 @@ class Search:
         if not now and not ready:
             self.deferred = []
             return waiting + later
+        later, dropped = later[:max(0, room - len(waiting))], later[max(0, room - len(waiting)):]
+        if dropped:  # not compiled: the background already holds as many as it compiles at once
+            print(f"  {len(dropped)} slow children left out of this generation ({room} compiling in the background)",
+                  file=self.out, flush=True)
         if later:
             self.ahead.submit([ks.text for ks, _ in later], arch, time.monotonic())
             fams = sorted({ks.meta.family for ks, _ in later})

@@ -40,8 +40,8 @@ class Background:
     """A CompileAhead stand-in: what is submitted lands in the compiler's cache after `lag` more submits (0: at
     once; None: never)."""
 
-    def __init__(self, compiler, lag=0):
-        self.compiler, self.lag, self.waiting, self.submitted = compiler, lag, [], []
+    def __init__(self, compiler, lag=0, workers=8):
+        self.compiler, self.lag, self.waiting, self.submitted, self.workers = compiler, lag, [], [], workers
 
     def submit(self, sources, arch, rank=0.0):
         kss = [KernelSource.parse(t) for t in sources]
@@ -91,6 +91,20 @@ def test_slow_children_go_to_the_background_and_come_back_once_cached(tmp_path):
     comp.compile(slow[0], "sm_90a")  # it lands
     later = _kernel("toy", 8, 2)
     assert s._defer_slow([later], 3, "sm_90a", seconds) == [slow, later] and s.deferred == []
+
+
+def test_no_more_are_deferred_than_the_background_compiles_at_once(tmp_path):
+    comp = FakeCompiler()
+    s = _search(tmp_path, comp, Background(comp, lag=None, workers=2))
+    s.out = io.StringIO()
+    slow = [_kernel("slowtoy", 16, u) for u in (1, 2, 4)]
+    quick = _kernel("toy", 8, 1)
+    assert s._defer_slow(slow + [quick], 1, "sm_90a", {"slowtoy": 50.0, "toy": 1.0}) == [quick]
+    assert [k.hash for k, _ in s.deferred] == [slow[0][0].hash, slow[1][0].hash]
+    assert "1 slow children left out of this generation (2 compiling in the background)" in s.out.getvalue()
+    more = _kernel("slowtoy", 8, 8)
+    assert s._defer_slow([more, _kernel("toy", 8, 2)], 2, "sm_90a", {"slowtoy": 50.0, "toy": 1.0})[0][0].meta.family == "toy"
+    assert len(s.deferred) == 2  # still full
 
 
 def test_nothing_is_deferred_where_nothing_else_would_be_timed_meanwhile(tmp_path):
