@@ -91,6 +91,15 @@ class CompileAhead:
             self.counts.submitted += n
         return n
 
+    def withdraw(self, hashes: set[str], arch: str) -> int:
+        """Drop these kernels' compiles that no worker has started (a search that stopped with them still queued:
+        the next search's compiles need the workers); returns how many were dropped. Running ones finish."""
+        with self.lock:
+            dropped = [(f, k, a, r) for f, k, a, r in self.queued if k.hash in hashes and a == arch and f.cancel()]
+            self.queued = [q for q in self.queued if not q[0].cancelled()]
+            self.seen -= {(k.hash, a) for _, k, a, _ in dropped}
+        return len(dropped)
+
     def _queue(self, ks: KernelSource, arch: str, rank: float) -> None:
         self.seen.add((ks.hash, arch))
         self.queued.append((self.pool.submit(self._one, ks, arch), ks, arch, rank))

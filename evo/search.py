@@ -381,7 +381,9 @@ class Search:
             # for, as their generation would have; admitted within the candidate budget), else left to the cache
             late, self.deferred = self.deferred, []
             if time_spent():
-                prog.line(f"{len(late)} slow compiles left in the background untimed (time budget spent)")
+                n = self.ahead.withdraw({ks.hash for ks, _ in late}, info.arch) if self.ahead is not None else 0
+                prog.line(f"{len(late)} slow compiles left untimed (time budget spent; {n} not started are dropped, "
+                          "the running ones land in the cache)")
             else:
                 prog.line(f"timing the {len(late)} slow compiles left in the background before stopping ({stop})")
                 children = self._compile_and_evaluate(late, worker, info, prog, time_spent, run_id, defer=False)
@@ -533,12 +535,13 @@ class Search:
             fresh.append((ks, prop))
         return fresh
 
-    def _defer_slow(self, fresh: list, generation: int, arch: str, seconds: dict[str, float]) -> list:
+    def _defer_slow(self, fresh: list, generation: int, arch: str, seconds: dict[str, float],
+                    deadline: float = float("inf")) -> list:
         """What a generation compiles and times now: its children less those of a family whose median compile takes
         `compile.defer_s` or more (CUTLASS SM90), not in the cache yet and not timed past the budget (seeds, starts),
         which go to the background queue (self.ahead) and wait in self.deferred, as many as it compiles at once (the
-        rest are left out of the generation, as if not proposed); plus the deferred ones that have landed in the
-        cache since. Where nothing else would be timed meanwhile, nothing is deferred (the deferred children are
+        rest are left out of the generation, as if not proposed, and so are those whose family's compile would land
+        after the budget ends, at `deadline` on time.monotonic()'s clock); plus the deferred ones that have landed in the cache since. Where nothing else would be timed meanwhile, nothing is deferred (the deferred children are
         compiled here and waited for): a search of slow families only does not spin through generations."""
         limit = self.cfg.compile.defer_s
         if not limit or self.ahead is None or generation < 1:
@@ -558,9 +561,15 @@ class Search:
         if not now and not ready:
             self.deferred = []
             return waiting + later
+        left_s = deadline - time.monotonic() if later and deadline != float("inf") else float("inf")
+        late = [kp for kp in later if seconds[kp[0].meta.family] > left_s]
+        later = [kp for kp in later if seconds[kp[0].meta.family] <= left_s]
         later, dropped = later[:max(0, room - len(waiting))], later[max(0, room - len(waiting)):]
-        if dropped:  # not compiled: the background already holds as many as it compiles at once
-            print(f"  {len(dropped)} slow children left out of this generation ({room} compiling in the background)",
+        if dropped or late:  # not compiled: the background holds as many as it compiles at once, or they would land
+            # after the budget (a sweep's next shapes need the background then)
+            print(f"  {len(dropped) + len(late)} slow children left out of this generation ("
+                  + ", ".join(([f"{room} compiling in the background"] if dropped else [])
+                              + ([f"{len(late)} would compile past the budget"] if late else [])) + ")",
                   file=self.out, flush=True)
         if later:
             self.ahead.submit([ks.text for ks, _ in later], arch, time.monotonic())
@@ -576,7 +585,8 @@ class Search:
         store = self.store
         seconds = store.compile_seconds(info.arch)
         if defer:  # a child that takes a minute of nvcc does not hold the GPU idle: it is timed a generation later
-            fresh = self._defer_slow(fresh, prog.generation, info.arch, seconds)
+            deadline = prog.started + prog.budget_s if prog.budget_s else float("inf")
+            fresh = self._defer_slow(fresh, prog.generation, info.arch, seconds, deadline)
         # quick compiles first (stable within a family): with results handed over as they finish, the first
         # candidates are timed within seconds while a family that takes a minute per instance (CUTLASS) compiles
         fresh = quick_compiles_first(fresh, seconds)

@@ -124,6 +124,34 @@ def test_a_higher_rank_goes_ahead_of_the_compiles_still_waiting(tmp_path, naive_
     ahead.close()
 
 
+def test_withdraw_drops_the_named_compiles_not_started_and_lets_them_come_back(tmp_path, naive_source):
+    order, gate = [], threading.Event()
+
+    class Gated(Compiler):
+        def _compile(self, ks, arch, key, cancel=None):
+            order.append(ks.hash)
+            gate.wait(10)
+            return CompileResult(ks.hash, arch, True, cubin_path="x")
+
+    comp = Gated(nvcc="/bin/false", flags=(), include_dirs=(), cache_dir=tmp_path, timeout_s=5, memory_mb=0,
+                 reject_spills=True, ptx_checks=False)
+    a, b, c = (naive_source.replace("---*/", f"# kernel {i}\nworkspace: {16 * (i + 1)}\n---*/", 1) for i in range(3))
+    h = {name: KernelSource.parse(t).hash for name, t in zip("abc", (a, b, c))}
+    ahead = CompileAhead(comp, jobs=2)  # one worker
+    ahead.submit([a, b, c], "sm_80")
+    deadline = time.monotonic() + 5
+    while not order and time.monotonic() < deadline:  # a is running
+        time.sleep(0.01)
+    assert ahead.withdraw({h["a"], h["b"]}, "sm_80") == 1  # b; a runs on
+    gate.set()
+    ahead.wait(10)
+    assert order == [h["a"], h["c"]]
+    assert ahead.submit([b], "sm_80") == 1  # withdrawn: queued again when asked
+    ahead.wait(10)
+    assert order[-1] == h["b"]
+    ahead.close()
+
+
 def test_close_kills_the_running_compile_and_drops_the_queue(tmp_path, naive_source):
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\nsleep 30\n")  # a compile that would run 30 s

@@ -4,6 +4,7 @@ lands, and those still compiling when the search stops are timed then (budget al
 the GPU idle 111 of 159 s waiting for such children (docs/perf-search.md)."""
 import io
 import shutil
+import time
 from pathlib import Path
 
 from evo.config import load_config
@@ -52,6 +53,11 @@ class Background:
                 ks, a = self.waiting.pop(0)
                 self.compiler.compile(ks, a)
         return len(kss)
+
+    def withdraw(self, hashes, arch):
+        n = len([ks for ks, a in self.waiting if ks.hash in hashes])
+        self.waiting = [(ks, a) for ks, a in self.waiting if ks.hash not in hashes]
+        return n
 
     def once(self, key, compute):
         return compute()
@@ -105,6 +111,19 @@ def test_no_more_are_deferred_than_the_background_compiles_at_once(tmp_path):
     more = _kernel("slowtoy", 8, 8)
     assert s._defer_slow([more, _kernel("toy", 8, 2)], 2, "sm_90a", {"slowtoy": 50.0, "toy": 1.0})[0][0].meta.family == "toy"
     assert len(s.deferred) == 2  # still full
+
+
+def test_a_slow_child_that_would_land_after_the_budget_is_left_out(tmp_path):
+    comp = FakeCompiler()
+    s = _search(tmp_path, comp, Background(comp, lag=None))
+    s.out = io.StringIO()
+    slow, quick = _kernel("slowtoy", 16, 2), _kernel("toy", 8, 1)
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    soon = time.monotonic() + 30.0
+    assert s._defer_slow([slow, quick], 1, "sm_90a", seconds, deadline=soon) == [quick] and s.deferred == []
+    assert "1 slow children left out of this generation (1 would compile past the budget)" in s.out.getvalue()
+    later = time.monotonic() + 60.0
+    assert s._defer_slow([slow, quick], 1, "sm_90a", seconds, deadline=later) == [quick] and len(s.deferred) == 1
 
 
 def test_nothing_is_deferred_where_nothing_else_would_be_timed_meanwhile(tmp_path):
@@ -166,3 +185,26 @@ def test_a_search_times_every_deferred_child_landed_or_left_at_the_end(tmp_path,
         assert deferred <= timed  # none lost
         assert summary.correct > 0 and len(timed) <= most + 20  # the seeds and starts, then at most `most` children
     assert "slow compiles left in the background before stopping (candidate budget spent)" in log, log
+
+
+def test_deferred_children_still_compiling_when_the_time_is_spent_are_withdrawn(tmp_path, monkeypatch):
+    monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 0.5, "toy": 0.01})
+    real_call = FakeWorker.call
+
+    def slow_call(self, op, timeout_s, **kw):
+        if op == "evaluate":
+            time.sleep(0.15)
+        return real_call(self, op, timeout_s, **kw)
+
+    monkeypatch.setattr(FakeWorker, "call", slow_call)
+    comp = FakeCompiler()
+    bg = Background(comp, lag=None)
+    withdrawn = []
+    real_withdraw = bg.withdraw
+    bg.withdraw = lambda hashes, arch: withdrawn.append(set(hashes)) or real_withdraw(hashes, arch)
+    cfg = _cfg(tmp_path, _two_families(tmp_path), defer_s=0.3, max_candidates=0, budget_minutes=0.04)
+    out = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp, ahead=bg).run()
+    log = out.getvalue()
+    assert "slow compiles left untimed (time budget spent;" in log, log
+    assert withdrawn and withdrawn[0] and not any(ks.hash in withdrawn[0] for ks, _ in bg.waiting)
