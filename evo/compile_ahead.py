@@ -5,8 +5,9 @@ with the GPU idle: the library-tile seeds (compiled when the seeds are timed) an
 the shape (compiled in the first generation). At 0.3 minutes of budget a sweep spent 1.4-3.1 minutes per shape, most
 of it in those two waits (docs/perf-search.md). The starts of a shape, refitted or not, do not depend on anything
 the GPU measures, so they can compile while the seeds do, and those of the shape a sweep's GPU likely takes next
-while this one is searched. A compile here goes through the same `Compiler` (one cache, one lock per kernel): a search that reaches a
-kernel still compiling here waits for that compile instead of starting a second one.
+while this one is searched. A search also hands its slow generation children here (evo.search, `compile.defer_s`)
+and times them once they land. A compile here goes through the same `Compiler` (one cache, one lock per kernel): a
+search that reaches a kernel still compiling here waits for that compile instead of starting a second one.
 """
 from __future__ import annotations
 

@@ -300,7 +300,7 @@ class Search:
             if time_spent():
                 return time_spent()
             if cfg.search.max_candidates and new_candidates + len(self.deferred) >= cfg.search.max_candidates:
-                return "candidate budget spent"  # the deferred children are timed before the search stops"
+                return "candidate budget spent"  # the deferred children are timed before the search stops
             if any(getattr(x, "exhausted", False) for x in proposers):
                 return next((x.stop_reason for x in proposers if getattr(x, "exhausted", False) and getattr(x, "stop_reason", "")),
                             "LLM token/cost budget spent")
@@ -540,8 +540,9 @@ class Search:
         """What a generation compiles and times now: its children less those of a family whose median compile takes
         `compile.defer_s` or more (CUTLASS SM90), not in the cache yet and not timed past the budget (seeds, starts),
         which go to the background queue (self.ahead) and wait in self.deferred, as many as it compiles at once (the
-        rest are left out of the generation, as if not proposed, and so are those whose family's compile would land
-        after the budget ends, at `deadline` on time.monotonic()'s clock); plus the deferred ones that have landed in the cache since. Where nothing else would be timed meanwhile, nothing is deferred (the deferred children are
+        rest are left out of the generation, as if not proposed, and so are those whose family's compile would end
+        after the budget, at `deadline` on time.monotonic()'s clock); plus the deferred ones that have landed in the
+        cache since. Where nothing else would be timed meanwhile, nothing is deferred (the deferred children are
         compiled here and waited for): a search of slow families only does not spin through generations."""
         limit = self.cfg.compile.defer_s
         if not limit or self.ahead is None or generation < 1:

@@ -7,7 +7,9 @@ import shutil
 import time
 from pathlib import Path
 
+from evo.compile_ahead import AheadCounts
 from evo.config import load_config
+from evo.families import load_families
 from evo.kernel import KernelSource
 from evo.problem import parse_shape
 from evo.proposers.base import Proposal
@@ -62,19 +64,19 @@ class Background:
     def once(self, key, compute):
         return compute()
 
-    counts = property(lambda self: __import__("evo.compile_ahead", fromlist=["AheadCounts"]).AheadCounts())
+    @property
+    def counts(self):
+        return AheadCounts(submitted=len(self.submitted))
 
     def take_failures(self):
         return []
 
 
 def _kernel(family, tile, unroll, pad=0, idea="mutate"):
-    from evo.families import load_families
-
+    """A toy instance under the family name given, with the proposal that brought it."""
     (fam,) = load_families(TOY.parent, names=["toy"])
-    ks = fam.render({"TILE": tile, "UNROLL": unroll, "PAD": pad})
-    return KernelSource.parse(ks.text.replace("family: toy", f"family: {family}")), Proposal(
-        ks.text.replace("family: toy", f"family: {family}"), "mutate", (), idea)
+    text = fam.render({"TILE": tile, "UNROLL": unroll, "PAD": pad}).text.replace("family: toy", f"family: {family}")
+    return KernelSource.parse(text), Proposal(text, "mutate", (), idea)
 
 
 def _search(tmp_path, comp, ahead, defer_s=20):
