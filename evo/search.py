@@ -337,10 +337,11 @@ class Search:
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
             if fresh:
+                t_gen, best_before = time.monotonic(), prog.best_us  # gathering the seeds: Python while the GPU waits
                 prog.line(f"timing {len(fresh)} seed kernels (the table's kernel for this shape and its rendering from today's "
                           "template, other GPUs' tables' kernels for it; winners of other shapes; cuBLASLt's tile for it; "
-                          "the transposed shape's fastest, transposed) before proposing anything new")
-                t_gen, best_before = time.monotonic(), prog.best_us
+                          f"the transposed shape's fastest, transposed) before proposing anything new (gathered in "
+                          f"{t_gen - t_search:.1f} s)")
                 seeded = self._compile_and_evaluate(fresh, worker, info, prog, out_of_budget, run_id)
                 guide.observe(seeded, time.monotonic() - t_gen, best_before, time.monotonic() - t_search)
         while not (stop := out_of_budget()) or prog.generation == 0:

@@ -616,3 +616,14 @@ def test_a_search_without_a_correct_kernel_ends_cleanly_with_the_sustained_order
     summary = Search(parse_shape("256x256x256"), cfg, out=io.StringIO(), worker_factory=AllWrong,
                      compiler=FakeCompiler()).run()
     assert summary.correct == 0 and summary.best_hash == "" and "sustained" not in FakeWorker.instances[-1].calls
+
+
+def test_the_seeds_line_says_how_long_gathering_them_took(tmp_path):
+    # gathering the seeds (tables read, kernels rendered and parsed) is Python while the GPU waits: the log says how long
+    import re
+
+    _, _, _, cfg = run(tmp_path, max_candidates=4)  # the table now publishes a kernel for the shape
+    Path(cfg.paths.db).unlink()  # a fresh archive: the table's kernel is a seed to time
+    _, text, _, _ = run(tmp_path, max_candidates=4)
+    line = next(ln for ln in text.splitlines() if ln.startswith("timing ") and "seed kernels" in ln)
+    assert re.search(r"\(gathered in \d+\.\d s\)$", line), line
