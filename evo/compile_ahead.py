@@ -56,8 +56,8 @@ class CompileAhead:
         self.lists: dict[tuple, list[str]] = {}  # what `once` computed, by key
 
     def once(self, key: tuple, compute: Callable[[], list[str]]) -> list[str]:
-        """compute()'s list for key, computed once for the queue's life (a sweep's): a shape's starts are refitted
-        by the first search that queues them (two shapes ahead), not again by each later search that queues them."""
+        """compute()'s list for key, computed once for the queue's life (a sweep's): a next shape's starts are
+        refitted by the first search that queues them (two shapes ahead), not again by the one after it."""
         with self.lock:
             if key in self.lists:
                 return self.lists[key]

@@ -277,20 +277,27 @@ def test_the_compile_ahead_thread_ranks_the_shape_after_its_starts_before_the_ne
     assert [e[0] for e in events if e[0] == "rank" or e[1] > 0] == ["submit", "rank", "submit", "submit"]
 
 
-def test_a_sweep_refits_each_shapes_starts_once_and_queues_them_two_searches_ahead(tmp_path, monkeypatch):
+def test_a_sweep_refits_each_shapes_starts_once_ahead_and_queues_them_two_searches_ahead(tmp_path, monkeypatch):
     # a CUTLASS start takes ~50-60 s of nvcc: a shape's starts are queued by the search two shapes before it (a
-    # short search one shape before left the GPU idle waiting), refitted there once; later searches queue the same
-    # list again at their own rank without refitting it
+    # short search one shape before left the GPU idle waiting), refitted there once; the search after it queues the
+    # same list again at its own rank without refitting it; the shape's own search refits them on its compile-ahead
+    # thread, into its prior, so that its first generation reads them instead of refitting on the main thread
     from evo.search import Search
 
     refits, real = [], MutateProposer.starts
+    fits, real_fit = [], Prior._fit
 
     def counting(self, ctx):
         if threading.current_thread().name == "evo-compile-ahead":
             refits.append(ctx.problem.key)
         return real(self, ctx)
 
+    def fit(self, family, params, problem, *a):
+        fits.append((threading.current_thread().name, problem.key))
+        return real_fit(self, family, params, problem, *a)
+
     monkeypatch.setattr(MutateProposer, "starts", counting)
+    monkeypatch.setattr(Prior, "_fit", fit)
     shapes = [parse_shape(s) for s in ("256x256x256", "512x256x128", "128x256x64", "256x128x128")]
     rec, lists = Recording(), []
     for i, q in enumerate(shapes):
@@ -298,7 +305,9 @@ def test_a_sweep_refits_each_shapes_starts_once_and_queues_them_two_searches_ahe
         Search(q, _cfg(tmp_path), out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
                next_problems=shapes[i + 1:i + 3]).run()
         lists.append([h for h, _ in rec.queued[before:]])
-    assert sorted(refits) == sorted(q.key for q in shapes)  # each shape's starts refitted once
+    # once as a next shape (the first search that asks), once as the running one; the first shape only as that
+    assert sorted(refits) == sorted([shapes[0].key] + [q.key for q in shapes[1:] for _ in range(2)])
+    assert fits and all(name == "evo-compile-ahead" for name, _ in fits)  # none in a first generation
     fams = load_families(TOY)
     third = {ks.hash for f in fams for ks in (f.render(p, shapes[2]) for p in f.start_instances())
              if ks.accepts(shapes[2])}
