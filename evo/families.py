@@ -62,6 +62,7 @@ class Family:
     starts: tuple[dict, ...] = ()
     ci_shape: str = ""
     library_tiles: tuple[dict, ...] = ()  # the library's algorithm as instances: values are expressions or preferences
+    compile_s: float = 0.0  # nvcc seconds of one instance, as measured: the search's estimate before its archive has one
 
     @staticmethod
     def load(folder: Path) -> "Family":
@@ -86,6 +87,7 @@ class Family:
             starts=tuple(spec.get("starts") or ()),
             ci_shape=str(spec.get("ci_shape") or ""),
             library_tiles=tuple(spec.get("library_tiles") or ()),
+            compile_s=float(spec.get("compile_s") or 0.0),
         )
 
     @property

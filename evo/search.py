@@ -151,6 +151,8 @@ class Search:
         self.seed_sources = list(seed_sources or [])
         self.neighbour_seeds: list[str] = []  # kernels of other shapes this run offered (seed_sources, the table's nearest rows)
         self.deferred: list[tuple[KernelSource, Proposal]] = []  # slow children compiling in the background (_defer_slow)
+        self.must_time: set[str] = set()  # deferred seeds and starts: timed however the search stops (timed_past_budget)
+        self.typical_compile_s: dict[str, float] = {}  # family -> its family.yaml compile_s (before the archive knows)
         self.shared_worker = worker
         self.problem = problem
         self.cfg = cfg
@@ -234,6 +236,7 @@ class Search:
         cfg, p, store = self.cfg, self.problem, self.store
         gpu = info.key
         fams = self.families(info.arch)
+        self.typical_compile_s = {f.name: f.compile_s for f in fams if f.compile_s}
         print(f"  GPU:      {info.name} ({info.arch}, {info.sm_count} SMs, L2 {info.l2_bytes >> 20} MiB), "
               f"driver {info.driver}, CUDA runtime {info.cuda_runtime}", file=self.out)
         print(f"  families: {', '.join(f.name for f in fams)}; proposers: {', '.join(x.name for x in proposers)}", file=self.out, flush=True)
@@ -266,6 +269,7 @@ class Search:
         for b in baselines:
             print(f"  {b.library:<20} {b.time_us:9.2f} us  {p.tflops(b.time_us):7.1f} TFLOP/s", file=self.out)
         print(f"  roofline bound {p.roofline_us(peak, bw):.2f} us (P={peak:.0f} TFLOP/s, BW={bw:.0f} GB/s measured)", file=self.out, flush=True)
+        self._warm_checker(worker, setup)
 
         t = time.monotonic()
         guide = self._start_guide(fams, info, proposers)
@@ -378,19 +382,10 @@ class Search:
             for proposer in proposers:
                 proposer.observe(children)
             prog.line(prog.status())
-        if self.deferred:  # the slow children still compiling: timed now unless the time budget is spent (waited
-            # for, as their generation would have; admitted within the candidate budget), else left to the cache
-            late, self.deferred = self.deferred, []
-            if time_spent():
-                n = self.ahead.withdraw({ks.hash for ks, _ in late}, info.arch) if self.ahead is not None else 0
-                prog.line(f"{len(late)} slow compiles left untimed (time budget spent; {n} not started are dropped, "
-                          "the running ones land in the cache)")
-            else:
-                prog.line(f"timing the {len(late)} slow compiles left in the background before stopping ({stop})")
-                children = self._compile_and_evaluate(late, worker, info, prog, time_spent, run_id, defer=False)
-                new_candidates += len(children)
-                for proposer in proposers:
-                    proposer.observe(children)
+        children = self._time_deferred(stop, worker, info, prog, time_spent, run_id) if self.deferred else []
+        new_candidates += len(children)
+        for proposer in proposers if children else []:
+            proposer.observe(children)
         for proposer in proposers:
             if hasattr(proposer, "drop_pending"):
                 proposer.drop_pending()
@@ -464,6 +459,20 @@ class Search:
             ranking()  # no thread to release the claim: ranked here
             raise
         return t
+
+    def _warm_checker(self, worker: GpuWorker, setup: dict[str, float]) -> None:
+        """The checker's and timer's CuPy kernels compiled before the budget starts (Session.handle_warmup; once a
+        worker process): on a bare machine the first candidate's evaluation took 28-50 s of NVRTC, inside the budget.
+        A failure is one line: the first candidate then pays it, as before."""
+        try:
+            w = worker.call("warmup", timeout_s=600)
+        except (EvoError, WorkerFault) as e:
+            print(f"  the checker was not warmed up: {' '.join(str(e).split())[:200]}", file=self.out, flush=True)
+            return
+        if w["first"]:
+            setup["the checker's first use"] = w["seconds"]
+        if not w["ok"]:  # the reference product failed the checks: a defect of the checker, said, not hidden
+            print(f"  warning: the exact product failed the checker's warm-up: {w['error'][:300]}", file=self.out, flush=True)
 
     def _ahead_skipped(self, e: Exception) -> None:
         print(f"  compiling ahead skipped: {' '.join(f'{type(e).__name__}: {e}'.split())[:200]}", file=self.out)
@@ -540,54 +549,84 @@ class Search:
 
     def _defer_slow(self, fresh: list, generation: int, arch: str, seconds: dict[str, float],
                     deadline: float = float("inf")) -> list:
-        """What a generation compiles and times now: its children less those of a family whose median compile takes
-        `compile.defer_s` or more (CUTLASS SM90), not in the cache yet and not timed past the budget (seeds, starts),
-        which go to the background queue (self.ahead) and wait in self.deferred, as many as it compiles at once (the
-        rest are left out of the generation, as if not proposed, and so are those whose family's compile would end
-        after the budget, at `deadline` on time.monotonic()'s clock); plus the deferred ones that have landed in the
-        cache since. Where nothing else would be timed meanwhile, nothing is deferred (the deferred children are
-        compiled here and waited for): a search of slow families only does not spin through generations."""
+        """What a generation compiles and times now: its kernels less those of a family whose median compile takes
+        `compile.defer_s` or more (CUTLASS SM90) and not in the cache yet, which go to the background queue
+        (self.ahead) and wait in self.deferred; plus the deferred ones that have landed in the cache since.
+        - Children: as many wait as the background compiles at once (the rest are left out of the generation, as if
+          not proposed, and so are those whose family's compile would end after the budget, at `deadline` on
+          time.monotonic()'s clock).
+        - Seeds and starts (timed_past_budget) all wait, in self.must_time: timed when they land, and before the search
+          stops however it stops. A fresh machine's CUTLASS seeds held the first generation ~80 s (docs/perf-search.md).
+        Where nothing else would be timed meanwhile, nothing is deferred (the deferred ones are compiled here and
+        waited for): a search of slow families only does not spin through generations."""
         limit = self.cfg.compile.defer_s
-        if not limit or self.ahead is None or generation < 1:
+        if not limit or self.ahead is None:
             return fresh
-        room = getattr(self.ahead, "workers", 1)  # pending at most what the background compiles at once
+        room = getattr(self.ahead, "workers", 1)  # children pending at most what the background compiles at once
         landed = {ks.hash for ks, _ in self.deferred if self.compiler.is_cached(ks, arch)}
         ready = [kp for kp in self.deferred if kp[0].hash in landed]
         waiting = [kp for kp in self.deferred if kp[0].hash not in landed]
         pending = {ks.hash for ks, _ in self.deferred}
-        now, later = [], []
+        now, later, must = [], [], []
         for ks, prop in fresh:
             if ks.hash in pending:
                 continue
-            slow = (seconds.get(ks.meta.family, 0.0) >= limit and not timed_past_budget(prop, generation)
-                    and not self.compiler.is_cached(ks, arch))
-            (later if slow else now).append((ks, prop))
+            slow = seconds.get(ks.meta.family, 0.0) >= limit and not self.compiler.is_cached(ks, arch)
+            (now if not slow else must if timed_past_budget(prop, generation) else later).append((ks, prop))
         if not now and not ready:
             self.deferred = []
-            return waiting + later
+            return waiting + later + must
         left_s = deadline - time.monotonic() if later and deadline != float("inf") else float("inf")
         late = [kp for kp in later if seconds[kp[0].meta.family] > left_s]
         later = [kp for kp in later if seconds[kp[0].meta.family] <= left_s]
-        later, dropped = later[:max(0, room - len(waiting))], later[max(0, room - len(waiting)):]
+        children_waiting = sum(ks.hash not in self.must_time for ks, _ in waiting)
+        later, dropped = later[:max(0, room - children_waiting)], later[max(0, room - children_waiting):]
         if dropped or late:  # not compiled: the background holds as many as it compiles at once, or they would land
             # after the budget (a sweep's next shapes need the background then)
             print(f"  {len(dropped) + len(late)} slow children left out of this generation ("
                   + ", ".join(([f"{room} compiling in the background"] if dropped else [])
                               + ([f"{len(late)} would compile past the budget"] if late else [])) + ")",
                   file=self.out, flush=True)
-        if later:
-            self.ahead.submit([ks.text for ks, _ in later], arch, time.monotonic())
-            fams = sorted({ks.meta.family for ks, _ in later})
-            print(f"  {len(later)} {'/'.join(fams)} children compile in the background (~"
-                  f"{max(seconds[f] for f in fams):.0f} s each); each is timed in the first generation after it lands",
-                  file=self.out, flush=True)
-        self.deferred = waiting + later
+        for group, what, also in ((must, "seeds or starts", " and before the search stops"), (later, "children", "")):
+            if group:
+                self.ahead.submit([ks.text for ks, _ in group], arch, time.monotonic())
+                fams = sorted({ks.meta.family for ks, _ in group})
+                print(f"  {len(group)} {'/'.join(fams)} {what} compile in the background (~"
+                      f"{max(seconds[f] for f in fams):.0f} s each); each is timed in the first generation after it "
+                      f"lands{also}", file=self.out, flush=True)
+        self.must_time |= {ks.hash for ks, _ in must}
+        self.deferred = waiting + must + later
         return ready + now
+
+    def _time_deferred(self, stop: str, worker: GpuWorker, info: GpuInfo, prog: Progress, time_spent,
+                       run_id: int) -> list[Individual]:
+        """When the search stops: the slow compiles still in the background (self.deferred), waited for as their
+        generation would have. The seeds and starts among them (self.must_time) are timed however the search stopped
+        (timed_past_budget); the children unless the time budget is spent (time_spent(): a reason, or ""), else
+        those no worker has started are withdrawn from the queue (a sweep's next shapes need it) and the running
+        ones land in the cache."""
+        late, self.deferred = self.deferred, []
+        must = [kp for kp in late if kp[0].hash in self.must_time]
+        rest = [kp for kp in late if kp[0].hash not in self.must_time]
+        if rest and time_spent():
+            n = self.ahead.withdraw({ks.hash for ks, _ in rest}, info.arch) if self.ahead is not None else 0
+            prog.line(f"{len(rest)} slow compiles left untimed (time budget spent; {n} not started are dropped, "
+                      "the running ones land in the cache)")
+            rest = []
+        if not (must or rest):
+            return []
+        prog.line(f"timing the {len(must) + len(rest)} slow compiles left in the background before stopping ({stop})"
+                  + (f"; {len(must)} of them seeds or starts, timed past the budget" if must else ""))
+        return self._compile_and_evaluate(must + rest, worker, info, prog, time_spent, run_id, defer=False)
+
+    def _past_budget(self, ks: KernelSource, prop: Proposal, generation: int) -> bool:
+        """Timed past the budget: a seed or start in its own generation, or one deferred from it (self.must_time)."""
+        return timed_past_budget(prop, generation) or ks.hash in self.must_time
 
     def _compile_and_evaluate(self, fresh, worker: GpuWorker, info: GpuInfo, prog: Progress, out_of_budget, run_id: int,
                               defer: bool = True) -> list[Individual]:
         store = self.store
-        seconds = store.compile_seconds(info.arch)
+        seconds = {**self.typical_compile_s, **store.compile_seconds(info.arch)}  # the archive's medians first
         if defer:  # a child that takes a minute of nvcc does not hold the GPU idle: it is timed a generation later
             deadline = prog.started + prog.budget_s if prog.budget_s else float("inf")
             fresh = self._defer_slow(fresh, prog.generation, info.arch, seconds, deadline)
@@ -597,7 +636,7 @@ class Search:
         items = [(ks, info.arch) for ks, _ in fresh]
         by_hash = {ks.hash: (ks, prop) for ks, prop in fresh}
         children: list[Individual] = []
-        starts_left = {ks.hash for ks, prop in fresh if timed_past_budget(prop, prog.generation)}
+        starts_left = {ks.hash for ks, prop in fresh if self._past_budget(ks, prop, prog.generation)}
 
         def compiled(r: CompileResult) -> None:
             # each candidate is evaluated as soon as its compile finishes (in the order compiles finish), while others compile
@@ -623,7 +662,7 @@ class Search:
         if not r.ok:
             prog.compile_failed += 1
             ev = EvalResult(ks.hash, False, "compile", r.error)
-        elif out_of_budget() and prog.best_us and not timed_past_budget(prop, prog.generation):
+        elif out_of_budget() and prog.best_us and not self._past_budget(ks, prop, prog.generation):
             return None  # compiled and cached before the compiles were stopped; a later run evaluates it
         else:
             prog.compiled += 1

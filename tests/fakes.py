@@ -76,6 +76,8 @@ class FakeWorker:
             if p.get("UNROLL") == 8 and p.get("TILE") == 8:
                 return EvalResult(kw["h"], False, "check", "random inputs #0: relative error 1e+00 > 1e-02")
             return EvalResult(kw["h"], True, "done", check=CheckResult(True, checks=3), time_us=fake_time(ks), cublas_us=50.0)
+        if op == "warmup":  # the checker's first use, before the budget (Session.handle_warmup)
+            return {"seconds": 0.0, "ok": True, "error": "", "first": False}
         if op == "gpu_state":  # asked when a search starts and after a slow timing window (evo/gpu/gpu_state.py)
             return self.gpu_state_reply
         if op == "sustained":  # the runoff's cold ties back to back (evo/search.py Search._sustained_order)

@@ -12,10 +12,11 @@ from evo.config import load_config
 from evo.families import load_families
 from evo.kernel import KernelSource
 from evo.problem import parse_shape
+from evo.progress import Progress
 from evo.proposers.base import Proposal
 from evo.search import Search
 from evo.store import Store
-from fakes import FakeCompiler, FakeWorker
+from fakes import FAKE_GPU, FakeCompiler, FakeWorker
 
 TOY = Path(__file__).parent / "data" / "families" / "toy"
 
@@ -141,24 +142,46 @@ def test_nothing_is_deferred_where_nothing_else_would_be_timed_meanwhile(tmp_pat
     assert s._defer_slow([b], 2, "sm_90a", seconds) == [a, b] and s.deferred == []
 
 
-def test_seeds_starts_cached_kernels_and_quick_families_are_never_deferred(tmp_path):
+def test_cached_kernels_and_quick_families_are_never_deferred(tmp_path):
     comp = FakeCompiler()
     s = _search(tmp_path, comp, Background(comp, lag=None))
     seconds = {"slowtoy": 50.0, "toy": 1.0}
     quick = _kernel("toy", 8, 1)
-    start = _kernel("slowtoy", 16, 2, idea="slowtoy start instance 0")
-    seed = _kernel("slowtoy", 16, 4)
-    assert s._defer_slow([seed, quick], 0, "sm_90a", seconds) == [seed, quick]  # generation 0: the seeds
-    assert s._defer_slow([start, quick], 1, "sm_90a", seconds) == [start, quick]  # timed past the budget
     cached = _kernel("slowtoy", 8, 2)
     comp.compile(cached[0], "sm_90a")
+    assert s._defer_slow([cached, quick], 0, "sm_90a", seconds) == [cached, quick] and s.deferred == []
     assert s._defer_slow([cached, quick], 1, "sm_90a", seconds) == [cached, quick] and s.deferred == []
     off = _search(tmp_path / "off", comp, Background(comp, lag=None), defer_s=0)
     slow = _kernel("slowtoy", 32, 8)
+    assert off._defer_slow([slow, quick], 0, "sm_90a", seconds) == [slow, quick]
     assert off._defer_slow([slow, quick], 1, "sm_90a", seconds) == [slow, quick]
 
 
-def _searched(tmp_path, lag, monkeypatch, max_candidates=40):
+def test_slow_seeds_and_starts_all_wait_in_the_background_and_are_marked_to_be_timed(tmp_path):
+    # a fresh machine's CUTLASS seeds (~75 s of nvcc each) held generation 1 ~80 s; they wait in the background like
+    # slow children, but none is left out (no cap, no budget rule): each is timed past the budget
+    comp = FakeCompiler()
+    bg = Background(comp, lag=None, workers=1)
+    s = _search(tmp_path, comp, bg)
+    s.out = io.StringIO()
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    quick = _kernel("toy", 8, 1)
+    seeds = [_kernel("slowtoy", 16, u) for u in (1, 2, 4)]
+    assert s._defer_slow(seeds + [quick], 0, "sm_90a", seconds, deadline=time.monotonic() + 1.0) == [quick]
+    assert [k.hash for k, _ in s.deferred] == [k.hash for k, _ in seeds] and s.must_time == {k.hash for k, _ in seeds}
+    assert "3 slowtoy seeds or starts compile in the background" in s.out.getvalue()
+    start = _kernel("slowtoy", 8, 4, idea="slowtoy start instance 0")
+    child = _kernel("slowtoy", 8, 8)
+    got = s._defer_slow([start, child, _kernel("toy", 8, 2)], 1, "sm_90a", seconds)  # the cap holds children only
+    assert [k.meta.family for k, _ in got] == ["toy"] and start[0].hash in s.must_time
+    assert child[0].hash in {k.hash for k, _ in s.deferred} and child[0].hash not in s.must_time
+    assert s._past_budget(*seeds[0], 5) and s._past_budget(*start, 7) and not s._past_budget(*child, 7)
+    # where nothing else would be timed, they are compiled with the generation and waited for
+    only = _search(tmp_path / "only", comp, Background(comp, lag=None))
+    assert only._defer_slow(seeds, 0, "sm_90a", seconds) == seeds and only.deferred == []
+
+
+def _searched(tmp_path, lag, monkeypatch, max_candidates=40, seed=1):
     monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 50.0, "toy": 0.5})
     deferred, real = set(), Search._defer_slow
 
@@ -170,7 +193,7 @@ def _searched(tmp_path, lag, monkeypatch, max_candidates=40):
     monkeypatch.setattr(Search, "_defer_slow", spy)
     comp = FakeCompiler()
     bg = Background(comp, lag=lag)
-    cfg = _cfg(tmp_path, _two_families(tmp_path), max_candidates=max_candidates)
+    cfg = _cfg(tmp_path, _two_families(tmp_path), max_candidates=max_candidates, seed=seed)
     out = io.StringIO()
     summary = Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp, ahead=bg).run()
     store = Store(cfg.paths.db)
@@ -182,31 +205,66 @@ def _searched(tmp_path, lag, monkeypatch, max_candidates=40):
 def test_a_search_times_every_deferred_child_landed_or_left_at_the_end(tmp_path, monkeypatch):
     # lands two submits later; never lands (waited for with the next all-slow generation, or at the end)
     for lag, most in ((2, 40), (None, 40), (None, 12)):
-        summary, log, deferred, timed = _searched(tmp_path / f"{lag}-{most}", lag, monkeypatch, most)
+        # (seed 3: the guide's first generations mix the two families, so a quick one is timed while slow ones wait)
+        summary, log, deferred, timed = _searched(tmp_path / f"{lag}-{most}", lag, monkeypatch, most, seed=3)
         assert deferred and "children compile in the background" in log, log
         assert deferred <= timed  # none lost
         assert summary.correct > 0 and len(timed) <= most + 20  # the seeds and starts, then at most `most` children
     assert "slow compiles left in the background before stopping (candidate budget spent)" in log, log
 
 
-def test_deferred_children_still_compiling_when_the_time_is_spent_are_withdrawn(tmp_path, monkeypatch):
-    monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 0.5, "toy": 0.01})
-    real_call = FakeWorker.call
-
-    def slow_call(self, op, timeout_s, **kw):
-        if op == "evaluate":
-            time.sleep(0.15)
-        return real_call(self, op, timeout_s, **kw)
-
-    monkeypatch.setattr(FakeWorker, "call", slow_call)
+def _stopping(tmp_path, spent):
+    """A search at its end with one slow child and one slow seed still in the background (neither landed)."""
     comp = FakeCompiler()
     bg = Background(comp, lag=None)
     withdrawn = []
-    real_withdraw = bg.withdraw
-    bg.withdraw = lambda hashes, arch: withdrawn.append(set(hashes)) or real_withdraw(hashes, arch)
-    cfg = _cfg(tmp_path, _two_families(tmp_path), defer_s=0.3, max_candidates=0, budget_minutes=0.04)
+    bg.withdraw = lambda hashes, arch: withdrawn.append(set(hashes)) or len(hashes)
+    s = _search(tmp_path, comp, bg)
+    s.out = io.StringIO()
+    child, seed = _kernel("slowtoy", 16, 2), _kernel("slowtoy", 16, 4)
+    quick = _kernel("toy", 8, 1)
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    assert s._defer_slow([seed, quick], 0, "sm_90a", seconds) == [quick]
+    assert s._defer_slow([child, _kernel("toy", 8, 2)], 1, "sm_90a", seconds)[0][0].meta.family == "toy"
+    prog = Progress(budget_s=60.0, stream=s.out)
+    prog.best_us, prog.generation = 20.0, 5
+    worker = FakeWorker(s.cfg)
+    worker.start()
+    got = s._time_deferred("converged", worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
+    return got, s.out.getvalue(), withdrawn, child, seed, s
+
+
+def test_deferred_children_still_compiling_when_the_time_is_spent_are_withdrawn_and_seeds_timed(tmp_path):
+    got, log, withdrawn, child, seed, s = _stopping(tmp_path, spent=True)
+    assert [i.hash for i in got] == [seed[0].hash] and s.deferred == []
+    assert withdrawn == [{child[0].hash}]
+    assert "1 slow compiles left untimed (time budget spent; 1 not started are dropped" in log, log
+    assert "timing the 1 slow compiles left in the background before stopping (converged); 1 of them seeds" in log, log
+
+
+def test_deferred_ones_are_all_timed_when_the_search_stops_with_time_left(tmp_path):
+    got, log, withdrawn, child, seed, _ = _stopping(tmp_path, spent=False)
+    assert {i.hash for i in got} == {seed[0].hash, child[0].hash} and not withdrawn
+    assert "timing the 2 slow compiles left in the background before stopping (converged)" in log, log
+
+
+def test_slow_seeds_are_timed_however_the_search_goes(tmp_path, monkeypatch):
+    # a whole search with a tiny time budget and two slow seeds that never land in the background: both are timed
+    monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 50.0, "toy": 0.01})
+    comp = FakeCompiler()
+    bg = Background(comp, lag=None)
+    withdrawn = []
+    bg.withdraw = lambda hashes, arch: withdrawn.append(set(hashes)) or 0
+    seeds = [_kernel("slowtoy", 16, u)[0].text for u in (1, 2)]
+    cfg = _cfg(tmp_path, _two_families(tmp_path), max_candidates=0, budget_minutes=0.01)
     out = io.StringIO()
-    Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp, ahead=bg).run()
+    Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp, ahead=bg,
+           seed_sources=seeds + [_kernel("toy", 16, 4)[0].text]).run()
     log = out.getvalue()
-    assert "slow compiles left untimed (time budget spent;" in log, log
-    assert withdrawn and withdrawn[0] and not any(ks.hash in withdrawn[0] for ks, _ in bg.waiting)
+    store = Store(cfg.paths.db)
+    timed = {r[0] for r in store.rows("SELECT hash FROM evaluations")}
+    store.close()
+    hashes = {KernelSource.parse(t).hash for t in seeds}
+    assert "2 slowtoy seeds or starts compile in the background" in log, log
+    assert hashes <= timed, log
+    assert not any(h in w for w in withdrawn for h in hashes)

@@ -61,6 +61,7 @@ class Session:
         self.cublas = cublas_gemm()
         self.seed = cfg.search.seed * 1000003 + int(time.time())  # fresh inputs every process
         self.off = defences_off(cfg.check.defences_off)  # tests only: defences switched off by name
+        self._warm = False  # handle_warmup ran in this process
 
     def _next_seed(self) -> int:
         self.seed += 1
@@ -205,9 +206,15 @@ class Session:
         drift_tol slower (the shape's tolerance, evo.drift.tolerance; None: timing.drift_tol) is timed again; the
         less drifted window is kept, and if it drifted too, the candidate's time is scaled to the quiet speed (the raw
         median kept as measured_us)."""
+        return self._evaluate(lambda: self.fresh_kernel(problem, source, cubin), problem, h, bound_us, screen_reps,
+                              screen_vs_us, cublas_ref_us, drift_tol)
+
+    def _evaluate(self, make, problem: Problem, h: str, bound_us: float = 0.0, screen_reps: int = 0,
+                  screen_vs_us: float = 0.0, cublas_ref_us: float = 0.0, drift_tol: float | None = None) -> EvalResult:
+        """handle_evaluate's check and timing of the FreshKernel that make() builds."""
         t0 = time.monotonic()
         try:
-            fk = self.fresh_kernel(problem, source, cubin)
+            fk = make()
             with fk.phase("check") as kernel:
                 chk = check_kernel(kernel, problem, self.cfg.check, self._next_seed(), self.off)
         except EvoError as e:
@@ -263,6 +270,26 @@ class Session:
                                   seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state="".join(state))
         return EvalResult(h, True, "done", check=chk, time_us=time_us, spread=spread, cublas_us=cublas_us,
                           seconds=time.monotonic() - t0, measured_us=measured_us, gpu_state="".join(state))
+
+    def handle_warmup(self) -> dict:
+        """The checker, the fresh inputs, the timer and cuBLAS run once in this process on small shapes (one on the
+        tile grid, one off it), with the fp32 product rounded to fp16 as the kernel: their CuPy kernels are compiled
+        on first use (NVRTC), 28-50 s on a bare machine, which the search's first candidate paid inside its budget
+        (docs/perf-search.md). Once a process; from CuPy's disk cache a later process takes well under a second.
+        Returns {"seconds", "ok", "error", "first"} (first: this call did the work)."""
+        if self._warm:
+            return {"seconds": 0.0, "ok": True, "error": "", "first": False}
+        t0 = time.monotonic()
+
+        def exact(a, b, c):  # a correct kernel: the checks and the timed calls' verification all pass on it
+            c[...] = reference(a, b)
+
+        error = ""
+        for p in (Problem(128, 128, 64), Problem(200, 136, 72)):
+            r = self._evaluate(lambda: FreshKernel(lambda: exact), p, "warmup", screen_reps=0)
+            error = error or ("" if r.ok else f"{p.key}: {r.stage}: {r.error}")
+        self._warm = True
+        return {"seconds": time.monotonic() - t0, "ok": not error, "error": error, "first": True}
 
     def handle_gpu_state(self) -> GpuState | None:
         """What the GPU reports now (clocks, power, temperature, clock limits, processes; None: no reading): asked
