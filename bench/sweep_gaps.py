@@ -1,5 +1,6 @@
 """Where the GPU waited in a search or sweep: per run of an archive, seconds from the run's start to its first
-evaluation, the seeds' end, the wait from there to the first child (generation 0), and every pause between two
+evaluation, the seeds' end (those timed before the first child: a slow seed compiling in the background is timed
+later, and counted in "seeds later"), the wait from there to the first child, and every pause between two
 evaluations longer than a threshold. An evaluation's window is [created - seconds, created] (the worker's own time),
 so a pause is GPU time spent on nothing: compiles, Python, the check's host side. A seed is a kernel the archive
 first stored as one (a candidate keeps its first proposer: a kernel another shape's search proposed and this one timed
@@ -27,8 +28,9 @@ class RunGaps:
     evaluations: int
     span_s: float                      # run start to its last evaluation's end
     first_eval_s: float                # run start to the first evaluation's start
-    seeds_end_s: float | None          # run start to the last seed's end (None: no seed evaluated)
+    seeds_end_s: float | None          # run start to the end of the last seed timed before the first child (None: none)
     child_wait_s: float | None         # the seeds' end to the first non-seed evaluation's start
+    seeds_later: int = 0               # seeds timed after the first child (deferred: compiled in the background)
     pauses: list[tuple[float, float]] = field(default_factory=list)  # (at s after start, length s), > threshold
 
     @property
@@ -46,7 +48,9 @@ def run_gaps(store: Store, gap_s: float = 5.0) -> list[RunGaps]:
             continue
         t0 = float(run["started"])
         windows = [(float(e["created"]) - float(e["seconds"] or 0.0), float(e["created"]), e["proposer"]) for e in evs]
-        seed_ends = [end for _, end, who in windows if who == "seed"]
+        first_child = min((start for start, _, who in windows if who != "seed"), default=None)
+        seed_ends = [end for start, end, who in windows if who == "seed" and (first_child is None or start < first_child)]
+        later = sum(who == "seed" and first_child is not None and start >= first_child for start, _, who in windows)
         seeds_end = max(seed_ends) if seed_ends else None
         child_starts = [start for start, _, who in windows if who != "seed" and (seeds_end is None or start >= seeds_end)]
         pauses, last_end = [], windows[0][1]
@@ -59,7 +63,7 @@ def run_gaps(store: Store, gap_s: float = 5.0) -> list[RunGaps]:
             first_eval_s=round(windows[0][0] - t0, 1),
             seeds_end_s=None if seeds_end is None else round(seeds_end - t0, 1),
             child_wait_s=(round(min(child_starts) - seeds_end, 1) if seeds_end is not None and child_starts else None),
-            pauses=pauses))
+            seeds_later=later, pauses=pauses))
     return out
 
 
@@ -67,11 +71,11 @@ def markdown(rows: list[RunGaps], gap_s: float) -> str:
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.1f}"
     lines = [f"| run | shape | evaluations | span s | first evaluation s | seeds end s | seeds -> first child s | "
-             f"pauses > {gap_s:g} s (at: length) |", "|---|---|---|---|---|---|---|---|"]
+             f"seeds later | pauses > {gap_s:g} s (at: length) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         pauses = ", ".join(f"{at:.0f}: {n:.1f}" for at, n in r.pauses) or "none"
         lines.append(f"| {r.run_id} | {r.shape} | {r.evaluations} | {r.span_s:.1f} | {r.first_eval_s:.1f} | "
-                     f"{f(r.seeds_end_s)} | {f(r.child_wait_s)} | {pauses} |")
+                     f"{f(r.seeds_end_s)} | {f(r.child_wait_s)} | {r.seeds_later} | {pauses} |")
     return "\n".join(lines)
 
 
