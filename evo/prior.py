@@ -263,7 +263,7 @@ class Prior:
         self._ranked: dict[str, list[Ranked]] = {}
         self._rank_lock = threading.Lock()  # a search ranks on its compile-ahead thread while the seeds are timed
         self._claimant: threading.Thread | None = None  # the thread a claim_rank is for
-        self._fits: dict[tuple, Ranked | None] = {}  # fit's answers: a start is refitted once per shape (evo.compile_ahead asks first)
+        self._fits: dict[tuple, Ranked | None] = enumerations.fits  # fit's answers, once per shape and start (a sweep's)
 
     def space(self, family: str) -> FamilySpace | None:
         return self.spaces.get(family)
@@ -329,10 +329,12 @@ class Prior:
         the shapes of their class (a swap-AB start's column tile to M = 96, a split to the SM count's wave).
         Candidates within ``ties`` of the best estimate are a tie: ``order`` (the cost model's times for a list of
         parameter sets) picks among them where given, else the fewest moved parameters do. Answers are kept per
-        (start, shape, margin, ties, whether `order` is given): one prior serves one search, whose `order` is one model."""
+        (start, shape, margin, ties, whether `order` is given) in the enumerations' `fits`, which a sweep shares between
+        its searches: the first answer stands (the search that compiled the start ahead for this shape, whose `order`
+        was an older model), so the shape's own search times what compiled ahead."""
         key = (family, tuple(sorted(params.items())), problem.key, problem.layout, margin, ties, order is not None)
         if key not in self._fits:
-            self._fits[key] = self._fit(family, params, problem, margin, order, ties)
+            self._fits.setdefault(key, self._fit(family, params, problem, margin, order, ties))
         return self._fits[key]
 
     def _fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float,

@@ -36,10 +36,14 @@ class Geometry:
 
 class Enumerations:
     """Every constraint-valid instance of a family, enumerated once per owner: a search makes its own; a sweep
-    keeps one per process and hands it to each shape's search (a large space takes seconds to enumerate)."""
+    keeps one per process and hands it to each shape's search (a large space takes seconds to enumerate).
+    `fits` holds the starts refitted to each shape (evo.prior.Prior.fit), first answer kept: a sweep's search runs the
+    very fits an earlier search compiled ahead for its shape. Refitted again with a newer cost model, a start moved to
+    another instance that nobody had compiled: 35-47 s of nvcc with the GPU idle (docs/perf-search.md)."""
 
     def __init__(self) -> None:
         self._by_key: dict[tuple, list[dict[str, Any]]] = {}
+        self.fits: dict[tuple, Any] = {}
 
     def of(self, family: Family) -> list[dict[str, Any]]:
         """Family.valid_instances(), remembered per (name, space, constraints)."""

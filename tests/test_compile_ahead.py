@@ -280,9 +280,11 @@ def test_the_compile_ahead_thread_ranks_the_shape_after_its_starts_before_the_ne
 def test_a_sweep_refits_each_shapes_starts_once_ahead_and_queues_them_two_searches_ahead(tmp_path, monkeypatch):
     # a CUTLASS start takes ~50-60 s of nvcc: a shape's starts are queued by the search two shapes before it (a
     # short search one shape before left the GPU idle waiting), refitted there once; the search after it queues the
-    # same list again at its own rank without refitting it; the shape's own search refits them on its compile-ahead
-    # thread, into its prior, so that its first generation reads them instead of refitting on the main thread
+    # same list again at its own rank without refitting it; the shape's own search asks for them on its compile-ahead
+    # thread and gets the same fits (the sweep's enumerations keep them: refitted with a newer cost model they moved
+    # to instances nobody had compiled, 35-47 s of nvcc on an H200), never refitting in a first generation
     from evo.search import Search
+    from evo.space import Enumerations
 
     refits, real = [], MutateProposer.starts
     fits, real_fit = [], Prior._fit
@@ -299,15 +301,16 @@ def test_a_sweep_refits_each_shapes_starts_once_ahead_and_queues_them_two_search
     monkeypatch.setattr(MutateProposer, "starts", counting)
     monkeypatch.setattr(Prior, "_fit", fit)
     shapes = [parse_shape(s) for s in ("256x256x256", "512x256x128", "128x256x64", "256x128x128")]
-    rec, lists = Recording(), []
+    rec, lists, shared = Recording(), [], Enumerations()
     for i, q in enumerate(shapes):
         before = len(rec.queued)
         Search(q, _cfg(tmp_path), out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
-               next_problems=shapes[i + 1:i + 3]).run()
+               next_problems=shapes[i + 1:i + 3], enumerations=shared).run()
         lists.append([h for h, _ in rec.queued[before:]])
-    # once as a next shape (the first search that asks), once as the running one; the first shape only as that
+    # the start lists: once as a next shape (the first search that asks), once as the running one
     assert sorted(refits) == sorted([shapes[0].key] + [q.key for q in shapes[1:] for _ in range(2)])
     assert fits and all(name == "evo-compile-ahead" for name, _ in fits)  # none in a first generation
+    assert len(fits) == len(set(fits)) == len(shapes)  # each shape's start fitted once in the sweep
     fams = load_families(TOY)
     third = {ks.hash for f in fams for ks in (f.render(p, shapes[2]) for p in f.start_instances())
              if ks.accepts(shapes[2])}
