@@ -146,6 +146,7 @@ class Search:
         self.ahead = ahead
         self.shared_model = shared_model
         self.ahead_queue: threading.Thread | None = None  # the thread queueing this search's compiles ahead
+        self.ahead_rank = 0.0  # the rank it queues them at (its own starts, then the next shapes'; evo.compile_ahead)
         self.next_problems = list(next_problems or [])
         self.enumerations = enumerations
         self.seed_sources = list(seed_sources or [])
@@ -426,7 +427,7 @@ class Search:
         def next_starts(q: Problem, seen: set[str]) -> list[str]:  # refitted by the first search that asks, in a sweep
             return self.ahead.once(("starts", q.key, q.layout, info.arch), lambda: starts(q, seen))
 
-        rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued and that wait still
+        rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued
 
         def queue() -> None:
             try:
@@ -587,9 +588,12 @@ class Search:
                   + ", ".join(([f"{room} compiling in the background"] if dropped else [])
                               + ([f"{len(late)} would compile past the budget"] if late else [])) + ")",
                   file=self.out, flush=True)
-        for group, what, also in ((must, "seeds or starts", " and before the search stops"), (later, "children", "")):
+        # the seeds and starts go first; the children behind what the search queued ahead (the next shapes' starts,
+        # which their searches time whatever happens, before a child this one may not get to time)
+        for group, what, also, rank in ((must, "seeds or starts", " and before the search stops", time.monotonic()),
+                                        (later, "children", "", self.ahead_rank)):
             if group:
-                self.ahead.submit([ks.text for ks, _ in group], arch, time.monotonic())
+                self.ahead.submit([ks.text for ks, _ in group], arch, rank)
                 fams = sorted({ks.meta.family for ks, _ in group})
                 print(f"  {len(group)} {'/'.join(fams)} {what} compile in the background (~"
                       f"{max(seconds[f] for f in fams):.0f} s each); each is timed in the first generation after it "

@@ -46,10 +46,12 @@ class Background:
 
     def __init__(self, compiler, lag=0, workers=8):
         self.compiler, self.lag, self.waiting, self.submitted, self.workers = compiler, lag, [], [], workers
+        self.ranks = []  # (hash, rank) per submit
 
     def submit(self, sources, arch, rank=0.0):
         kss = [KernelSource.parse(t) for t in sources]
         self.submitted += [ks.hash for ks in kss]
+        self.ranks += [(ks.hash, rank) for ks in kss]
         self.waiting += [(ks, arch) for ks in kss]
         if self.lag is not None:
             while len(self.waiting) > self.lag:
@@ -268,3 +270,19 @@ def test_slow_seeds_are_timed_however_the_search_goes(tmp_path, monkeypatch):
     assert "2 slowtoy seeds or starts compile in the background" in log, log
     assert hashes <= timed, log
     assert not any(h in w for w in withdrawn for h in hashes)
+
+
+def test_deferred_children_queue_behind_the_next_shapes_starts_and_seeds_ahead_of_all(tmp_path):
+    # in a sweep the background also compiles the next shapes' starts (timed by their searches whatever happens): a
+    # child this search may not get to time queues at the rank those were queued at (first in, first out behind them);
+    # this shape's own seeds and starts go ahead of everything
+    comp = FakeCompiler()
+    bg = Background(comp, lag=None)
+    s = _search(tmp_path, comp, bg)
+    s.ahead_rank = 5.0  # the rank its compile-ahead thread queued the next shapes' starts at
+    seed, child, quick = _kernel("slowtoy", 16, 4), _kernel("slowtoy", 16, 2), _kernel("toy", 8, 1)
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    s._defer_slow([seed, quick], 0, "sm_90a", seconds)
+    s._defer_slow([child, _kernel("toy", 8, 2)], 1, "sm_90a", seconds)
+    ranks = dict(bg.ranks)
+    assert ranks[child[0].hash] == 5.0 and ranks[seed[0].hash] > 5.0
