@@ -286,3 +286,19 @@ def test_deferred_children_queue_behind_the_next_shapes_starts_and_seeds_ahead_o
     s._defer_slow([child, _kernel("toy", 8, 2)], 1, "sm_90a", seconds)
     ranks = dict(bg.ranks)
     assert ranks[child[0].hash] == 5.0 and ranks[seed[0].hash] > 5.0
+
+
+def test_a_familys_compile_s_defers_its_seeds_before_the_archive_has_compiled_one(tmp_path):
+    # a fresh archive knows no compile times: the family.yaml's compile_s (60 s for cutlass_sm90) stands for them
+    fams = _two_families(tmp_path)
+    spec = fams / "slowtoy" / "family.yaml"
+    spec.write_text(spec.read_text() + "compile_s: 50\n")
+    (slow,) = [f for f in load_families(fams) if f.name == "slowtoy"]
+    assert slow.compile_s == 50.0 and [f.compile_s for f in load_families(fams) if f.name == "toy"] == [0.0]
+    comp = FakeCompiler()
+    seeds = [_kernel("slowtoy", 16, u)[0].text for u in (1, 2)]
+    cfg = _cfg(tmp_path, fams, max_candidates=6)
+    out = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp,
+           ahead=Background(comp, lag=None), seed_sources=seeds + [_kernel("toy", 16, 4)[0].text]).run()
+    assert "2 slowtoy seeds or starts compile in the background (~50 s each)" in out.getvalue(), out.getvalue()
