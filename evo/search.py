@@ -590,10 +590,10 @@ class Search:
                   file=self.out, flush=True)
         # the seeds and starts go first; the children behind what the search queued ahead (the next shapes' starts,
         # which their searches time whatever happens, before a child this one may not get to time)
-        for group, what, also, rank in ((must, "seeds or starts", " and before the search stops", time.monotonic()),
+        for group, what, also, rank in ((must, "seeds or starts", " and before the search stops", None),
                                         (later, "children", "", self.ahead_rank)):
-            if group:
-                self.ahead.submit([ks.text for ks, _ in group], arch, rank)
+            if group:  # (the clock read only when needed: a sweep's test counts every read as a second)
+                self.ahead.submit([ks.text for ks, _ in group], arch, time.monotonic() if rank is None else rank)
                 fams = sorted({ks.meta.family for ks, _ in group})
                 print(f"  {len(group)} {'/'.join(fams)} {what} compile in the background (~"
                       f"{max(seconds[f] for f in fams):.0f} s each); each is timed in the first generation after it "
