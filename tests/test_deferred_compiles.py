@@ -1,7 +1,8 @@
-"""A generation's slow children (a family whose median compile takes `compile.defer_s` or more: CUTLASS SM90, ~50 s)
-compile in the background while the generation times the others; each is timed in the first generation after it
-lands, and those still compiling when the search stops are timed then (budget allowing). A 5-minute H200 search left
-the GPU idle 111 of 159 s waiting for such children (docs/perf-search.md)."""
+"""A generation's slow kernels (a family whose median compile takes `compile.defer_s` or more: CUTLASS SM90, ~50 s;
+family.yaml's compile_s before the archive has one) compile in the background while the generation times the others;
+each is timed in the first generation after it lands. Children still compiling when the search stops are timed then
+(budget allowing); seeds and starts are timed then however it stops. A 5-minute H200 search left the GPU idle 111 of
+159 s waiting for such children, and a fresh host's CUTLASS seeds held its first generation 81 s (docs/perf-search.md)."""
 import io
 import shutil
 import time
