@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields, replace
 
@@ -53,18 +52,6 @@ class CompileAhead:
         self.counts = AheadCounts()
         self.failures: list[str] = []  # "hash family: error" of the failed compiles not yet reported (take_failures)
         self.lock = threading.Lock()
-        self.lists: dict[tuple, list[str]] = {}  # what `once` computed, by key
-
-    def once(self, key: tuple, compute: Callable[[], list[str]]) -> list[str]:
-        """compute()'s list for key, computed once for the queue's life (a sweep's): a next shape's starts are
-        refitted by the first search that queues them (two shapes ahead), not again by the one after it."""
-        with self.lock:
-            if key in self.lists:
-                return self.lists[key]
-        out = compute()
-        with self.lock:
-            return self.lists.setdefault(key, out)
-
     def submit(self, sources: list[str], arch: str, rank: float = 0.0) -> int:
         """Queue the kernels (full texts) not queued before, in order; returns how many were new. rank: a list goes
         ahead of the queued compiles of a lower rank that no worker has started (they go back behind it, in their

@@ -263,7 +263,7 @@ class Prior:
         self._ranked: dict[str, list[Ranked]] = {}
         self._rank_lock = threading.Lock()  # a search ranks on its compile-ahead thread while the seeds are timed
         self._claimant: threading.Thread | None = None  # the thread a claim_rank is for
-        self._fits: dict[tuple, Ranked | None] = enumerations.fits  # fit's answers, once per shape and start (a sweep's)
+        self._fits: dict[tuple, Any] = enumerations.fits  # fit's answers and the refits' order, per shape (a sweep's)
 
     def space(self, family: str) -> FamilySpace | None:
         return self.spaces.get(family)
@@ -333,8 +333,14 @@ class Prior:
         its searches: the first answer stands (the search that compiled the start ahead for this shape, whose `order`
         was an older model), so the shape's own search times what compiled ahead."""
         key = (family, tuple(sorted(params.items())), problem.key, problem.layout, margin, ties, order is not None)
+        return self.kept(key, lambda: self._fit(family, params, problem, margin, order, ties))
+
+    def kept(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """compute()'s answer for key in the enumerations' `fits` (a sweep's), the first answer standing: what a
+        start is refitted to and the order the model gives the refitted starts (evo.proposers.mutate), so that a
+        shape's own search picks the starts an earlier search compiled ahead for it."""
         if key not in self._fits:
-            self._fits.setdefault(key, self._fit(family, params, problem, margin, order, ties))
+            self._fits.setdefault(key, compute())
         return self._fits[key]
 
     def _fit(self, family: str, params: dict[str, Any], problem: Problem, margin: float,

@@ -401,10 +401,10 @@ class Search:
         not depend on this search (the instances of their cuBLASLt tiles where the table or the archive knows them,
         the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time them first), all of these
         ahead of the compiles earlier searches queued that have not started; then the next shapes' starts (all of
-        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn). A next
-        shape's starts are refitted once in a sweep (`CompileAhead.once`), by the first search that queues them, and
-        queued again at each later search's rank; this shape's are refitted here, on this search's prior, whose
-        answers its first generation reads instead of refitting on the GPU's critical path. Between this shape's starts and the next shapes' the
+        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn). A shape's
+        starts are refitted once in a sweep, by the first search that queues them: the priors keep the refits in the
+        sweep's Enumerations (Prior.kept), so each later search, the shape's own included, queues the same list at its
+        own rank, and its first generation reads them instead of refitting on the GPU's critical path. Between this shape's starts and the next shapes' the
         thread also computes the prior's ranking of this shape, claimed for it (Prior.claim_rank): generation 0 waits
         for that rather than ranking again. A failure is one log line: compiling ahead only saves time, it never ends
         a search."""
@@ -423,9 +423,6 @@ class Search:
         def starts(q: Problem, seen: set[str]) -> list[str]:
             ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
             return [x.source for x in mut.starts(ctx)] if mut is not None else []
-
-        def next_starts(q: Problem, seen: set[str]) -> list[str]:  # refitted by the first search that asks, in a sweep
-            return self.ahead.once(("starts", q.key, q.layout, info.arch), lambda: starts(q, seen))
 
         rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued
 
@@ -446,7 +443,7 @@ class Search:
             try:  # the next shapes' starts, the farther ones too: a CUTLASS start takes ~50-60 s of nvcc, and a short
                 # search before it left the GPU idle 19-42 s waiting for one (docs/perf-search.md)
                 for q, seen in zip(problems[1:], known[1:]):
-                    self.ahead.submit(next_starts(q, seen), info.arch, rank)
+                    self.ahead.submit(starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 

@@ -212,15 +212,6 @@ class Recording:
     def take_failures(self):
         return []
 
-    once = CompileAhead.once
-
-    @property
-    def lock(self):
-        return self.__dict__.setdefault("_lock", threading.Lock())
-
-    @property
-    def lists(self):
-        return self.__dict__.setdefault("_lists", {})
 
 
 def _cfg(tmp_path, compile_: dict | None = None, **search):
@@ -279,10 +270,10 @@ def test_the_compile_ahead_thread_ranks_the_shape_after_its_starts_before_the_ne
 
 def test_a_sweep_refits_each_shapes_starts_once_ahead_and_queues_them_two_searches_ahead(tmp_path, monkeypatch):
     # a CUTLASS start takes ~50-60 s of nvcc: a shape's starts are queued by the search two shapes before it (a
-    # short search one shape before left the GPU idle waiting), refitted there once; the search after it queues the
-    # same list again at its own rank without refitting it; the shape's own search asks for them on its compile-ahead
-    # thread and gets the same fits (the sweep's enumerations keep them: refitted with a newer cost model they moved
-    # to instances nobody had compiled, 35-47 s of nvcc on an H200), never refitting in a first generation
+    # short search one shape before left the GPU idle waiting), refitted there once; the search after it and the
+    # shape's own search (on its compile-ahead thread) list them again at their own ranks from the same refits (the
+    # sweep's Enumerations keep them: refitted with a newer cost model they moved to instances nobody had compiled,
+    # 35-47 s of nvcc on an H200), and no first generation refits
     from evo.search import Search
     from evo.space import Enumerations
 
@@ -307,8 +298,8 @@ def test_a_sweep_refits_each_shapes_starts_once_ahead_and_queues_them_two_search
         Search(q, _cfg(tmp_path), out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
                next_problems=shapes[i + 1:i + 3], enumerations=shared).run()
         lists.append([h for h, _ in rec.queued[before:]])
-    # the start lists: once as a next shape (the first search that asks), once as the running one
-    assert sorted(refits) == sorted([shapes[0].key] + [q.key for q in shapes[1:] for _ in range(2)])
+    # the start lists: by each search that queues a shape (two ahead, one ahead) and by its own
+    assert sorted(refits) == sorted([shapes[0].key] + [shapes[1].key] * 2 + [q.key for q in shapes[2:] for _ in range(3)])
     assert fits and all(name == "evo-compile-ahead" for name, _ in fits)  # none in a first generation
     assert len(fits) == len(set(fits)) == len(shapes)  # each shape's start fitted once in the sweep
     fams = load_families(TOY)
@@ -634,14 +625,3 @@ def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_pa
     assert set(order[order.index(flipped.hash) + 1:]) == starts  # the next shape's starts follow it
     asked.clear()
     assert flipped.hash not in queued(_cfg(tmp_path / "off", transposed_seeds=False)) and asked == []
-
-
-def test_once_computes_a_list_once_per_key(tmp_path):
-    ahead = CompileAhead(_compiler(tmp_path), jobs=2)
-    calls = []
-    try:
-        assert ahead.once(("a",), lambda: calls.append(1) or ["x"]) == ["x"]
-        assert ahead.once(("a",), lambda: calls.append(1) or ["y"]) == ["x"]
-        assert ahead.once(("b",), lambda: calls.append(1) or ["y"]) == ["y"] and len(calls) == 2
-    finally:
-        ahead.close()

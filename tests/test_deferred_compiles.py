@@ -65,9 +65,6 @@ class Background:
         self.waiting = [(ks, a) for ks, a in self.waiting if ks.hash not in hashes]
         return n
 
-    def once(self, key, compute):
-        return compute()
-
     @property
     def counts(self):
         return AheadCounts(submitted=len(self.submitted))

@@ -301,3 +301,25 @@ def test_the_refit_of_a_start_follows_the_cost_model_among_its_ties(fams):
     # a refit that Prior.fit makes only when handed the model (the fewest-moves refits of every start exclude it)
     own = {(r.params["BM"], r.params["BN"]) for r in (prior.fit("wgmma_sm90", s, problem) for s in fams["wgmma_sm90"].starts) if r}
     assert set(guided) - own, (guided, own)
+
+
+def test_a_sweeps_searches_pick_the_refitted_starts_the_first_model_picked(fams):
+    """A sweep's searches share one Enumerations: the refits and the model's order among them are kept per shape, the
+    first answer standing, so a shape's own search (a newer model) picks the starts an earlier search compiled ahead
+    for it. Apart, the two models pick different starts."""
+    from evo.space import Enumerations
+
+    problem = Problem(256, 12288, 256)
+    rows_first = lambda items, _p: [1.0 if p.get("BM", p.get("TILE_M")) == 256 else 2.0 for _f, p in items]
+    widest = lambda items, _p: [1.0 / p.get("BN", 1) for _f, p in items]  # a later model: another order of the ties
+
+    def fitted(enumerations, predict):
+        prior = Prior(list(fams.values()), GpuSpec(), sample=200, enumerations=enumerations)
+        prop = MutateProposer(Selector(16, 4, 3), 0.3, 0, prior=prior, fit_starts=6, predict=predict, prior_ties=0.02)
+        out = prop.propose(_ctx([], [fams["wgmma_sm90"]], random.Random(0), problem), 12)
+        return [(m.params["BM"], m.params["BN"]) for m in _picks(out, "fitted to the shape")]
+
+    shared = Enumerations()
+    first = fitted(shared, rows_first)
+    assert first and fitted(shared, widest) == first
+    assert fitted(Enumerations(), widest) != first

@@ -149,7 +149,11 @@ class MutateProposer:
             self._fit_done.add(ctx.problem.key)
             per_family: dict[str, int] = {}
             fitted.sort(key=lambda x: (x[0], x[2].name, x[1]))
-            ties = self._ties([x[0] for x in fitted], [(x[2].name, x[3]) for x in fitted], ctx)
+            # the model's order of the ties, kept per shape like the fits: a later model must not pick other starts
+            # than those compiled ahead for this shape (evo.prior.Prior.kept)
+            ties = self.prior.kept(("fitted starts", ctx.problem.key, ctx.problem.layout, self.prior_ties,
+                                    self._model_orders(), tuple((x[2].name, x[1]) for x in fitted)),
+                                   lambda: self._ties([x[0] for x in fitted], [(x[2].name, x[3]) for x in fitted], ctx))
             for us, i, fam, p, start in (fitted[j] for j in ties):
                 if sum(per_family.values()) >= self.fit_starts:
                     break
