@@ -40,12 +40,16 @@ class AheadCounts:
 class CompileAhead:
     """A bounded background queue of compiles into a compiler's cache. Nothing is evaluated here; what finishes is
     cached for whoever compiles the same kernel next. `close` drops the queue and kills the running compiles.
-    Half the compile jobs (`compile.jobs`, 0: the CPUs) run here, so the search's own compiles keep most of the CPUs."""
+    As many compiles run here as the search's own (`compile.jobs`, 0: the CPUs), each nvcc at niceness `nice`
+    (`compile.ahead_nice`): the search's compiles take the CPUs when they run, and the background every CPU they
+    leave idle. Half the CPUs at the search's priority could not keep up with a 0.3-minute sweep's CUTLASS seeds and
+    starts: later shapes waited 15-31 s for starts queued two shapes earlier (docs/perf-search.md)."""
 
-    def __init__(self, compiler, jobs: int = 0):
+    def __init__(self, compiler, jobs: int = 0, nice: int = 10):
         self.compiler = compiler
-        self.workers = max(1, (jobs or os.cpu_count() or 1) // 2)
-        self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ahead")
+        self.workers = max(1, jobs or os.cpu_count() or 1)
+        self.nice = nice
+        self.pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="ahead", initializer=self._lower)
         self.cancel = threading.Event()
         self.seen: set[tuple[str, str]] = set()
         self.queued: list[tuple[Future, KernelSource, str, float]] = []  # compiles queued, with their rank (finished ones pruned)
@@ -87,6 +91,16 @@ class CompileAhead:
             self.queued = [q for q in self.queued if not q[0].cancelled()]
             self.seen -= {(k.hash, a) for _, k, a, _ in dropped}
         return len(dropped)
+
+    def _lower(self) -> None:
+        """A worker thread's niceness, raised by `nice` (Linux keeps one per thread; the nvcc it starts inherits it).
+        Where the system refuses, the compiles run at the search's priority."""
+        if self.nice > 0:
+            try:
+                mine = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's (who 0: the calling thread)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), mine + self.nice)
+            except (AttributeError, OSError):
+                pass
 
     def _queue(self, ks: KernelSource, arch: str, rank: float) -> None:
         self.seen.add((ks.hash, arch))

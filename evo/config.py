@@ -72,6 +72,7 @@ class CompileConfig:
     ahead: bool
     ahead_baselines: bool
     ahead_depth: int
+    ahead_nice: int
     defer_s: float
 
 

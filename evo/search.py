@@ -211,7 +211,7 @@ class Search:
                                     say=lambda line: print(line, file=self.out, flush=True))
         owned = None
         if self.ahead is None and cfg.compile.ahead:
-            self.ahead = owned = CompileAhead(self.compiler, cfg.compile.jobs)
+            self.ahead = owned = CompileAhead(self.compiler, cfg.compile.jobs, cfg.compile.ahead_nice)
         try:
             if self.shared_worker is not None:
                 return self._run(self.shared_worker, self.shared_worker.info, proposers, t_start)

@@ -1,6 +1,7 @@
 """Compiles ahead of the search (evo.compile_ahead): the background queue, the shared cache and lock, what a search
 and a sweep (one GPU or several) queue there."""
 import io
+import os
 import random
 import threading
 import time
@@ -63,7 +64,7 @@ def test_the_background_compiles_once_per_kernel_and_fills_the_cache(tmp_path, n
                     reject_spills=True, ptx_checks=False)
     other = naive_source.replace("---*/", "# another launch rule\nworkspace: 16\n---*/", 1)
     ahead = CompileAhead(comp, jobs=4)
-    assert ahead.workers == 2  # half the compile jobs
+    assert ahead.workers == 4  # as many as the search's compile jobs (at a lower priority)
     assert ahead.submit([naive_source, naive_source, other], "sm_80") == 2  # a text queued before is not again
     assert ahead.submit([naive_source], "sm_80") == 0
     assert ahead.submit([naive_source], "sm_70") == 0  # an arch the family does not claim
@@ -78,7 +79,7 @@ def test_a_failed_background_compile_is_named_once_in_the_log_of_the_search_that
 
     (toy,) = load_families(TOY)
     bad, good = toy.render({"TILE": 32, "UNROLL": 1, "PAD": 0}), toy.render({"TILE": 8, "UNROLL": 1, "PAD": 0})
-    ahead = CompileAhead(FakeCompiler(), jobs=2)  # FakeCompiler fails TILE 32
+    ahead = CompileAhead(FakeCompiler(), jobs=1)  # FakeCompiler fails TILE 32
     ahead.submit([bad.text, good.text], "sm_80")
     ahead.wait(10)
     assert ahead.counts.failed == 1 and ahead.counts.compiled == 1
@@ -110,7 +111,7 @@ def test_a_higher_rank_goes_ahead_of_the_compiles_still_waiting(tmp_path, naive_
                  reject_spills=True, ptx_checks=False)
     a, b, c, d, e = (naive_source.replace("---*/", f"# kernel {i}\nworkspace: {16 * (i + 1)}\n---*/", 1) for i in range(5))
     h = {name: KernelSource.parse(t).hash for name, t in zip("abcde", (a, b, c, d, e))}
-    ahead = CompileAhead(comp, jobs=2)  # one worker
+    ahead = CompileAhead(comp, jobs=1)  # one worker
     assert ahead.submit([a, b, c], "sm_80") == 3
     deadline = time.monotonic() + 5
     while not order and time.monotonic() < deadline:  # a is running
@@ -137,7 +138,7 @@ def test_withdraw_drops_the_named_compiles_not_started_and_lets_them_come_back(t
                  reject_spills=True, ptx_checks=False)
     a, b, c = (naive_source.replace("---*/", f"# kernel {i}\nworkspace: {16 * (i + 1)}\n---*/", 1) for i in range(3))
     h = {name: KernelSource.parse(t).hash for name, t in zip("abc", (a, b, c))}
-    ahead = CompileAhead(comp, jobs=2)  # one worker
+    ahead = CompileAhead(comp, jobs=1)  # one worker
     ahead.submit([a, b, c], "sm_80")
     deadline = time.monotonic() + 5
     while not order and time.monotonic() < deadline:  # a is running
@@ -156,7 +157,7 @@ def test_close_kills_the_running_compile_and_drops_the_queue(tmp_path, naive_sou
     nvcc = tmp_path / "nvcc"
     nvcc.write_text("#!/bin/sh\nsleep 30\n")  # a compile that would run 30 s
     nvcc.chmod(0o755)
-    ahead = CompileAhead(_compiler(tmp_path, str(nvcc)), jobs=2)  # one worker
+    ahead = CompileAhead(_compiler(tmp_path, str(nvcc)), jobs=1)  # one worker
     other = naive_source.replace("---*/", "# another\nworkspace: 16\n---*/", 1).replace("evo_gemm", "evo_gemm ")
     ahead.submit([naive_source, other], "sm_80")
     time.sleep(0.5)
@@ -165,6 +166,41 @@ def test_close_kills_the_running_compile_and_drops_the_queue(tmp_path, naive_sou
     assert time.monotonic() - t0 < 5
     assert ahead.counts.compiled == ahead.counts.cached == ahead.counts.failed == 0
     assert not list((tmp_path / "cache").rglob("*.json"))  # nothing cached from a killed compile
+
+
+def _niceness_nvcc(tmp_path) -> Path:
+    """An nvcc that writes its own niceness (field 19 of /proc/self/stat, read by the shell it runs in) and fails."""
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(f"#!/bin/sh\ncut -d' ' -f19 /proc/$$/stat > {tmp_path / 'nice'}\nexit 1\n")
+    nvcc.chmod(0o755)
+    return nvcc
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="reads a process's niceness from /proc")
+def test_the_background_nvcc_runs_at_a_lower_priority_and_the_searchs_own_does_not(tmp_path, naive_source):
+    # the background uses every CPU the search's compiles leave idle: its nvcc runs `nice` above the search's, which
+    # (compiling on its own thread meanwhile) keeps its priority
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    comp = _compiler(tmp_path, str(_niceness_nvcc(tmp_path)))
+    ahead = CompileAhead(comp, jobs=1, nice=7)
+    ahead.submit([naive_source], "sm_80")
+    ahead.wait(10)
+    ahead.close()
+    assert ahead.counts.failed == 1
+    assert int((tmp_path / "nice").read_text()) == min(19, mine + 7)
+    other = naive_source.replace("evo_gemm", "evo_gemm ")  # other code: not the cached failure
+    assert not comp.compile_many([(KernelSource.parse(other), "sm_80")], jobs=1)[0].ok
+    assert int((tmp_path / "nice").read_text()) == mine  # the search's compile, after the background's
+    assert os.getpriority(os.PRIO_PROCESS, 0) == mine  # the calling thread untouched
+
+
+def test_nice_zero_leaves_the_background_at_the_searchs_priority(tmp_path, naive_source):
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    ahead = CompileAhead(_compiler(tmp_path, str(_niceness_nvcc(tmp_path))), jobs=1, nice=0)
+    ahead.submit([naive_source], "sm_80")
+    ahead.wait(10)
+    ahead.close()
+    assert int((tmp_path / "nice").read_text()) == mine
 
 
 @pytest.fixture(scope="module")
