@@ -307,6 +307,9 @@ def _validate(cfg: Config) -> None:
         raise EvoError(f"config baselines.placements must be 1 to {MAX_PLACEMENTS}, not {cfg.baselines.placements}")
     if cfg.timing.flush_mode not in FLUSH_MODES:
         raise EvoError(f"config timing.flush_mode must be one of {', '.join(FLUSH_MODES)}, not {cfg.timing.flush_mode!r}")
+    if cfg.compile.ahead_nice > 19:  # (negative numbers are refused with every other one above)
+        raise EvoError(f"config compile.ahead_nice must be 0 to 19 (a niceness added to the search's), not "
+                       f"{cfg.compile.ahead_nice}")
     if cfg.check.seeds < 1:
         raise EvoError("config check.seeds must be at least 1")
     if not 1 <= cfg.check.full_checks_min <= cfg.check.full_checks_max:

@@ -29,6 +29,8 @@ def test_file_and_override(tmp_path):
     ("check:\n  exact: 3\n", "true or false"),
     ("timing:\n  flush_mode: evict\n", "flush_mode must be one of read, write"),
     ("baselines:\n  placements: 0\n", "baselines.placements must be 1 to 11"),
+    ("compile:\n  ahead_nice: -5\n", "compile.ahead_nice must not be negative"),
+    ("compile:\n  ahead_nice: 20\n", "compile.ahead_nice must be 0 to 19"),
     ("baselines:\n  placements: 12\n", "baselines.placements must be 1 to 11"),
     ("search:\n  cross_family_rate: 1.5\n", "search.cross_family_rate must be between 0 and 1"),
     ("search:\n  crossover_rate: 2\n", "search.crossover_rate must be between 0 and 1"),
