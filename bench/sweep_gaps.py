@@ -4,7 +4,8 @@ later, and counted in "seeds later"), the wait from there to the first child, an
 evaluations longer than a threshold. An evaluation's window is [created - seconds, created] (the worker's own time),
 so a pause is GPU time spent on nothing: compiles, Python, the check's host side. A seed is a kernel the archive
 first stored as one (a candidate keeps its first proposer: a kernel another shape's search proposed and this one timed
-as a seed counts as a child here, and a run whose seeds all came so shows none).
+as a seed counts as a child here, and a run whose seeds all came so shows none). Each pause names the kernel timed after it (its
+family and the proposer's idea): what the GPU waited for, as a rule its compile.
 
     python -m bench.sweep_gaps DB [--gap-s 5] [--md out.md]
 
@@ -31,32 +32,36 @@ class RunGaps:
     seeds_end_s: float | None          # run start to the end of the last seed timed before the first child (None: none)
     child_wait_s: float | None         # the seeds' end to the first non-seed evaluation's start
     seeds_later: int = 0               # seeds timed after the first child (deferred: compiled in the background)
-    pauses: list[tuple[float, float]] = field(default_factory=list)  # (at s after start, length s), > threshold
+    pauses: list[tuple[float, float, str]] = field(default_factory=list)  # (at s after start, length s, the kernel
+    # timed after it: family and idea), > threshold
 
     @property
     def longest_pause_s(self) -> float:
-        return max((p for _, p in self.pauses), default=0.0)
+        return max((p for _, p, _ in self.pauses), default=0.0)
 
 
 def run_gaps(store: Store, gap_s: float = 5.0) -> list[RunGaps]:
     out = []
     for run in store.rows("SELECT id, shape, started FROM runs ORDER BY id"):
         evs = list(store.rows(
-            "SELECT e.created, e.seconds, COALESCE(c.proposer, '') AS proposer FROM evaluations e "
+            "SELECT e.created, e.seconds, COALESCE(c.proposer, '') AS proposer, COALESCE(c.family, '') AS family, "
+            "COALESCE(c.idea, '') AS idea FROM evaluations e "
             "LEFT JOIN candidates c ON c.hash = e.hash WHERE e.run_id=? ORDER BY e.created", (run["id"],)))
         if not evs:
             continue
         t0 = float(run["started"])
         windows = [(float(e["created"]) - float(e["seconds"] or 0.0), float(e["created"]), e["proposer"]) for e in evs]
+        what = [" ".join((e["idea"] if e["idea"].startswith(e["family"]) else f"{e['family']} {e['idea']}")[:72].split())
+                for e in evs]  # an idea names its family as a rule
         first_child = min((start for start, _, who in windows if who != "seed"), default=None)
         seed_ends = [end for start, end, who in windows if who == "seed" and (first_child is None or start < first_child)]
         later = sum(who == "seed" and first_child is not None and start >= first_child for start, _, who in windows)
         seeds_end = max(seed_ends) if seed_ends else None
         child_starts = [start for start, _, who in windows if who != "seed" and (seeds_end is None or start >= seeds_end)]
         pauses, last_end = [], windows[0][1]
-        for start, end, _ in windows[1:]:
+        for (start, end, _), kernel in zip(windows[1:], what[1:]):
             if start - last_end > gap_s:
-                pauses.append((round(last_end - t0, 1), round(start - last_end, 1)))
+                pauses.append((round(last_end - t0, 1), round(start - last_end, 1), kernel))
             last_end = max(last_end, end)
         out.append(RunGaps(
             run_id=int(run["id"]), shape=run["shape"], evaluations=len(evs), span_s=round(last_end - t0, 1),
@@ -71,9 +76,10 @@ def markdown(rows: list[RunGaps], gap_s: float) -> str:
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.1f}"
     lines = [f"| run | shape | evaluations | span s | first evaluation s | seeds end s | seeds -> first child s | "
-             f"seeds later | pauses > {gap_s:g} s (at: length) |", "|---|---|---|---|---|---|---|---|---|"]
+             f"seeds later | pauses > {gap_s:g} s (at: length, the kernel timed next) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        pauses = ", ".join(f"{at:.0f}: {n:.1f}" for at, n in r.pauses) or "none"
+        pauses = ", ".join(f"{at:.0f}: {n:.1f}" + (f" ({k})" if k else "") for at, n, k in r.pauses) or "none"
         lines.append(f"| {r.run_id} | {r.shape} | {r.evaluations} | {r.span_s:.1f} | {r.first_eval_s:.1f} | "
                      f"{f(r.seeds_end_s)} | {f(r.child_wait_s)} | {r.seeds_later} | {pauses} |")
     return "\n".join(lines)
