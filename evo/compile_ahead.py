@@ -45,7 +45,7 @@ class CompileAhead:
     leave idle. Half the CPUs at the search's priority could not keep up with a 0.3-minute sweep's CUTLASS seeds and
     starts: later shapes waited 15-31 s for starts queued two shapes earlier (docs/perf-search.md)."""
 
-    def __init__(self, compiler, jobs: int = 0, nice: int = 10):
+    def __init__(self, compiler, jobs: int = 0, nice: int = 0):
         self.compiler = compiler
         self.workers = max(1, jobs or os.cpu_count() or 1)
         self.nice = nice

@@ -661,3 +661,24 @@ def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_pa
     assert set(order[order.index(flipped.hash) + 1:]) == starts  # the next shape's starts follow it
     asked.clear()
     assert flipped.hash not in queued(_cfg(tmp_path / "off", transposed_seeds=False)) and asked == []
+
+
+def test_a_search_and_a_sweep_compile_ahead_at_the_configured_niceness(tmp_path, monkeypatch):
+    import evo.search
+    from evo import sweep
+    from evo.search import Search
+
+    made = []
+
+    class Noting(CompileAhead):
+        def __init__(self, compiler, jobs=0, nice=0):
+            made.append(nice)
+            super().__init__(compiler, jobs, nice)
+
+    monkeypatch.setattr(evo.search, "CompileAhead", Noting)
+    monkeypatch.setattr(sweep, "CompileAhead", Noting)
+    Search(parse_shape("256x256x256"), _cfg(tmp_path / "a", {"ahead_nice": 7}), out=io.StringIO(),
+           worker_factory=FakeWorker, compiler=FakeCompiler()).run()
+    sweep.run_sweep([parse_shape("512x256x128")], _cfg(tmp_path / "b", {"ahead_nice": 3}), device_ids=[0],
+                    worker_factory=FakeWorker, compiler=FakeCompiler(), out=io.StringIO())
+    assert made == [7, 3] and load_config().compile.ahead_nice == 10  # the default lives in defaults.yaml only
