@@ -4,8 +4,8 @@ later, and counted in "seeds later"), the wait from there to the first child, an
 evaluations longer than a threshold. An evaluation's window is [created - seconds, created] (the worker's own time),
 so a pause is GPU time spent on nothing: compiles, Python, the check's host side. A seed is a kernel the archive
 first stored as one (a candidate keeps its first proposer: a kernel another shape's search proposed and this one timed
-as a seed counts as a child here, and a run whose seeds all came so shows none). Each pause names the kernel timed after it (its
-family and the proposer's idea): what the GPU waited for, as a rule its compile.
+as a seed counts as a child here, and a run whose seeds all came so shows none). Each pause names the kernel timed
+after it (its family and the proposer's idea): what the GPU waited for, as a rule its compile.
 
     python -m bench.sweep_gaps DB [--gap-s 5] [--md out.md]
 
@@ -32,8 +32,8 @@ class RunGaps:
     seeds_end_s: float | None          # run start to the end of the last seed timed before the first child (None: none)
     child_wait_s: float | None         # the seeds' end to the first non-seed evaluation's start
     seeds_later: int = 0               # seeds timed after the first child (deferred: compiled in the background)
-    pauses: list[tuple[float, float, str]] = field(default_factory=list)  # (at s after start, length s, the kernel
-    # timed after it: family and idea), > threshold
+    # (at s after start, length s, the kernel timed after it: its family and idea), longer than the threshold
+    pauses: list[tuple[float, float, str]] = field(default_factory=list)
 
     @property
     def longest_pause_s(self) -> float:
