@@ -15,9 +15,13 @@ import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING
 
 from .compile import CANCELLED
 from .kernel import KernelSource
+
+if TYPE_CHECKING:
+    from .config import CompileConfig
 
 
 @dataclass
@@ -56,6 +60,11 @@ class CompileAhead:
         self.counts = AheadCounts()
         self.failures: list[str] = []  # "hash family: error" of the failed compiles not yet reported (take_failures)
         self.lock = threading.Lock()
+    @classmethod
+    def from_config(cls, compiler, cfg: CompileConfig) -> CompileAhead | None:
+        """The background queue a search or a sweep's GPU runs with `compile` config cfg (None where `ahead` is off)."""
+        return cls(compiler, cfg.jobs, cfg.ahead_nice) if cfg.ahead else None
+
     def submit(self, sources: list[str], arch: str, rank: float = 0.0) -> int:
         """Queue the kernels (full texts) not queued before, in order; returns how many were new. rank: a list goes
         ahead of the queued compiles of a lower rank that no worker has started (they go back behind it, in their

@@ -210,8 +210,8 @@ class Search:
         proposers = build_proposers(cfg, self.selector, store=self.store, check_llm=not self.llm_checked,
                                     say=lambda line: print(line, file=self.out, flush=True))
         owned = None
-        if self.ahead is None and cfg.compile.ahead:
-            self.ahead = owned = CompileAhead(self.compiler, cfg.compile.jobs, cfg.compile.ahead_nice)
+        if self.ahead is None:
+            self.ahead = owned = CompileAhead.from_config(self.compiler, cfg.compile)
         try:
             if self.shared_worker is not None:
                 return self._run(self.shared_worker, self.shared_worker.info, proposers, t_start)

@@ -286,7 +286,7 @@ class InlineBackend:
         self.todo: deque[tuple[Problem, float | None]] = deque()
         self.slots = self.n_gpus = 1
         # the next shapes' kernels compile while this one is searched (evo.compile_ahead); next_of: the sweep's order
-        self.ahead = CompileAhead(compiler, cfg.compile.jobs, cfg.compile.ahead_nice) if cfg.compile.ahead else None
+        self.ahead = CompileAhead.from_config(compiler, cfg.compile)
         self.next_of: dict[str, list[Problem]] = {}
 
     def start(self) -> list[GpuInfo]:
@@ -326,7 +326,7 @@ def _gpu_process(device_id: int, cfg: Config, worker_factory: Callable, compiler
         results.put(("hello", device_id, info))
         enumerations = Enumerations()  # each family's space enumerated once for this GPU's shapes
         shared_model = SharedModel(cfg.search.cost_model_regrow)  # this GPU's cost model, trained again as the archive grows
-        ahead = CompileAhead(compiler, cfg.compile.jobs, cfg.compile.ahead_nice) if cfg.compile.ahead else None  # this GPU's share of the CPUs
+        ahead = CompileAhead.from_config(compiler, cfg.compile)  # this GPU's share of the CPUs
         while True:
             task = tasks.get()
             if task is None:
