@@ -396,12 +396,12 @@ class Search:
 
     def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> threading.Thread | None:
         """Queue the background compiles, from a thread of its own (refitting the starts is seconds of Python that
-        the seeds' timing need not wait for): this shape's family starts (the first generation compiles them; the
-        seeds, timed before it, may take a minute of CUTLASS compiles), preceded by the next shapes' seeds that do
-        not depend on this search (the instances of their cuBLASLt tiles where the table or the archive knows them,
-        the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time them first), all of these
-        ahead of the compiles earlier searches queued that have not started; then the next shapes' starts (all of
-        them carry this search's rank, its start time, so a later search's lists go ahead of these in turn). A shape's
+        the seeds' timing need not wait for), earliest need first: this shape's family starts (the first generation
+        compiles them; the seeds, timed before it, may take a minute of CUTLASS compiles), then shape by shape the
+        next shapes' seeds that do not depend on this search (the instances of their cuBLASLt tiles where the table
+        or the archive knows them, the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time
+        them first) and their starts. All of them go ahead of the compiles earlier searches queued that have not
+        started, and carry this search's rank, its start time, so a later search's lists go ahead of these in turn. A shape's
         starts are refitted once in a sweep, by the first search that queues them: the priors keep the refits in the
         sweep's Enumerations (Prior.kept), so each later search, the shape's own included, queues the same list at its
         own rank, and its first generation reads them instead of refitting on the GPU's critical path. Between this shape's starts and the next shapes' the
@@ -427,23 +427,23 @@ class Search:
         rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued
 
         def queue() -> None:
+            # earliest need first: this shape's starts (its search times them before it stops, a CUTLASS one ~40-60 s
+            # of nvcc), then each next shape's seeds and starts together, in the order the shapes come (a sweep's
+            # shape waited 35-47 s for its refitted CUTLASS start queued behind the farther shape's library tiles,
+            # docs/perf-search.md)
             try:
-                # the next shapes' seeds first (their library tiles, the transposed shape's fastest: their searches
-                # time them before their first generations), then this shape's starts, then the next shapes' (on an
-                # H200 sweep 43 of 99 kernels still waited when a shape ended, a next shape's seed among them)
-                seeds = [src for i, (q, algos, flipped) in enumerate(zip(problems, algorithms, transposed)) if i
-                         for src in ([x.source for x in algorithm_proposals(q, algos, fams)]
-                                     if self.cfg.search.library_seeds else []) + flipped]
-                self.ahead.submit(seeds + starts(problems[0], known[0]), info.arch, rank)
+                self.ahead.submit(starts(problems[0], known[0]), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
                 return
             finally:
                 ranking()  # generation 0's, claimed for this thread: after this shape's starts, before the next shapes'
-            try:  # the next shapes' starts, the farther ones too: a CUTLASS start takes ~50-60 s of nvcc, and a short
-                # search before it left the GPU idle 19-42 s waiting for one (docs/perf-search.md)
-                for q, seen in zip(problems[1:], known[1:]):
-                    self.ahead.submit(starts(q, seen), info.arch, rank)
+            try:  # the next shapes', the farther ones too: a short search before a CUTLASS start left the GPU idle
+                # 19-42 s waiting for one (docs/perf-search.md)
+                for q, algos, flipped, seen in zip(problems[1:], algorithms[1:], transposed[1:], known[1:]):
+                    seeds = ([x.source for x in algorithm_proposals(q, algos, fams)]
+                             if self.cfg.search.library_seeds else []) + flipped
+                    self.ahead.submit(seeds + starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 

@@ -633,8 +633,9 @@ def test_a_later_round_compiles_ahead_in_its_own_order(tmp_path, monkeypatch):
 
 def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_path, monkeypatch):
     """The transposed shape's fastest kernel (SWAP_AB flipped), which a search times among its seeds, does not
-    depend on this search: it is queued for the next shape, before its starts; not for this shape (its own search
-    compiles it), not with transposed seeds off."""
+    depend on this search: it is queued for the next shape, after this shape's starts (needed first: this search
+    times them before it stops) and before the next shape's; not for this shape (its own search compiles it), not
+    with transposed seeds off."""
     import evo.search as search_mod
     from evo.proposers.base import Proposal
 
@@ -649,18 +650,30 @@ def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_pa
     monkeypatch.setattr(search_mod, "transposed_proposals", fake)
     this, nxt = parse_shape("256x256x256"), parse_shape("512x256x128")
 
-    def queued(cfg):
-        rec = Recording()
-        search_mod.Search(this, cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
-                          next_problems=[nxt]).run()
-        return [h for h, _ in rec.queued]
+    class Lists(Recording):  # each submitted list on its own
+        def __init__(self):
+            super().__init__()
+            self.lists = []
 
-    order = queued(_cfg(tmp_path))
-    assert flipped.hash in order and nxt.key in asked
-    starts = {h for h in order if h != flipped.hash}
-    assert set(order[order.index(flipped.hash) + 1:]) == starts  # the next shape's starts follow it
+        def submit(self, sources, arch, rank=0.0):
+            self.lists.append([KernelSource.parse(s).hash for s in sources])
+            return super().submit(sources, arch, rank)
+
+    def queued(cfg, nexts):
+        rec = Lists()
+        search_mod.Search(this, cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
+                          next_problems=nexts).run()
+        return rec.lists
+
+    alone = queued(_cfg(tmp_path / "alone"), [])  # this shape's starts, with no next shape
+    assert len(alone) == 1 and alone[0] and flipped.hash not in alone[0]
+    lists = queued(_cfg(tmp_path), [nxt])
+    assert nxt.key in asked and len(lists) == 2
+    assert lists[0] == alone[0]  # this shape's starts first
+    assert lists[1][0] == flipped.hash and flipped.hash not in lists[1][1:] and lists[1][1:]  # then the next shape's seed, its starts
     asked.clear()
-    assert flipped.hash not in queued(_cfg(tmp_path / "off", transposed_seeds=False)) and asked == []
+    off = queued(_cfg(tmp_path / "off", transposed_seeds=False), [nxt])
+    assert all(flipped.hash not in x for x in off) and asked == []
 
 
 def test_a_search_and_a_sweep_compile_ahead_at_the_configured_niceness(tmp_path, monkeypatch):
