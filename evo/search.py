@@ -401,13 +401,13 @@ class Search:
         next shapes' seeds that do not depend on this search (the instances of their cuBLASLt tiles where the table
         or the archive knows them, the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time
         them first) and their starts. All of them go ahead of the compiles earlier searches queued that have not
-        started, and carry this search's rank, its start time, so a later search's lists go ahead of these in turn. A shape's
-        starts are refitted once in a sweep, by the first search that queues them: the priors keep the refits in the
-        sweep's Enumerations (Prior.kept), so each later search, the shape's own included, queues the same list at its
-        own rank, and its first generation reads them instead of refitting on the GPU's critical path. Between this shape's starts and the next shapes' the
-        thread also computes the prior's ranking of this shape, claimed for it (Prior.claim_rank): generation 0 waits
-        for that rather than ranking again. A failure is one log line: compiling ahead only saves time, it never ends
-        a search."""
+        started, and carry this search's rank, its start time, so a later search's lists go ahead of these in turn.
+        A shape's starts are refitted once in a sweep, by the first search that queues them: the priors keep the
+        refits in the sweep's Enumerations (Prior.kept), so each later search, the shape's own included, queues the
+        same list at its own rank, and its first generation reads them instead of refitting on the GPU's critical
+        path. Between this shape's starts and the next shapes' the thread also computes the prior's ranking of this
+        shape, claimed for it (Prior.claim_rank): generation 0 waits for that rather than ranking again. A failure is
+        one log line: compiling ahead only saves time, it never ends a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
