@@ -60,6 +60,7 @@ class CompileAhead:
         self.counts = AheadCounts()
         self.failures: list[str] = []  # "hash family: error" of the failed compiles not yet reported (take_failures)
         self.lock = threading.Lock()
+
     @classmethod
     def from_config(cls, compiler, cfg: CompileConfig) -> CompileAhead | None:
         """The background queue a search or a sweep's GPU runs with `compile` config cfg (None where `ahead` is off)."""

@@ -301,16 +301,26 @@ def test_ptx_wide_c_boxes(fam, tmp_path):
     assert text.count("cp.async.bulk.tensor.3d.global.shared") == 2   # two 128-column boxes per 64-row slice
 
 
-def test_three_staging_buffers_outside_the_searched_values():
-    # EPI 3 (not in EPI's list: a tie on the K = 128 panel, docs/perf-hopper.md Run 80) for bench.template_ab or a
-    # model's child: valid where the stores' rounds cover the slices (one slice a round, or two slices a consumer)
+
+# EPI 3 (not in EPI's list: a tie on the K = 128 panel, docs/perf-hopper.md Run 80), for bench.template_ab or a model's
+# child; the K = 128 panel kernel timed with it
+PANEL_EPI3 = {"BM": 256, "BN": 128, "CONSUMERS": 2, "PANEL": 1, "GROUP": 1, "EPI": 3, "EPI_HINT": 1, "EARLY_STORE": 1,
+              "STAGES": 4}
+
+
+@pytest.fixture(scope="module")
+def fam3():
     (f,) = load_families(ROOT / "templates", names=["wgmma_sm90"])  # its own copy: admit widens the space
     f.admit({"EPI": 3})
-    panel = {"BM": 256, "BN": 128, "CONSUMERS": 2, "PANEL": 1, "GROUP": 1, "EPI": 3, "EPI_HINT": 1, "EARLY_STORE": 1,
-             "STAGES": 4}  # the K = 128 panel kernel timed with it
-    assert f.valid(f.complete(panel))
+    return f
+
+
+def test_three_staging_buffers_outside_the_searched_values(fam3):
+    # valid where the stores' rounds cover the slices (one slice a round, or two slices a consumer)
+    f = fam3
+    assert f.valid(f.complete(PANEL_EPI3))
     # a 4-stage ring of B, the 256 x 128 panel of A, three 64 x 128 staging buffers per consumer: 230,400 B
-    smem = f.render(panel).launch(Problem(2048, 12288, 128), num_sms=132).smem
+    smem = f.render(PANEL_EPI3).launch(Problem(2048, 12288, 128), num_sms=132).smem
     assert smem == 4 * 128 * 128 + 256 * 2 * 128 + 1024 + 2 * 3 * 128 * 128
     assert f.valid(f.complete({**PP, "EPI": 3, "STAGES": 3}))  # ping-pong: two slices a consumer, rounds of two
     four = {"BM": 256, "BN": 64, "CONSUMERS": 1, "STAGES": 4, "EPI": 3}  # four slices: rounds of three do not fit
@@ -318,10 +328,7 @@ def test_three_staging_buffers_outside_the_searched_values():
 
 
 @pytest.mark.nvcc
-def test_ptx_three_staging_buffers(tmp_path):
-    (f,) = load_families(ROOT / "templates", names=["wgmma_sm90"])
-    f.admit({"EPI": 3})
-    text = _ptx(f.render({"BM": 256, "BN": 128, "CONSUMERS": 2, "PANEL": 1, "GROUP": 1, "EPI": 3, "EPI_HINT": 1,
-                          "EARLY_STORE": 1, "STAGES": 4}), tmp_path)
+def test_ptx_three_staging_buffers(fam3, tmp_path):
+    text = _ptx(fam3.render(PANEL_EPI3), tmp_path)
     # one slice a round (early stores): a buffer is reused three slices later, so two store groups may still read it
     assert "cp.async.bulk.wait_group.read 2" in text and "wait_group.read 1" not in text

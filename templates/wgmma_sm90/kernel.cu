@@ -768,7 +768,7 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
 // instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
 // EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
-static_assert(MT % EPI_GRP == 0, "the TMA-store rounds cover the slices exactly (EPI 3 beside four slices: EARLY_STORE)");
+static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
