@@ -238,7 +238,7 @@ class RayBackend:
         self.store, self.gpu = store, gpu
 
     def submit(self, problem: Problem) -> None:
-        from .sweep import neighbour_seeds
+        from .proposers.neighbours import neighbour_seeds
 
         assert self.store is not None
         i = self.idle.pop()

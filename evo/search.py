@@ -4,7 +4,6 @@
 """
 from __future__ import annotations
 
-import contextlib
 import random
 import sys
 import threading
@@ -25,10 +24,11 @@ from .gpu.gpu_state import describe_state
 from .gpu.worker import GpuWorker, WorkerFault
 from .kernel import KernelSource
 from .ltgemm import algorithm_from_detail
-from .problem import GpuInfo, Problem, log_distance, parse_shape
+from .problem import GpuInfo, Problem, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.library_tiles import algorithm_proposals, library_tile_proposals
+from .proposers.neighbours import neighbour_seeds, table_neighbours
 from .proposers.transposed import transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
 from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual, Sample
@@ -321,11 +321,7 @@ class Search:
                 guide.note_best(0.0, best.time_us)
         # the kernel the table publishes for this shape (timed here if this archive lacks it, so that it races in the
         # final runoff) and the winners of other shapes
-        table_hash, table_src = self._published(info) if cfg.search.runoff > 1 else ("", "")
-        seeds = ([Proposal(table_src, "seed", (), "the table's kernel for this shape")] if table_src else [])
-        seeds += self._rerendered_seed(table_src, fams)
-        if cfg.search.runoff > 1:  # and what the other GPUs' tables publish for it, even where this GPU has a row
-            seeds += self._other_gpus_seeds(info, fams)
+        table_hash, seeds = self._table_seeds(info, fams, p)
         # winners of other shapes in this run's families only (--families: a sweep restricted to one family timed a
         # neighbour's CUTLASS kernel, and on a fresh machine waited for its compile)
         names = {f.name for f in fams}
@@ -337,7 +333,8 @@ class Search:
             seeds += transposed_proposals(p, store, gpu, fams, published=self._published_transposed(info))
         # the table's kernels of the nearest shapes are compiled with generation 0 (beside the prior's picks, in
         # predicted order), not ahead of it: they need compiling for this shape, and a neighbour's winner can be slow here
-        near = self._table_neighbours(info, fams, cfg.search.seed_winners - len(self.seed_sources)) if not table_hash else []
+        near = (table_neighbours(Path(cfg.paths.out), info, fams, p, cfg.search.seed_winners - len(self.seed_sources))
+                if not table_hash else [])
         self.neighbour_seeds = self.seed_sources + [x.source for x in near]
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
@@ -396,11 +393,14 @@ class Search:
 
     def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> threading.Thread | None:
         """Queue the background compiles, from a thread of its own (refitting the starts is seconds of Python that
-        the seeds' timing need not wait for), earliest need first: this shape's family starts (the first generation
-        compiles them; the seeds, timed before it, may take a minute of CUTLASS compiles), then shape by shape the
-        next shapes' seeds that do not depend on this search (the instances of their cuBLASLt tiles where the table
-        or the archive knows them, the transposed shapes' fastest kernels with SWAP_AB flipped; their searches time
-        them first) and their starts. All of them go ahead of the compiles earlier searches queued that have not
+        the seeds' timing need not wait for), earliest need first: this shape's family starts and, where the table
+        lacks the shape, the table's nearest rows' kernels rendered for it (the first generation compiles both; the
+        seeds, timed before it, may take a minute of CUTLASS compiles), then shape by shape the next shapes' seeds
+        that do not depend on this search (the instances of their cuBLASLt tiles where the table or the archive
+        knows them, the transposed shapes' fastest kernels with SWAP_AB flipped, the kernels the tables publish for
+        them; their searches time them first), the table's nearest rows where it lacks them, and their starts. A
+        sweep's search of a shape outside the table paused 27 s for a nearest row's CUTLASS kernel that nothing had
+        compiled ahead (docs/perf-search.md). All of them go ahead of the compiles earlier searches queued that have not
         started, and carry this search's rank, its start time, so a later search's lists go ahead of these in turn.
         A shape's starts are refitted once in a sweep, by the first search that queues them: the priors keep the
         refits in the sweep's Enumerations (Prior.kept), so each later search, the shape's own included, queues the
@@ -416,6 +416,12 @@ class Search:
             transposed = [[x.source for x in transposed_proposals(q, self.store, info.key, fams,
                                                                    published=self._published_transposed(info, q))]
                           if i and self.cfg.search.transposed_seeds else [] for i, q in enumerate(problems)]
+            # the table's nearest rows a next shape's generation 0 takes: as many as the archive's winners leave room
+            # for (the sweep's seeds, evo.sweep; this search's own winner may take one more of that room)
+            names, room = {f.name for f in fams}, self.cfg.search.seed_winners
+            near_room = [room - sum(family_of(src) in names for src in
+                                    (neighbour_seeds(self.store, q, info.key, info.arch, info.sm_count, room) if i
+                                     else self.seed_sources)) for i, q in enumerate(problems)]
         except Exception as e:  # noqa: BLE001
             self._ahead_skipped(e)
             return None
@@ -423,6 +429,13 @@ class Search:
         def starts(q: Problem, seen: set[str]) -> list[str]:
             ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
             return [x.source for x in mut.starts(ctx)] if mut is not None else []
+
+        def tables(q: Problem, n_near: int, own: bool) -> list[str]:
+            """Shape q's kernels from the tables: its row's (not for this shape: its seeds are being timed), else
+            the nearest rows' that its generation 0 takes (evo.proposers.neighbours)."""
+            row, seeds = self._table_seeds(info, fams, q)
+            near = [] if row else table_neighbours(Path(self.cfg.paths.out), info, fams, q, n_near)
+            return [x.source for x in ([] if own else seeds) + near]
 
         rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued
 
@@ -432,7 +445,7 @@ class Search:
             # shape waited 35-47 s for its refitted CUTLASS start queued behind the farther shape's library tiles,
             # docs/perf-search.md)
             try:
-                self.ahead.submit(starts(problems[0], known[0]), info.arch, rank)
+                self.ahead.submit(starts(problems[0], known[0]) + tables(problems[0], near_room[0], True), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
                 return
@@ -440,10 +453,11 @@ class Search:
                 ranking()  # generation 0's, claimed for this thread: after this shape's starts, before the next shapes'
             try:  # the next shapes', the farther ones too: a short search before a CUTLASS start left the GPU idle
                 # 19-42 s waiting for one (docs/perf-search.md)
-                for q, algos, flipped, seen in zip(problems[1:], algorithms[1:], transposed[1:], known[1:]):
+                for q, algos, flipped, seen, n_near in zip(problems[1:], algorithms[1:], transposed[1:], known[1:],
+                                                           near_room[1:]):
                     seeds = ([x.source for x in algorithm_proposals(q, algos, fams)]
                              if self.cfg.search.library_seeds else []) + flipped
-                    self.ahead.submit(seeds + starts(q, seen), info.arch, rank)
+                    self.ahead.submit(seeds + tables(q, n_near, False) + starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 
@@ -710,21 +724,31 @@ class Search:
                           error=ev.error, registers=r.registers, smem=r.smem_static,
                           compile_log=r.log if not r.ok else "")
 
-    def _rerendered_seed(self, table_src: str, fams: list[Family]) -> list[Proposal]:
-        """The table's kernel for this shape rendered from today's template of its family, where that differs (the
+    def _table_seeds(self, info: GpuInfo, fams: list[Family], q: Problem) -> tuple[str, list[Proposal]]:
+        """Shape q's seeds from the tables: the kernel this GPU's table publishes for it and its rendering from today's
+        template, and what the other GPUs' tables publish for it, even where this GPU has a row (all only where the
+        search races the table's kernel, search.runoff > 1). Returns (this GPU's row's hash or '', the seeds)."""
+        if self.cfg.search.runoff <= 1:
+            return "", []
+        table_hash, table_src = self._published(info, q)
+        seeds = [Proposal(table_src, "seed", (), "the table's kernel for this shape")] if table_src else []
+        return table_hash, seeds + self._rerendered_seed(table_src, fams, q) + self._other_gpus_seeds(info, fams, q)
+
+    def _rerendered_seed(self, table_src: str, fams: list[Family], q: Problem) -> list[Proposal]:
+        """The table's kernel for shape q rendered from today's template of its family, where that differs (the
         template improved since it was found): timed beside it, so a search takes the improvement up."""
         if not table_src:
             return []
         try:
             old = KernelSource.parse(table_src)
-            new = rerendered(old, fams, self.problem)
+            new = rerendered(old, fams, q)
         except EvoError:
             return []
         return [] if new.hash == old.hash else [Proposal(new.text, "seed", (old.hash,),
                                                          "the table's kernel rendered from today's template")]
 
-    def _other_gpus_seeds(self, info: GpuInfo, fams: list[Family]) -> list[Proposal]:
-        """The kernels other GPUs' tables in paths.out publish for the shape (in this run's families, claiming this GPU's
+    def _other_gpus_seeds(self, info: GpuInfo, fams: list[Family], q: Problem) -> list[Proposal]:
+        """The kernels other GPUs' tables in paths.out publish for shape q (in this run's families, claiming this GPU's
         arch), each as published and as rendered from today's template, timed here like any seed. A first search on a new
         GPU starts from what the others found; a GPU whose row predates another GPU's find races it too (the H200's
         K = 128 rows gained 3-5 % from the H100's row-panel kernels, docs/perf-output-bound.md). Kernels already
@@ -733,57 +757,18 @@ class Search:
         root = Path(self.cfg.paths.out)
         names = {f.name for f in fams}  # this run's families only (--families: no other family's compile to wait for)
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name != info.key) if root.is_dir() else []:
-            h, text = self._published_in(folder)
+            h, text = self._published_in(folder, q)
             meta = KernelSource.parse(text).meta if text else None
             if meta is None or info.arch not in meta.archs or meta.family not in names:
                 continue
             out.append(Proposal(text, "seed", (), f"the {folder.name} table's kernel for this shape"))
-            out += self._rerendered_seed(text, fams)
+            out += self._rerendered_seed(text, fams, q)
         return out
 
-    def _table_neighbours(self, info: GpuInfo, fams: list[Family], limit: int) -> list[Proposal]:
-        """Where this GPU's table has no kernel for the shape: the kernels the table publishes for the nearest other
-        shapes (log-distance of M, N, K; other GPUs' tables where this GPU has none), rendered from today's template
-        for this shape, that accept it, at most `limit`; compiled with generation 0 (proposer "table", kept beside
-        the prior's picks by evo.guide): a search of a shape no sweep has seen tries what the sweeps found for its
-        neighbours, the kernels the dispatcher would serve it (evo.dispatch). Families outside the search's are left out."""
-        from .export import published_kernel, read_table
-
-        if limit <= 0:
-            return []
-        p, names = self.problem, {f.name for f in fams}
-        root = Path(self.cfg.paths.out)
-        folders = [d for d in sorted(root.iterdir()) if d.is_dir()] if root.is_dir() else []
-        own = [d for d in folders if d.name == info.key]
-        near = []
-        for folder in own or folders:
-            try:
-                _, rows = read_table(folder)
-            except EvoError:
-                continue
-            near += [(log_distance((p.m, p.n, p.k), (r.m, r.n, r.k)), r.shape, folder, r) for r in rows
-                     if r.hash and r.family in names and r.layout == p.layout and r.shape != p.key]
-        out: list[Proposal] = []
-        seen: set[str] = set()
-        for _, shape, folder, row in sorted(near, key=lambda t: t[:2]):
-            if len(out) >= limit:
-                break
-            try:
-                ks = published_kernel(folder.parent, row)
-            except EvoError:
-                continue
-            with contextlib.suppress(EvoError):  # else as published (a family that compiles the shape in refuses it below)
-                ks = rerendered(ks, fams, p)  # today's template, with this shape's constants where the family compiles them in
-            if ks.hash in seen or not ks.serves(p, info.arch, info.sm_count):
-                continue
-            seen.add(ks.hash)
-            out.append(Proposal(ks.text, "table", (), f"the {folder.name} table's kernel for {shape}"))
-        return out
-
-    def _published(self, info: GpuInfo) -> tuple[str, str]:
-        """The kernel the table in paths.out publishes for this shape: (hash, source text), ('', '') if none; the
+    def _published(self, info: GpuInfo, q: Problem) -> tuple[str, str]:
+        """The kernel this GPU's table in paths.out publishes for shape q: (hash, source text), ('', '') if none; the
         text is '' where its file is missing or is not that kernel."""
-        return self._published_in(Path(self.cfg.paths.out) / info.key)
+        return self._published_in(Path(self.cfg.paths.out) / info.key, q)
 
     def _published_transposed(self, info: GpuInfo, problem: Problem | None = None) -> list[Sample]:
         """The table's kernel for the transposed shape N x M x K of this shape or `problem` (none where the table
@@ -795,8 +780,8 @@ class Search:
         meta = KernelSource.parse(text).meta
         return [Sample(shape, row.hash, meta.family, dict(meta.params), row.time_us)]
 
-    def _published_in(self, table_dir: Path) -> tuple[str, str]:
-        row, text = self._published_row(table_dir, self.problem.key)
+    def _published_in(self, table_dir: Path, q: Problem) -> tuple[str, str]:
+        row, text = self._published_row(table_dir, q.key)
         return (row.hash, text) if row is not None else ("", "")
 
     def _published_row(self, table_dir: Path, shape: str):

@@ -33,7 +33,8 @@ from .cost_model import SharedModel, history
 from .export import LIBRARIES, export_table
 from .kernel import KernelSource
 from .measurements import save as save_measurements, shipped_path
-from .problem import GpuInfo, Problem, log_distance
+from .problem import GpuInfo, Problem
+from .proposers.neighbours import neighbour_seeds
 from .shapes import RowFilter, load_shapes
 from .space import Enumerations
 from .stats import geomean
@@ -122,37 +123,6 @@ class SweepLog:
 
 
 # --- compile once, time everywhere ------------------------------------------------------------------------
-
-def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms: int, limit: int) -> list[str]:
-    """Winners of the searched shapes nearest to `problem` (log-space of M, N, K) on this GPU that accept it."""
-    if limit <= 0:
-        return []
-    q = """SELECT shape, hash, MIN(time_us) FROM evaluations WHERE gpu=? AND layout=? AND ok=1 AND shape<>?
-           GROUP BY shape"""
-    winners = []
-    for shape, h, _ in store.rows(q, (gpu, problem.layout, problem.key)):
-        m, n, k = (int(x) for x in shape.split("x"))
-        winners.append((log_distance((problem.m, problem.n, problem.k), (m, n, k)), shape, h))
-    winners.sort()
-    out: list[str] = []
-    seen: set[str] = set()
-    for _, _, h in winners:
-        if len(out) >= limit:
-            break
-        if h in seen:
-            continue
-        seen.add(h)
-        row = store.candidate(h)
-        if row is None:
-            continue
-        try:
-            ks = KernelSource.parse(row["source"])
-        except EvoError:
-            continue
-        if ks.serves(problem, arch, num_sms):
-            out.append(row["source"])
-    return out
-
 
 class CountingCompiler:
     """Wraps a compiler and counts, per shape, the compiles that ran and the ones served from the compile cache."""

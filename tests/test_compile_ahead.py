@@ -676,6 +676,68 @@ def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_pa
     assert all(flipped.hash not in x for x in off) and asked == []
 
 
+def test_the_tables_kernels_compile_ahead_for_this_shape_and_the_next(tmp_path):
+    """Where the table lacks a shape, the kernels its generation 0 takes from the table's nearest rows (rendered for
+    it) compile ahead: this shape's after its starts, the next shape's before its starts; as many as the archive's
+    winners leave room for in search.seed_winners. Where the table has the next shape's row, that row's kernel
+    compiles ahead instead (a seed of its search), not the neighbours. A sweep of grid shapes paused 27 s for a
+    nearest row's CUTLASS kernel compiled nowhere ahead (docs/perf-search.md)."""
+    import json
+
+    from evo.search import Search
+
+    (toy,) = load_families(TOY)
+    Search(parse_shape("256x256x256"), _cfg(tmp_path), out=io.StringIO(), worker_factory=FakeWorker,
+           compiler=FakeCompiler()).run()  # a table row and the archive's winner
+    (table,) = Path(_cfg(tmp_path).paths.out).glob("*/table.json")
+    doc = json.loads(table.read_text())
+    (row,) = doc["rows"]
+    near, far = toy.render({"TILE": 8, "UNROLL": 1, "PAD": 3}), toy.render({"TILE": 32, "UNROLL": 8, "PAD": 2})
+    kfile = table.parent.parent / row["kernel_path"]
+    for ks, name in ((near, "near.cu"), (far, "far.cu")):
+        (kfile.parent / name).write_text(ks.text)
+    rows = [dict(row, hash=near.hash, kernel_path=str(Path(row["kernel_path"]).parent / "near.cu")),
+            dict(row, shape="4096x4096x4096", m=4096, n=4096, k=4096, hash=far.hash,
+                 kernel_path=str(Path(row["kernel_path"]).parent / "far.cu"))]
+
+    def lists(this, nxt, **search):
+        table.write_text(json.dumps(dict(doc, rows=rows)))  # (each search exports the table again)
+        rec = ListsRecording()
+        Search(parse_shape(this), _cfg(tmp_path, **search), out=io.StringIO(), worker_factory=FakeWorker,
+               compiler=FakeCompiler(), ahead=rec, next_problems=[parse_shape(nxt)]).run()
+        return rec.lists
+
+    def starts(q):
+        return [ks.hash for ks in (toy.render(p, q) for p in toy.start_instances()) if ks.accepts(q)]
+
+    mine, nexts = lists("512x256x256", "128x256x512")
+    assert set(starts(parse_shape("512x256x256"))) | {near.hash, far.hash} == set(mine)  # its starts and neighbours
+    assert mine[:len(set(starts(parse_shape("512x256x256"))))] == starts(parse_shape("512x256x256"))  # starts first
+    assert nexts[:2] == [near.hash, far.hash] and set(nexts[2:]) == set(starts(parse_shape("128x256x512")))
+    # room for one: this shape (no winner of another shape handed to it) takes the nearest; the next shape's room is
+    # taken by the archive's winner of 256x256x256
+    mine, nexts = lists("512x256x256", "128x256x512", seed_winners=1)
+    assert near.hash in mine and far.hash not in mine and near.hash not in nexts and far.hash not in nexts
+    # the next shape has a row: its kernel (the search's seed), not the neighbours
+    _, nexts = lists("512x256x256", "256x256x256")
+    assert nexts[0] == near.hash and far.hash not in nexts
+    # this shape has a row: no neighbours for it (its seeds are timed by the search itself)
+    mine, _ = lists("256x256x256", "128x256x512")
+    assert near.hash not in mine and far.hash not in mine
+
+
+class ListsRecording(Recording):
+    """Each submitted list on its own, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.lists = []
+
+    def submit(self, sources, arch, rank=0.0):
+        self.lists.append([KernelSource.parse(s).hash for s in sources])
+        return super().submit(sources, arch, rank)
+
+
 def test_a_search_and_a_sweep_compile_ahead_at_the_configured_niceness(tmp_path, monkeypatch):
     import evo.search
     from evo import sweep

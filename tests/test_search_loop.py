@@ -393,6 +393,7 @@ def test_the_table_neighbours_are_proposals_of_generation_0(tmp_path, monkeypatc
 
 def test_the_table_neighbours_offered_nearest_first_within_the_limit_and_the_families(tmp_path):
     from evo.families import load_families
+    from evo.proposers.neighbours import table_neighbours
     from fakes import FAKE_GPU
 
     _, _, _, cfg1 = run(tmp_path / "first", max_candidates=0)
@@ -408,8 +409,7 @@ def test_the_table_neighbours_offered_nearest_first_within_the_limit_and_the_fam
     table.write_text(json.dumps(doc))
 
     def offered(shape, limit=8, families=fams):
-        s = Search(parse_shape(shape), cfg1, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler())
-        return [p.idea for p in s._table_neighbours(FAKE_GPU, families, limit)]
+        return [p.idea for p in table_neighbours(Path(cfg1.paths.out), FAKE_GPU, families, parse_shape(shape), limit)]
 
     assert offered("512x256x256") == ["the Fake_GPU table's kernel for 256x256x256", "the Fake_GPU table's kernel for 4096x4096x4096"]
     assert offered("2048x4096x4096") == ["the Fake_GPU table's kernel for 4096x4096x4096", "the Fake_GPU table's kernel for 256x256x256"]
