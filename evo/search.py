@@ -4,6 +4,7 @@
 """
 from __future__ import annotations
 
+import itertools
 import random
 import sys
 import threading
@@ -28,7 +29,7 @@ from .problem import GpuInfo, Problem, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_start
 from .proposers.library_tiles import algorithm_proposals, library_tile_proposals
-from .proposers.neighbours import neighbour_seeds, table_neighbours
+from .proposers.neighbours import nearest_winners, serving, table_neighbours
 from .proposers.transposed import transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
 from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual, Sample
@@ -331,8 +332,8 @@ class Search:
             seeds += library_tile_proposals(p, baselines, fams)
         if cfg.search.transposed_seeds:  # what won N x M x K (in the archive or the table), transposed
             seeds += transposed_proposals(p, store, gpu, fams, published=self._published_transposed(info))
-        # the table's kernels of the nearest shapes are compiled with generation 0 (beside the prior's picks, in
-        # predicted order), not ahead of it: they need compiling for this shape, and a neighbour's winner can be slow here
+        # the table's kernels of the nearest shapes join generation 0 (beside the prior's picks, in predicted order),
+        # not the seeds timed ahead of it: a neighbour's winner can be slow here (they compile in the background meanwhile)
         near = (table_neighbours(Path(cfg.paths.out), info, fams, p, cfg.search.seed_winners - len(self.seed_sources))
                 if not table_hash else [])
         self.neighbour_seeds = self.seed_sources + [x.source for x in near]
@@ -416,12 +417,13 @@ class Search:
             transposed = [[x.source for x in transposed_proposals(q, self.store, info.key, fams,
                                                                    published=self._published_transposed(info, q))]
                           if i and self.cfg.search.transposed_seeds else [] for i, q in enumerate(problems)]
-            # the table's nearest rows a next shape's generation 0 takes: as many as the archive's winners leave room
-            # for (the sweep's seeds, evo.sweep; this search's own winner may take one more of that room)
-            names, room = {f.name for f in fams}, self.cfg.search.seed_winners
-            near_room = [room - sum(family_of(src) in names for src in
-                                    (neighbour_seeds(self.store, q, info.key, info.arch, info.sm_count, room) if i
-                                     else self.seed_sources)) for i, q in enumerate(problems)]
+            # the archive's winners nearest to each next shape, its sweep's seeds (evo.sweep): the table's nearest rows
+            # its generation 0 takes fill what they leave of search.seed_winners (this search's own winner may take one
+            # more). Read here, checked on the thread (parsing them is ~4 ms a kernel); twice as many as the room, so
+            # that those that do not accept the shape still leave a count (past them, a neighbour too many may compile)
+            room = self.cfg.search.seed_winners
+            winners = [list(itertools.islice(nearest_winners(self.store, q, info.key), 2 * room)) if i
+                       else self.seed_sources for i, q in enumerate(problems)]
         except Exception as e:  # noqa: BLE001
             self._ahead_skipped(e)
             return None
@@ -430,11 +432,18 @@ class Search:
             ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
             return [x.source for x in mut.starts(ctx)] if mut is not None else []
 
-        def tables(q: Problem, n_near: int, own: bool) -> list[str]:
+        def tables(q: Problem, archived: list[str], own: bool) -> list[str]:
             """Shape q's kernels from the tables: its row's (not for this shape: its seeds are being timed), else
-            the nearest rows' that its generation 0 takes (evo.proposers.neighbours)."""
+            the nearest rows' that its generation 0 takes (evo.proposers.neighbours), as many as the archive's
+            winners (`archived`, its seeds) leave room for."""
             row, seeds = self._table_seeds(info, fams, q)
-            near = [] if row else table_neighbours(Path(self.cfg.paths.out), info, fams, q, n_near)
+            if row:
+                near = []
+            else:
+                names = {f.name for f in fams}
+                seeded = [src for src in (archived if own else serving(archived, q, info.arch, info.sm_count, room))
+                          if family_of(src) in names]
+                near = table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded))
             return [x.source for x in ([] if own else seeds) + near]
 
         rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued
@@ -445,7 +454,7 @@ class Search:
             # shape waited 35-47 s for its refitted CUTLASS start queued behind the farther shape's library tiles,
             # docs/perf-search.md)
             try:
-                self.ahead.submit(starts(problems[0], known[0]) + tables(problems[0], near_room[0], True), info.arch, rank)
+                self.ahead.submit(starts(problems[0], known[0]) + tables(problems[0], winners[0], True), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
                 return
@@ -453,11 +462,11 @@ class Search:
                 ranking()  # generation 0's, claimed for this thread: after this shape's starts, before the next shapes'
             try:  # the next shapes', the farther ones too: a short search before a CUTLASS start left the GPU idle
                 # 19-42 s waiting for one (docs/perf-search.md)
-                for q, algos, flipped, seen, n_near in zip(problems[1:], algorithms[1:], transposed[1:], known[1:],
-                                                           near_room[1:]):
+                for q, algos, flipped, seen, archived in zip(problems[1:], algorithms[1:], transposed[1:], known[1:],
+                                                             winners[1:]):
                     seeds = ([x.source for x in algorithm_proposals(q, algos, fams)]
                              if self.cfg.search.library_seeds else []) + flipped
-                    self.ahead.submit(seeds + tables(q, n_near, False) + starts(q, seen), info.arch, rank)
+                    self.ahead.submit(seeds + tables(q, archived, False) + starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 

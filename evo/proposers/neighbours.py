@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from ..errors import EvoError
 from ..families import Family, rerendered
@@ -17,35 +18,44 @@ from ..store import Store
 from .base import Proposal
 
 
-def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms: int, limit: int) -> list[str]:
-    """Winners of the searched shapes nearest to `problem` (log-space of M, N, K) on this GPU that accept it."""
-    if limit <= 0:
-        return []
+def nearest_winners(store: Store, problem: Problem, gpu: str) -> Iterator[str]:
+    """The sources of the archive's winners of the searched shapes on this GPU, nearest to `problem` first (log-space
+    of M, N, K), each kernel once, read as they are taken; whether they accept `problem` is not checked here."""
     q = """SELECT shape, hash, MIN(time_us) FROM evaluations WHERE gpu=? AND layout=? AND ok=1 AND shape<>?
            GROUP BY shape"""
     winners = []
     for shape, h, _ in store.rows(q, (gpu, problem.layout, problem.key)):
         m, n, k = (int(x) for x in shape.split("x"))
         winners.append((log_distance((problem.m, problem.n, problem.k), (m, n, k)), shape, h))
-    winners.sort()
-    out: list[str] = []
     seen: set[str] = set()
-    for _, _, h in winners:
-        if len(out) >= limit:
-            break
+    for _, _, h in sorted(winners):
         if h in seen:
             continue
         seen.add(h)
         row = store.candidate(h)
-        if row is None:
-            continue
+        if row is not None:
+            yield row["source"]
+
+
+def serving(sources: Iterable[str], problem: Problem, arch: str, num_sms: int, limit: int) -> list[str]:
+    """The first `limit` of `sources` that accept `problem` on this arch and SM count (parsing them is most of the
+    cost: ~4 ms a kernel)."""
+    out: list[str] = []
+    for src in sources:
+        if len(out) >= limit:
+            break
         try:
-            ks = KernelSource.parse(row["source"])
+            ks = KernelSource.parse(src)
         except EvoError:
             continue
         if ks.serves(problem, arch, num_sms):
-            out.append(row["source"])
+            out.append(src)
     return out
+
+
+def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms: int, limit: int) -> list[str]:
+    """Winners of the searched shapes nearest to `problem` (log-space of M, N, K) on this GPU that accept it."""
+    return serving(nearest_winners(store, problem, gpu), problem, arch, num_sms, limit) if limit > 0 else []
 
 
 def table_neighbours(root: Path, info: GpuInfo, fams: list[Family], problem: Problem, limit: int) -> list[Proposal]:
