@@ -404,6 +404,17 @@ def test_neighbour_seeds_nearest_first_and_accepting(tmp_path):
     assert neighbour_seeds(store, parse_shape("300x300x300"), "G", "sm_90a", 132, 1) == seeds[:1]
     assert neighbour_seeds(store, parse_shape("300x300x300"), "other", "sm_90a", 132, 5) == []
     assert neighbour_seeds(store, parse_shape("300x300x300"), "G", "sm_90a", 132, 0) == []
+    # the unchecked list, nearest first (512^3's too), read no further than the last one taken
+    from evo.proposers.neighbours import nearest_winners, serving
+
+    near = [KernelSource.parse(s).hash for s in nearest_winners(store, parse_shape("300x300x300"), "G")]
+    assert near == [texts[s].hash for s in ("256x256x256", "512x512x512", "4096x4096x4096")]
+
+    def then_broken():
+        yield from (texts["512x512x512"].text, texts["256x256x256"].text)
+        raise AssertionError("read past the last one taken")
+
+    assert serving(then_broken(), parse_shape("300x300x300"), "sm_90a", 132, 1) == [texts["256x256x256"].text]
 
 
 def test_select_shapes_and_cli_errors(tmp_path, capsys):

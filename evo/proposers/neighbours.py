@@ -41,15 +41,17 @@ def serving(sources: Iterable[str], problem: Problem, arch: str, num_sms: int, l
     """The first `limit` of `sources` that accept `problem` on this arch and SM count (parsing them is most of the
     cost: ~4 ms a kernel)."""
     out: list[str] = []
-    for src in sources:
-        if len(out) >= limit:
-            break
+    if limit <= 0:
+        return out
+    for src in sources:  # (a lazy source is read no further than the last one taken)
         try:
             ks = KernelSource.parse(src)
         except EvoError:
             continue
         if ks.serves(problem, arch, num_sms):
             out.append(src)
+            if len(out) >= limit:
+                break
     return out
 
 
@@ -62,7 +64,7 @@ def table_neighbours(root: Path, info: GpuInfo, fams: list[Family], problem: Pro
     """The kernels the tables under `root` (this GPU's; other GPUs' where this GPU has none) publish for the shapes
     nearest to `problem`, its own row left out, rendered from today's template for it, that accept it: at most
     `limit`, nearest first, in `fams` only (proposer "table")."""
-    from ..export import published_kernel, read_table  # (evo.export reads the archive; seeds need not load it first)
+    from ..export import published_kernel, read_table
 
     if limit <= 0:
         return []
