@@ -273,6 +273,17 @@ class Search:
         print(f"  roofline bound {p.roofline_us(peak, bw):.2f} us (P={peak:.0f} TFLOP/s, BW={bw:.0f} GB/s measured)", file=self.out, flush=True)
         self._warm_checker(worker, setup)
 
+        # the kernel the table publishes for this shape (timed here if this archive lacks it, so that it races in the
+        # final runoff) and the winners of other shapes
+        table_hash, seeds = self._table_seeds(info, fams, p)
+        # winners of other shapes in this run's families only (--families: a sweep restricted to one family timed a
+        # neighbour's CUTLASS kernel, and on a fresh machine waited for its compile)
+        names = {f.name for f in fams}
+        self.seed_sources = [src for src in self.seed_sources if family_of(src) in names]
+        # the table's kernels of the nearest shapes join generation 0 (beside the prior's picks, in predicted order),
+        # not the seeds timed ahead of it: a neighbour's winner can be slow here (they compile ahead meanwhile)
+        near = (table_neighbours(Path(cfg.paths.out), info, fams, p, cfg.search.seed_winners - len(self.seed_sources))
+                if not table_hash else [])
         t = time.monotonic()
         guide = self._start_guide(fams, info, proposers)
         setup["the guide (prior, cost model)"], t = time.monotonic() - t, time.monotonic()
@@ -280,7 +291,7 @@ class Search:
             if cfg.compile.ahead_baselines and cfg.search.library_seeds and self.next_problems:
                 self._next_baselines(worker, info)
                 setup["the next shapes' baselines"] = time.monotonic() - t
-            self.ahead_queue = self._compile_ahead(fams, info, proposers)
+            self.ahead_queue = self._compile_ahead(fams, info, proposers, [x.source for x in near])
         print("  setup: " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()), file=self.out, flush=True)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
@@ -320,22 +331,11 @@ class Search:
             prog.best_us = best.time_us if best else 0.0
             if best:
                 guide.note_best(0.0, best.time_us)
-        # the kernel the table publishes for this shape (timed here if this archive lacks it, so that it races in the
-        # final runoff) and the winners of other shapes
-        table_hash, seeds = self._table_seeds(info, fams, p)
-        # winners of other shapes in this run's families only (--families: a sweep restricted to one family timed a
-        # neighbour's CUTLASS kernel, and on a fresh machine waited for its compile)
-        names = {f.name for f in fams}
-        self.seed_sources = [src for src in self.seed_sources if family_of(src) in names]
         seeds += [Proposal(src, "seed", (), "winner of another shape") for src in self.seed_sources]
         if cfg.search.library_seeds:  # the tile, cluster and split cuBLASLt runs here
             seeds += library_tile_proposals(p, baselines, fams)
         if cfg.search.transposed_seeds:  # what won N x M x K (in the archive or the table), transposed
             seeds += transposed_proposals(p, store, gpu, fams, published=self._published_transposed(info))
-        # the table's kernels of the nearest shapes join generation 0 (beside the prior's picks, in predicted order),
-        # not the seeds timed ahead of it: a neighbour's winner can be slow here (they compile in the background meanwhile)
-        near = (table_neighbours(Path(cfg.paths.out), info, fams, p, cfg.search.seed_winners - len(self.seed_sources))
-                if not table_hash else [])
         self.neighbour_seeds = self.seed_sources + [x.source for x in near]
         if seeds:
             fresh = self._admit(seeds, gpu, len(seeds))
@@ -392,10 +392,11 @@ class Search:
         summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers, table_hash)
         return summary
 
-    def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list) -> threading.Thread | None:
+    def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list,
+                       near: list[str]) -> threading.Thread | None:
         """Queue the background compiles, from a thread of its own (refitting the starts is seconds of Python that
-        the seeds' timing need not wait for), earliest need first: this shape's family starts and, where the table
-        lacks the shape, the table's nearest rows' kernels rendered for it (the first generation compiles both; the
+        the seeds' timing need not wait for), earliest need first: this shape's family starts and `near`, the table's
+        nearest rows' kernels rendered for it where the table lacks it (the first generation compiles both; the
         seeds, timed before it, may take a minute of CUTLASS compiles), then shape by shape the next shapes' seeds
         that do not depend on this search (the instances of their cuBLASLt tiles where the table or the archive
         knows them, the transposed shapes' fastest kernels with SWAP_AB flipped, the kernels the tables publish for
@@ -422,8 +423,8 @@ class Search:
             # more). Read here, checked on the thread (parsing them is ~4 ms a kernel); twice as many as the room, so
             # that those that do not accept the shape still leave a count (past them, a neighbour too many may compile)
             room = self.cfg.search.seed_winners
-            winners = [list(itertools.islice(nearest_winners(self.store, q, info.key), 2 * room)) if i
-                       else self.seed_sources for i, q in enumerate(problems)]
+            winners = [list(itertools.islice(nearest_winners(self.store, q, info.key), 2 * room))
+                       for q in problems[1:]]
         except Exception as e:  # noqa: BLE001
             self._ahead_skipped(e)
             return None
@@ -432,19 +433,15 @@ class Search:
             ctx = ProposalContext(q, info.arch, info, fams, [], [], random.Random(0), known=seen)
             return [x.source for x in mut.starts(ctx)] if mut is not None else []
 
-        def tables(q: Problem, archived: list[str], own: bool) -> list[str]:
-            """Shape q's kernels from the tables: its row's (not for this shape: its seeds are being timed), else
-            the nearest rows' that its generation 0 takes (evo.proposers.neighbours), as many as the archive's
-            winners (`archived`, its seeds) leave room for."""
+        def tables(q: Problem, archived: list[str]) -> list[str]:
+            """Next shape q's kernels from the tables: its row's (its seeds), else the nearest rows' that its generation
+            0 takes (evo.proposers.neighbours), as many as the archive's winners (`archived`) leave room for."""
             row, seeds = self._table_seeds(info, fams, q)
             if row:
-                near = []
-            else:
-                names = {f.name for f in fams}
-                seeded = [src for src in (archived if own else serving(archived, q, info.arch, info.sm_count, room))
-                          if family_of(src) in names]
-                near = table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded))
-            return [x.source for x in ([] if own else seeds) + near]
+                return [x.source for x in seeds]
+            names = {f.name for f in fams}
+            seeded = [src for src in serving(archived, q, info.arch, info.sm_count, room) if family_of(src) in names]
+            return [x.source for x in seeds + table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded))]
 
         rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued
 
@@ -454,7 +451,7 @@ class Search:
             # shape waited 35-47 s for its refitted CUTLASS start queued behind the farther shape's library tiles,
             # docs/perf-search.md)
             try:
-                self.ahead.submit(starts(problems[0], known[0]) + tables(problems[0], winners[0], True), info.arch, rank)
+                self.ahead.submit(starts(problems[0], known[0]) + near, info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
                 return
@@ -463,10 +460,10 @@ class Search:
             try:  # the next shapes', the farther ones too: a short search before a CUTLASS start left the GPU idle
                 # 19-42 s waiting for one (docs/perf-search.md)
                 for q, algos, flipped, seen, archived in zip(problems[1:], algorithms[1:], transposed[1:], known[1:],
-                                                             winners[1:]):
+                                                             winners):
                     seeds = ([x.source for x in algorithm_proposals(q, algos, fams)]
                              if self.cfg.search.library_seeds else []) + flipped
-                    self.ahead.submit(seeds + tables(q, archived, False) + starts(q, seen), info.arch, rank)
+                    self.ahead.submit(seeds + tables(q, archived) + starts(q, seen), info.arch, rank)
             except Exception as e:  # noqa: BLE001
                 self._ahead_skipped(e)
 

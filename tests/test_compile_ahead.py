@@ -250,6 +250,18 @@ class Recording:
 
 
 
+class ListsRecording(Recording):
+    """Each submitted list on its own, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.lists = []
+
+    def submit(self, sources, arch, rank=0.0):
+        self.lists.append([KernelSource.parse(s).hash for s in sources])
+        return super().submit(sources, arch, rank)
+
+
 def _cfg(tmp_path, compile_: dict | None = None, **search):
     return load_config(overrides={
         "search": {"budget_minutes": 0, "max_candidates": 6, "children": 3, "seed": 0, **search},
@@ -650,17 +662,8 @@ def test_the_next_shapes_transposed_seed_compiles_ahead_before_its_starts(tmp_pa
     monkeypatch.setattr(search_mod, "transposed_proposals", fake)
     this, nxt = parse_shape("256x256x256"), parse_shape("512x256x128")
 
-    class Lists(Recording):  # each submitted list on its own
-        def __init__(self):
-            super().__init__()
-            self.lists = []
-
-        def submit(self, sources, arch, rank=0.0):
-            self.lists.append([KernelSource.parse(s).hash for s in sources])
-            return super().submit(sources, arch, rank)
-
     def queued(cfg, nexts):
-        rec = Lists()
+        rec = ListsRecording()
         search_mod.Search(this, cfg, out=io.StringIO(), worker_factory=FakeWorker, compiler=FakeCompiler(), ahead=rec,
                           next_problems=nexts).run()
         return rec.lists
@@ -724,18 +727,6 @@ def test_the_tables_kernels_compile_ahead_for_this_shape_and_the_next(tmp_path):
     # this shape has a row: no neighbours for it (its seeds are timed by the search itself)
     mine, _ = lists("256x256x256", "128x256x512")
     assert near.hash not in mine and far.hash not in mine
-
-
-class ListsRecording(Recording):
-    """Each submitted list on its own, in order."""
-
-    def __init__(self):
-        super().__init__()
-        self.lists = []
-
-    def submit(self, sources, arch, rank=0.0):
-        self.lists.append([KernelSource.parse(s).hash for s in sources])
-        return super().submit(sources, arch, rank)
 
 
 def test_a_search_and_a_sweep_compile_ahead_at_the_configured_niceness(tmp_path, monkeypatch):
