@@ -145,6 +145,10 @@ def test_split_reduce_scatter_launch_and_constraints(fam):
     assert fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4}))  # 128 accumulators per thread
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4, "SPLIT_RS": 0}))
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 16, "STAGES": 4}))  # 128 accumulators + 16 splits spill
+    # 128 accumulators with 4 splits compile clean with raster groups of 8 and spill with GROUP 1 (measured)
+    assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 3, "GROUP": 1}))
+    assert fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 3, "GROUP": 8}))
+    assert fam.valid(fam.complete({**p, "BN": 224, "SPLIT_K": 4, "STAGES": 3, "GROUP": 1}))
 
 
 def test_split_owner_launch_and_constraints(fam):
