@@ -145,10 +145,12 @@ def test_split_reduce_scatter_launch_and_constraints(fam):
     assert fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4}))  # 128 accumulators per thread
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 4, "SPLIT_RS": 0}))
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 16, "STAGES": 4}))  # 128 accumulators + 16 splits spill
-    # 128 accumulators with 4 splits compile clean with raster groups of 8 and spill with GROUP 1 (measured)
+    # two consumers' 128 x 256 tile over 4 splits spills with GROUP 1 and compiles clean with raster groups of 8; the
+    # other 4-split tiles measured with GROUP 1 compiled clean
     assert not fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 3, "GROUP": 1}))
     assert fam.valid(fam.complete({**p, "BN": 256, "SPLIT_K": 4, "STAGES": 3, "GROUP": 8}))
-    assert fam.valid(fam.complete({**p, "BN": 224, "SPLIT_K": 4, "STAGES": 3, "GROUP": 1}))
+    for q in ({"BN": 224}, {"BM": 256, "BN": 128}, {"BM": 64, "BN": 256, "CONSUMERS": 1}):
+        assert fam.valid(fam.complete({**p, "SPLIT_K": 4, "STAGES": 3, "GROUP": 1, **q})), q
 
 
 def test_split_owner_launch_and_constraints(fam):
