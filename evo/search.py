@@ -422,7 +422,7 @@ class Search:
             # its generation 0 takes fill what they leave of search.seed_winners (this search's own winner may take one
             # more). Read here, checked on the thread (parsing them is ~4 ms a kernel); twice as many as the room, so
             # that those that do not accept the shape still leave a count (past them, a neighbour too many may compile)
-            room = self.cfg.search.seed_winners
+            room, names = self.cfg.search.seed_winners, {f.name for f in fams}
             winners = [list(itertools.islice(nearest_winners(self.store, q, info.key), 2 * room))
                        for q in problems[1:]]
         except Exception as e:  # noqa: BLE001
@@ -439,7 +439,6 @@ class Search:
             row, seeds = self._table_seeds(info, fams, q)
             if row:
                 return [x.source for x in seeds]
-            names = {f.name for f in fams}
             seeded = [src for src in serving(archived, q, info.arch, info.sm_count, room) if family_of(src) in names]
             return [x.source for x in seeds + table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded))]
 

@@ -57,7 +57,7 @@ def serving(sources: Iterable[str], problem: Problem, arch: str, num_sms: int, l
 
 def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms: int, limit: int) -> list[str]:
     """Winners of the searched shapes nearest to `problem` (log-space of M, N, K) on this GPU that accept it."""
-    return serving(nearest_winners(store, problem, gpu), problem, arch, num_sms, limit) if limit > 0 else []
+    return serving(nearest_winners(store, problem, gpu), problem, arch, num_sms, limit)  # (lazy: limit 0 reads nothing)
 
 
 def table_neighbours(root: Path, info: GpuInfo, fams: list[Family], problem: Problem, limit: int) -> list[Proposal]:
