@@ -9,10 +9,12 @@ GPU-seconds for the log and the report.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 
 @dataclass
 class Convergence:
+    REASON: ClassVar[str] = "converged"  # how reason() begins: a search's stop line names it
     patience_s: float  # 0 = never stop on a plateau
     min_s: float = 0.0
     min_noise: float = 0.01
@@ -43,7 +45,7 @@ class Convergence:
         return seconds - self.anchor_s >= self.patience_s
 
     def reason(self, seconds: float) -> str:
-        return (f"converged: best {self.best_us:.2f} us has not improved beyond its noise ({self.noise:.1%}) "
+        return (f"{self.REASON}: best {self.best_us:.2f} us has not improved beyond its noise ({self.noise:.1%}) "
                 f"for {seconds - self.anchor_s:.0f} GPU-seconds")
 
     def curve_line(self, points: int = 8) -> str:

@@ -16,6 +16,7 @@ from .cli import config_from_args, parser, require_positive
 from .compile import Compiler, stored_cubin
 from .compile_ahead import CompileAhead
 from .config import Config
+from .convergence import Convergence
 from .cost_model import SharedModel
 from .drift import DriftReference, drifted, retimed, tolerance
 from .errors import EvoError, cli_entry
@@ -622,17 +623,25 @@ class Search:
                        run_id: int) -> list[Individual]:
         """When the search stops: the slow compiles still in the background (self.deferred), waited for as their
         generation would have. The seeds and starts among them (self.must_time) are timed however the search stopped
-        (timed_past_budget); the children unless the time budget is spent (time_spent(): a reason, or ""), else
-        those no worker has started are withdrawn from the queue (a sweep's next shapes need it) and the running
-        ones land in the cache."""
+        (timed_past_budget). The children: all of them where the search stopped on a count (candidates, tokens);
+        where its time budget is spent (time_spent(): a reason, or "") none; where it converged (no gain beyond its
+        noise for a while) those already compiled, and no wait on nvcc for the rest (a converged 5-minute mission
+        search held the GPU ~70 s for 14 CUTLASS children, all slower: docs/perf-search.md). Those left untimed that
+        no worker has started are withdrawn from the queue (a sweep's next shapes need it); the running ones land in
+        the cache."""
         late, self.deferred = self.deferred, []
         must = [kp for kp in late if kp[0].hash in self.must_time]
         rest = [kp for kp in late if kp[0].hash not in self.must_time]
-        if rest and time_spent():
-            n = self.ahead.withdraw({ks.hash for ks, _ in rest}, info.arch) if self.ahead is not None else 0
-            prog.line(f"{len(rest)} slow compiles left untimed (time budget spent; {n} not started are dropped, "
+        why = ("time budget spent" if time_spent() else
+               "converged, still compiling" if stop.startswith(Convergence.REASON) else "")
+        left = ([kp for kp in rest if not self.compiler.is_cached(kp[0], info.arch)] if why.startswith("converged")
+                else rest if why else [])
+        if left:
+            n = self.ahead.withdraw({ks.hash for ks, _ in left}, info.arch) if self.ahead is not None else 0
+            prog.line(f"{len(left)} slow compiles left untimed ({why}; {n} not started are dropped, "
                       "the running ones land in the cache)")
-            rest = []
+            gone = {ks.hash for ks, _ in left}
+            rest = [kp for kp in rest if kp[0].hash not in gone]
         if not (must or rest):
             return []
         prog.line(f"timing the {len(must) + len(rest)} slow compiles left in the background before stopping ({stop})"

@@ -43,6 +43,7 @@ def test_convergence_stops_after_a_plateau_beyond_noise():
     assert not c.converged(79)
     assert c.converged(80)
     assert "not improved" in c.reason(80)
+    assert c.reason(80).startswith(Convergence.REASON)  # how a search tells this stop from the others
     assert c.observe(81, 80.0)
     assert not c.converged(100)
     assert c.curve[0] == (1, 100.0) and c.curve[-1] == (81, 80.0)

@@ -213,8 +213,9 @@ def test_a_search_times_every_deferred_child_landed_or_left_at_the_end(tmp_path,
     assert "slow compiles left in the background before stopping (candidate budget spent)" in log, log
 
 
-def _stopping(tmp_path, spent):
-    """A search at its end with one slow child and one slow seed still in the background (neither landed)."""
+def _stopping(tmp_path, spent, stop="converged: best 20.00 us has not improved", landed=False):
+    """A search at its end with one slow child and one slow seed still in the background (neither landed; with
+    `landed` the child's compile has finished)."""
     comp = FakeCompiler()
     bg = Background(comp, lag=None)
     withdrawn = []
@@ -226,11 +227,13 @@ def _stopping(tmp_path, spent):
     seconds = {"slowtoy": 50.0, "toy": 1.0}
     assert s._defer_slow([seed, quick], 0, "sm_90a", seconds) == [quick]
     assert s._defer_slow([child, _kernel("toy", 8, 2)], 1, "sm_90a", seconds)[0][0].meta.family == "toy"
+    if landed:
+        comp.compile(child[0], "sm_90a")
     prog = Progress(budget_s=60.0, stream=s.out)
     prog.best_us, prog.generation = 20.0, 5
     worker = FakeWorker(s.cfg)
     worker.start()
-    got = s._time_deferred("converged", worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
+    got = s._time_deferred(stop, worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
     return got, s.out.getvalue(), withdrawn, child, seed, s
 
 
@@ -239,13 +242,25 @@ def test_deferred_children_still_compiling_when_the_time_is_spent_are_withdrawn_
     assert [i.hash for i in got] == [seed[0].hash] and s.deferred == []
     assert withdrawn == [{child[0].hash}]
     assert "1 slow compiles left untimed (time budget spent; 1 not started are dropped" in log, log
-    assert "timing the 1 slow compiles left in the background before stopping (converged); 1 of them seeds" in log, log
+    assert "timing the 1 slow compiles left in the background before stopping (converged" in log, log
+    assert "1 of them seeds" in log, log
 
 
-def test_deferred_ones_are_all_timed_when_the_search_stops_with_time_left(tmp_path):
-    got, log, withdrawn, child, seed, _ = _stopping(tmp_path, spent=False)
+def test_deferred_ones_are_all_timed_when_the_search_stops_on_a_count(tmp_path):
+    got, log, withdrawn, child, seed, _ = _stopping(tmp_path, spent=False, stop="candidate budget spent")
     assert {i.hash for i in got} == {seed[0].hash, child[0].hash} and not withdrawn
-    assert "timing the 2 slow compiles left in the background before stopping (converged)" in log, log
+    assert "timing the 2 slow compiles left in the background before stopping (candidate budget spent)" in log, log
+
+
+def test_a_converged_search_times_the_children_compiled_and_does_not_wait_for_the_rest(tmp_path):
+    # converged with time left: the child still in nvcc is withdrawn, not waited for (the GPU idles meanwhile);
+    # the seed is timed past the budget as ever
+    got, log, withdrawn, child, seed, _ = _stopping(tmp_path / "compiling", spent=False)
+    assert [i.hash for i in got] == [seed[0].hash] and withdrawn == [{child[0].hash}]
+    assert "1 slow compiles left untimed (converged, still compiling; 1 not started are dropped" in log, log
+    # the child's compile landed before the search stopped: timing it costs the GPU a moment, so it is timed
+    got, log, withdrawn, child, seed, _ = _stopping(tmp_path / "landed", spent=False, landed=True)
+    assert {i.hash for i in got} == {seed[0].hash, child[0].hash} and not withdrawn, log
 
 
 def test_slow_seeds_are_timed_however_the_search_goes(tmp_path, monkeypatch):
