@@ -2,7 +2,8 @@
 # Build a folder of wheels for an offline GPU host that runs CPython 3.12 on x86-64 and
 # already has numpy, cupy, torch, pyyaml, httpx and friends installed.
 #   usage: bench/wheelhouse.sh [DEST=.whl] [PACKAGE ...]
-# Default packages: what evo needs beyond that host's own. Wheels the host already has are dropped,
+# Default packages: what evo needs beyond that host's own (openai only for the LLM proposer: name the others to
+# leave its 6 MB chain out). Wheels the host already has are dropped,
 # so its numpy/cupy stay in charge. Install there with:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site DEST/*.whl && export PYTHONPATH=/tmp/site
 set -euo pipefail
