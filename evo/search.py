@@ -632,10 +632,11 @@ class Search:
         late, self.deferred = self.deferred, []
         must = [kp for kp in late if kp[0].hash in self.must_time]
         rest = [kp for kp in late if kp[0].hash not in self.must_time]
-        why = ("time budget spent" if time_spent() else
-               "converged, still compiling" if stop.startswith(Convergence.REASON) else "")
-        left = ([kp for kp in rest if not self.compiler.is_cached(kp[0], info.arch)] if why.startswith("converged")
-                else rest if why else [])
+        spent = bool(time_spent())
+        converged = not spent and stop.startswith(Convergence.REASON)
+        left = (rest if spent else [kp for kp in rest if not self.compiler.is_cached(kp[0], info.arch)] if converged
+                else [])
+        why = "time budget spent" if spent else "converged, still compiling"
         if left:
             n = self.ahead.withdraw({ks.hash for ks, _ in left}, info.arch) if self.ahead is not None else 0
             prog.line(f"{len(left)} slow compiles left untimed ({why}; {n} not started are dropped, "
