@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, asdict
 from pathlib import Path
 
-from . import measurements, noise
+from . import measurements, noise, table_classes
 from .atomic_file import atomic_write
 from .datasheet import datasheet
 from .errors import EvoError, cli_entry
@@ -305,6 +305,10 @@ def readme_text(out: Path) -> str:
                      " the noise floor and evo.dispatch measures it ahead on first use)." if ties else ""),
                   "Winners: " + ", ".join(f"{k} {v}" for k, v in sorted(by_winner.items(), key=lambda kv: -kv[1])) + ".",
                   f"Measured {', '.join(dates) or '-'}; driver {', '.join(drivers) or '-'}, CUDA {', '.join(cudas) or '-'}.", ""]
+        classes = table_classes.markdown(rows)
+        if classes:
+            lines += ["By class (the best library's time by K; evo's best kernel and what the table serves, against the "
+                      "best library):", ""] + classes + [""]
     if not found:
         lines += ["No table yet: `python -m evo.sweep --shapes shapes/grid1000.yaml` writes one.", ""]
     return "\n".join(lines)
