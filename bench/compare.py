@@ -226,7 +226,8 @@ def precompile(compiler, sources: list, arch: str) -> dict:
 @cli_entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n")[0])
-    ap.add_argument("--shapes", required=True, help="a shape set YAML (shapes/bench.yaml)")
+    ap.add_argument("--shapes", required=True, help="a shape set YAML (shapes/bench.yaml), a kernel table's folder, "
+                    "or the shapes themselves (4096x4096x1024,512x2048x4096)")
     ap.add_argument("--db", help="the archive (default: paths.db of the config, .evo/evo.db)")
     ap.add_argument("--table", help="take evo's kernels from this kernel table folder (kernels_out/<GPU>), not the archive")
     ap.add_argument("--config")

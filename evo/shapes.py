@@ -4,6 +4,7 @@
     grid: {m: [64, 128], n: [64, 128], k: [64, 128]}   # every combination
     shapes: ["4096x4096x1024", "1000x1000x1000"]        # and/or an explicit list
 
+Where no such file exists, the text itself may list the shapes: ``4096x4096x1024,512x2048x4096`` (layout TN).
 A kernel table's folder (e.g. kernels_out/NVIDIA_H200) or its table.json is a shape set too: its rows' shapes, so
 that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each against the row's kernel), or,
 with a `RowFilter`, only its rows measured before a day or where evo's kernel is below a speedup over the best
@@ -12,6 +13,7 @@ library (the rows a table most needs searched again).
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -72,8 +74,19 @@ def _iso_day(text: str) -> str:
         return ""
 
 
+def inline_shapes(text: str) -> list[str]:
+    """The shapes of a text that lists them (MxNxK separated by commas or spaces), else []."""
+    tokens = [t for t in re.split(r"[,\s]+", str(text).strip()) if t]
+    return tokens if tokens and all(re.fullmatch(r"\d+x\d+x\d+", t) for t in tokens) else []
+
+
 def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem]:
-    path = resolve(path)
+    given, path = path, resolve(path)
+    listed = [] if path.exists() else inline_shapes(str(given))
+    if listed:
+        if rows:
+            raise EvoError(f"{given} lists shapes, not a kernel table: only a table's rows can be picked by date or speedup")
+        return _unique([parse_shape(x) for x in listed])
     if path.is_dir() or path.name == "table.json":
         return _table_shapes(path if path.is_dir() else path.parent, rows)
     if rows:
@@ -97,8 +110,13 @@ def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem
         out += [parse_shape(f"{m}x{n}x{k}", layout) for m, n, k in itertools.product(*dims)]
     for s in doc.get("shapes") or []:
         out.append(parse_shape(str(s), layout))
+    return _unique(out)
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    """The problems in order, each once."""
     seen, unique = set(), []
-    for p in out:
+    for p in problems:
         if p.key not in seen:
             seen.add(p.key)
             unique.append(p)

@@ -779,7 +779,8 @@ def ship_measurements(store: Store, gpu: str, out_dir: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = parser("python -m evo.sweep", "Search every shape of a shape set (resumable; one line per shape; a summary at the end).")
     ap.add_argument("--shapes", required=True, help="shape set YAML, e.g. shapes/grid1000.yaml, or a kernel table's "
-                    "folder (its rows' shapes), e.g. kernels_out/NVIDIA_H200")
+                    "folder (its rows' shapes), e.g. kernels_out/NVIDIA_H200, or the shapes themselves, e.g. "
+                    "4096x4096x1024,512x2048x4096")
     ap.add_argument("--budget-minutes-per-shape", type=float, help="wall-clock budget of each shape's search")
     ap.add_argument("--max-candidates-per-shape", type=int, help="new candidates per shape")
     ap.add_argument("--budget-gpu-hours", type=float, help="budget of the whole sweep: a first round for every shape, "

@@ -32,6 +32,24 @@ def test_bad_sets(tmp_path):
         load_shapes(tmp_path / "missing.yaml")
 
 
+def test_shapes_listed_on_the_command_line(tmp_path, monkeypatch):
+    """`bench.compare --shapes 4096x4096x1024,512x2048x4096` (or `evo.sweep`) takes the shapes themselves."""
+    from evo.shapes import RowFilter
+
+    monkeypatch.chdir(tmp_path)
+    assert [p.key for p in load_shapes("4096x4096x1024, 512x2048x4096 4096x4096x1024")] == ["4096x4096x1024",
+                                                                                            "512x2048x4096"]
+    assert load_shapes("64x64x64")[0].layout == "TN"
+    with pytest.raises(EvoError, match="has a dimension over"):
+        load_shapes("99999999x64x64")  # a listed shape is checked as any other
+    with pytest.raises(EvoError, match="cannot read"):
+        load_shapes("4096x4096")  # not a shape list: read as a file name, which is missing
+    with pytest.raises(EvoError, match="lists shapes, not a kernel table"):
+        load_shapes("64x64x64", RowFilter(below=1.0))
+    (tmp_path / "64x64x64").write_text("shapes: [128x128x128]\n")  # a file of that name is read first
+    assert [p.key for p in load_shapes("64x64x64")] == ["128x128x128"]
+
+
 def test_shipped_sets_resolve_by_name_from_anywhere(tmp_path, monkeypatch):
     from evo.shapes import load_shapes, resolve, shipped_sets
 
