@@ -305,7 +305,7 @@ def readme_text(out: Path) -> str:
                      " the noise floor and evo.dispatch measures it ahead on first use)." if ties else ""),
                   "Winners: " + ", ".join(f"{k} {v}" for k, v in sorted(by_winner.items(), key=lambda kv: -kv[1])) + ".",
                   f"Measured {', '.join(dates) or '-'}; driver {', '.join(drivers) or '-'}, CUDA {', '.join(cudas) or '-'}.", ""]
-        classes = table_classes.markdown(rows)
+        classes = table_classes.markdown([_table_row(r) for r in rows])
         if classes:
             lines += ["By class (the best library's time by K; evo's best kernel and what the table serves, against the "
                       "best library):", ""] + classes + [""]

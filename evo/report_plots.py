@@ -9,6 +9,7 @@ from .errors import EvoError
 from .export import LIBRARIES, TableRow
 from .problem import parse_shape
 from .stats import geomean
+from .table_classes import best_lib_us
 
 LIB_LABEL = {"cublas": "cuBLAS", "cublaslt_heuristic": "cuBLASLt heuristic", "cublaslt_autotune": "cuBLASLt autotuned"}
 EVO_COLOR, LIB_COLOR, TIE_COLOR, GREY = "#1f77b4", "#d62728", "#ff9f1c", "#7f7f7f"
@@ -43,11 +44,6 @@ def plt_module():
 
     plt.rcParams.update({"figure.dpi": 110, "font.size": 10, "axes.grid": True, "grid.alpha": 0.3})
     return plt
-
-
-def best_lib_us(r: TableRow) -> float:
-    v = [x for x in (r.cublas_us, r.cublaslt_heuristic_us, r.cublaslt_autotune_us) if x]
-    return min(v) if v else 0.0
 
 
 def _note(fig, text: str) -> None:

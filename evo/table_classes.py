@@ -9,8 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-LIBRARY_FIELDS = ("cublas_us", "cublaslt_heuristic_us", "cublaslt_autotune_us")
+from .stats import geomean
+
+if TYPE_CHECKING:
+    from .export import TableRow  # (export builds its README with this module)
+
 TIME_BUCKETS = ((10.0, "< 10 µs"), (50.0, "10-50 µs"), (math.inf, ">= 50 µs"))
 K_BUCKETS = ((256, "K <= 256"), (2048, "256 < K <= 2048"), (math.inf, "K > 2048"))
 
@@ -29,45 +34,40 @@ class ClassSummary:
     lowest: float
 
 
-def best_library_us(row: dict) -> float:
+def best_lib_us(r: TableRow) -> float:
     """The fastest library's time of a table row (0 where none was timed)."""
-    times = [float(row.get(f) or 0) for f in LIBRARY_FIELDS]
-    return min((t for t in times if t > 0), default=0.0)
+    v = [x for x in (r.cublas_us, r.cublaslt_heuristic_us, r.cublaslt_autotune_us) if x]
+    return min(v) if v else 0.0
 
 
-def class_of(row: dict) -> tuple[int, int] | None:
+def class_of(r: TableRow) -> tuple[int, int] | None:
     """(time bucket, K bucket) indexes of a row; None without a library time or a K."""
-    t, k = best_library_us(row), int(row.get("k") or 0)
+    t, k = best_lib_us(r), r.k
     if t <= 0 or k <= 0:
         return None
     return (next(i for i, (hi, _) in enumerate(TIME_BUCKETS) if t < hi),
             next(i for i, (hi, _) in enumerate(K_BUCKETS) if k <= hi))
 
 
-def _geomean(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
-def summarize(rows: list[dict]) -> list[ClassSummary]:
+def summarize(rows: list[TableRow]) -> list[ClassSummary]:
     """One summary per class that holds a row with evo's ratio, in bucket order."""
-    groups: dict[tuple[int, int], list[dict]] = {}
+    groups: dict[tuple[int, int], list[TableRow]] = {}
     for r in rows:
         c = class_of(r)
-        if c is not None and float(r.get("speedup_best_library") or 0) > 0:
+        if c is not None and r.speedup_best_library > 0:
             groups.setdefault(c, []).append(r)
     out = []
     for (ti, ki), rs in sorted(groups.items()):
-        ratios = [float(r["speedup_best_library"]) for r in rs]
-        served = [x if r.get("winner") == "evo" else 1.0 for r, x in zip(rs, ratios)]
-        low = min(rs, key=lambda r: float(r["speedup_best_library"]))
+        low = min(rs, key=lambda r: r.speedup_best_library)
         out.append(ClassSummary(TIME_BUCKETS[ti][1], K_BUCKETS[ki][1], len(rs),
-                                sum(r.get("verdict") == "win" for r in rs), sum(r.get("verdict") == "tie" for r in rs),
-                                sum(r.get("verdict") == "loss" for r in rs), _geomean(ratios), _geomean(served),
-                                low["shape"], float(low["speedup_best_library"])))
+                                sum(r.verdict == "win" for r in rs), sum(r.verdict == "tie" for r in rs),
+                                sum(r.verdict == "loss" for r in rs), geomean([r.speedup_best_library for r in rs]),
+                                geomean([r.speedup_best_library if r.winner == "evo" else 1.0 for r in rs]),
+                                low.shape, low.speedup_best_library))
     return out
 
 
-def markdown(rows: list[dict]) -> list[str]:
+def markdown(rows: list[TableRow]) -> list[str]:
     """The classes as a Markdown table (no lines where no row has a class)."""
     sums = summarize(rows)
     if not sums:

@@ -1,21 +1,23 @@
 """evo.table_classes: a table's rows by class (best library time x K) for the generated README."""
 import math
 
-from evo.table_classes import best_library_us, class_of, markdown, summarize
+from evo.export import _table_row
+from evo.table_classes import best_lib_us, class_of, markdown, summarize
 
 
 def _row(shape, lib_us, ratio, verdict, winner):
     m, n, k = (int(x) for x in shape.split("x"))
-    return {"shape": shape, "m": m, "n": n, "k": k, "cublas_us": lib_us * 1.1, "cublaslt_heuristic_us": 0,
-            "cublaslt_autotune_us": lib_us, "speedup_best_library": ratio, "verdict": verdict, "winner": winner}
+    return _table_row({"shape": shape, "m": m, "n": n, "k": k, "cublas_us": lib_us * 1.1, "cublaslt_heuristic_us": 0,
+                       "cublaslt_autotune_us": lib_us, "speedup_best_library": ratio, "verdict": verdict,
+                       "winner": winner})
 
 
 def test_rows_fall_in_their_class_by_the_fastest_library_and_k():
-    assert best_library_us(_row("64x64x64", 5.0, 1.2, "win", "evo")) == 5.0
+    assert best_lib_us(_row("64x64x64", 5.0, 1.2, "win", "evo")) == 5.0
     assert class_of(_row("64x64x64", 5.0, 1.2, "win", "evo")) == (0, 0)
     assert class_of(_row("4096x4096x1024", 49.9, 1.0, "tie", "cublas")) == (1, 1)
     assert class_of(_row("8192x8192x3072", 900.0, 1.0, "tie", "cublas")) == (2, 2)  # K off the grid: the long class
-    assert class_of({"shape": "64x64x64", "k": 64}) is None  # no library timed
+    assert class_of(_table_row({"shape": "64x64x64", "m": 64, "n": 64, "k": 64})) is None  # no library timed
 
 
 def test_a_class_counts_its_verdicts_and_the_table_serves_the_library_where_evo_does_not_win():
