@@ -1,10 +1,10 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 192, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0,
-  EPI_WIDE: 0, GROUP: 16, PANEL: 0, PERSISTENT: 0, PINGPONG: 1, SPLIT_CLUSTER: 0,
-  SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 5,
-  STREAMK: 0, SWAP_AB: 1}
+params: {BM: 128, BN: 192, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0,
+  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 0, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1,
+  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 4, STREAMK: 0,
+  SWAP_AB: 1}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
@@ -78,16 +78,16 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 
 namespace evo_sm90 {
 
-constexpr int BM = 64;                 // tile rows (kernel view)
+constexpr int BM = 128;                 // tile rows (kernel view)
 constexpr int BN = 192;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 5;
+constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 0;
-constexpr int GROUP = 16;
+constexpr int GROUP = 8;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 1;
-constexpr int PINGPONG = 1;
+constexpr int PINGPONG = 0;
 constexpr int EPI = 0;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)

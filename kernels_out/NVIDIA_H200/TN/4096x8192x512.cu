@@ -1,9 +1,9 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 0,
+params: {BM: 128, BN: 192, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 1,
   EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, SPLIT_CLUSTER: 0, SPLIT_K: 1,
-  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 6, STREAMK: 0,
+  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 4, STREAMK: 0,
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -79,9 +79,9 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 namespace evo_sm90 {
 
 constexpr int BM = 128;                 // tile rows (kernel view)
-constexpr int BN = 128;                 // tile cols = wgmma N
+constexpr int BN = 192;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 6;
+constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
 constexpr int GROUP = 8;
@@ -90,7 +90,7 @@ constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 1;
 constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
+constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice

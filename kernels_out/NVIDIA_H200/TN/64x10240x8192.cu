@@ -1,15 +1,16 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 64, BN: 96, CLUSTER: 1, CONSUMERS: 1, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 0,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1,
-  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 8, STREAMK: 0,
+params: {BM: 64, BN: 80, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0,
+  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, SPLIT_CLUSTER: 0, SPLIT_K: 1,
+  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 10, STREAMK: 0,
   SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
+cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
@@ -78,16 +79,16 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 namespace evo_sm90 {
 
 constexpr int BM = 64;                 // tile rows (kernel view)
-constexpr int BN = 96;                 // tile cols = wgmma N
+constexpr int BN = 80;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 8;
-constexpr int CONSUMERS = 1;
+constexpr int STAGES = 10;
+constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
 constexpr int GROUP = 8;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
-constexpr int PINGPONG = 0;
-constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
+constexpr int PINGPONG = 1;
+constexpr int EPI = 0;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
@@ -133,8 +134,8 @@ static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI 
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
+              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
@@ -770,6 +771,7 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
 // instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
 // EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
+static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -840,7 +842,7 @@ __device__ __forceinline__ void wgmma_wait_upto(int n) {
 }  // namespace evo_sm90
 using namespace evo_sm90;
 
-#define EVO_EPI 1
+#define EVO_EPI 0
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
