@@ -192,7 +192,8 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
                  only: set[str] | None = None, keep_better: bool = True,
                  raced: dict[str, set[str]] | None = None) -> tuple[Path, list[TableRow]]:
     """Write the table for one GPU from the archive (idempotent). Kernel files are rewritten only for the
-    shapes in `only` (all when None) or where missing; table.csv/json cover every shape of the archive, and keep
+    shapes in `only` (all when None) or where missing; table.csv/json cover every shape the archive holds an evo
+    kernel's measurement of (not the shapes whose libraries alone were timed), and keep
     the rows of the table already there for shapes this archive does not hold (a search on a fresh machine with
     the committed table adds its shapes to it instead of replacing it). With `keep_better`, a row already there
     also stays where its kernel (another one than the archive's best) was measured faster against the best
@@ -200,9 +201,11 @@ def export_table(store: Store, gpu: str, out_dir: str | Path, layout: str = "TN"
     better kernel. `raced` ({shape: hashes}) names kernels just timed side by side with the archive's best (a
     search's runoff): a row whose kernel is among them is not kept on the strength of its older ratio."""
     out = Path(out_dir)
+    # the shapes evo has measured a kernel of (correct or not); a shape whose libraries alone were timed (a
+    # sweep times the next shapes' libraries ahead of their searches) has had no search and gets no row
     shapes = sorted({r[0] for r in store.rows(
-        "SELECT shape FROM evaluations WHERE gpu=? AND layout=? UNION SELECT shape FROM baselines WHERE gpu=? AND layout=?",
-        (gpu, layout, gpu, layout))}, key=lambda s: tuple(int(x) for x in s.split("x")))
+        "SELECT DISTINCT shape FROM evaluations WHERE gpu=? AND layout=?", (gpu, layout))},
+        key=lambda s: tuple(int(x) for x in s.split("x")))
     ceilings = store.ceilings(gpu)
     floor = noise_floor()
     existing = _existing_rows(out / gpu, layout)  # the table already there, read once

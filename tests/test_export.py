@@ -8,6 +8,7 @@ from pathlib import Path
 
 from evo.export import export_table, readme_text
 from evo.problem import parse_shape
+from evo.records import BaselineResult, EvalResult
 from evo.store import Store
 from evo.sweep import run_sweep
 from test_sweep import CachingFakeCompiler, ShapeFake, make_cfg
@@ -126,6 +127,21 @@ def test_an_export_keeps_the_rows_of_shapes_its_archive_lacks(tmp_path):
     (Path(cfg.paths.out) / by["256x256x256"].kernel_path).unlink()
     _, rows = export_table(store2, GPU, cfg.paths.out)
     assert [r.shape for r in rows] == ["512x512x2048", "1024x1024x1024"]
+
+
+def test_a_shape_whose_libraries_alone_were_timed_gets_no_row(tmp_path):
+    # a sweep times the next shapes' libraries ahead of their searches; killed before it searches one, its table
+    # must not claim the library wins a shape evo never ran on (that row would then merge into the real table)
+    cfg, store = swept(tmp_path, ["256x256x256"])
+    for lib, us in (("cublas", 9.0), ("cublaslt_heuristic", 8.5), ("cublaslt_autotune", 8.0)):
+        store.add_baseline("4096x128x8192", "TN", GPU, BaselineResult(lib, us))
+    _, rows = export_table(store, GPU, cfg.paths.out)
+    assert [r.shape for r in rows] == ["256x256x256"]
+    # once evo has measured a kernel there, even one that failed its check, the shape has a row
+    store.add_evaluation("4096x128x8192", "TN", GPU, EvalResult("0123456789abcdef", False, "check", "wrong"))
+    _, rows = export_table(store, GPU, cfg.paths.out)
+    assert [r.shape for r in rows] == ["256x256x256", "4096x128x8192"]
+    assert rows[1].winner == "cublaslt_autotune" and not rows[1].kernel_path
 
 
 def test_an_export_keeps_a_row_whose_kernel_beat_the_library_by_more(tmp_path):
