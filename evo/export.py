@@ -419,6 +419,45 @@ def merge_table(table_dir: str | Path, source_dir: str | Path) -> list[str]:
     return sorted(taken, key=lambda s: tuple(int(x) for x in s.split("x")))
 
 
+def merge_archive(table_dir: str | Path, db: str | Path) -> list[str]:
+    """Take into `table_dir` the rows of the shapes whose search finished in the archive `db` (a sweep run with --out
+    elsewhere, its archive brought back alone; a killed sweep's unfinished shapes are left out), with their kernel
+    files, and the archive's measurements (evo.measurements; the archive's win). Each row is exported as the search
+    would export it into this table: where the archive timed the table's kernel for the shape, the archive's best
+    (side by side with it there) replaces the row; where it did not, the row stays if it was measured better
+    (export_table). The caller refreshes the derived columns (refresh_table). Returns the shapes taken; EvoError with
+    one line where the archive is missing or holds no finished search of the table's GPU and layout."""
+    import shutil
+    import tempfile
+
+    from .cost_model import history  # (the archive's measurements as the cost model reads them)
+
+    table_dir = Path(table_dir)
+    doc, _ = read_table(table_dir)
+    gpu, layout = doc.get("gpu"), doc.get("layout", "TN")
+    if not Path(db).is_file():
+        raise EvoError(f"no archive at {db}")
+    store = Store(db)
+    try:
+        measured = {r[0] for r in store.rows("SELECT DISTINCT shape FROM evaluations WHERE gpu=? AND layout=?", (gpu, layout))}
+        done = measured & {r[0] for r in store.rows("SELECT DISTINCT shape FROM runs WHERE gpu=? AND status='done'", (gpu,))}
+        if not done:
+            raise EvoError(f"{db} holds no finished search of {gpu} ({layout})")
+        timed = {s: {r[0] for r in store.rows("SELECT hash FROM evaluations WHERE shape=? AND gpu=? AND layout=?",
+                                              (s, gpu, layout))} for s in done}
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / gpu
+            shutil.copytree(table_dir, copy)
+            _, rows = export_table(store, gpu, tmp, layout, only=done, raced=timed)
+            write_table(copy, doc, [r for r in rows if r.shape in done])
+            (copy / measurements.FILE_NAME).unlink(missing_ok=True)  # the table's own: nothing to take from the copy
+            taken = merge_table(table_dir, copy)
+        measurements.save(table_dir / measurements.FILE_NAME, history(store, gpu, layout, failures=True))
+    finally:
+        store.close()
+    return taken
+
+
 def write_table(table_dir: str | Path, doc: dict, rows: list[TableRow]) -> None:
     """table.csv and table.json of one GPU's folder: the document's header fields with these rows."""
     table_dir = Path(table_dir)
@@ -438,14 +477,20 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = _Parser(prog="python -m evo.export", description="Recompute a kernel table's derived columns "
                  "(noise band, verdict, winner, datasheet roof) and kernels_out/README.md from the table alone; "
-                 "with --merge, after taking another table's rows for its shapes.")
+                 "with --merge or --merge-archive, after taking another table's or an archive's rows for their shapes.")
     ap.add_argument("--refresh", required=True, metavar="DIR", help="a table folder, e.g. kernels_out/NVIDIA_H200")
     ap.add_argument("--merge", metavar="FROM", help="first take this table folder's rows (with their kernel files "
                     "and its measurements) for its shapes, replacing the rows there (e.g. a sweep of a few shapes run with --out elsewhere)")
+    ap.add_argument("--merge-archive", metavar="DB", help="first take the rows of the shapes whose search finished in "
+                    "this archive (e.g. a sweep's --db brought back from another machine without its --out), with "
+                    "their kernel files and the archive's measurements")
     ns = ap.parse_args(argv)
     if ns.merge:
         taken = merge_table(ns.refresh, ns.merge)
         print(f"{ns.refresh}: took {len(taken)} rows from {ns.merge}: {', '.join(taken)}")
+    if ns.merge_archive:
+        taken = merge_archive(ns.refresh, ns.merge_archive)
+        print(f"{ns.refresh}: took {len(taken)} rows from {ns.merge_archive}: {', '.join(taken)}")
     rows = refresh_table(ns.refresh)
     wins = sum(r.winner == "evo" for r in rows)
     print(f"{ns.refresh}: {len(rows)} rows, evo wins {wins} beyond the noise band; README.md rewritten")

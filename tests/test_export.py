@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from pathlib import Path
 
-from evo.export import export_table, readme_text
+from evo.export import export_table, published_kernel, readme_text
 from evo.problem import parse_shape
 from evo.records import BaselineResult, EvalResult
 from evo.store import Store
@@ -203,6 +204,54 @@ def test_merge_takes_another_tables_rows_and_kernel_files(tmp_path, capsys):
     (other / "table.json").write_text(json.dumps({"gpu": "Other_GPU", "layout": "TN", "rows": []}))
     assert main(["--refresh", str(table), "--merge", str(other)]) == 2  # another GPU's table: one line, exit 2
     assert "table of gpu Other_GPU" in capsys.readouterr().err
+
+
+def test_merge_archive_takes_the_rows_of_the_searches_that_finished(tmp_path, capsys):
+    # a sweep's archive brought back without its --out: the shapes it finished come into the table, not a shape
+    # whose search was killed or whose libraries alone were timed, and the archive's measurements come along
+    from evo.export import main, read_table, write_table
+    from evo.measurements import FILE_NAME, load
+
+    cfg, store = swept(tmp_path / "a", ["256x256x256", "512x512x2048"])
+    table, _ = export_table(store, GPU, cfg.paths.out)
+    cfg2, store2 = swept(tmp_path / "b", ["512x512x2048", "1024x1024x1024"])
+    set_lead(store2, "512x512x2048", 0.95, 0.01)
+    # the table's row for 512x512x2048: another kernel, 1.5x in an older run, that the archive evaluated and found
+    # wanting (here it failed; slower side by side reads the same): the archive's best replaces it all the same
+    best = store2.confirm("512x512x2048", "TN", GPU)["hash"]
+    other = next(r for r in store2.rows("SELECT c.hash, c.source FROM evaluations e JOIN candidates c ON c.hash=e.hash "
+                                        "WHERE e.shape='512x512x2048' AND c.hash != ?", (best,)))
+    doc, rows = read_table(table)
+    row = next(r for r in rows if r.shape == "512x512x2048")
+    (Path(cfg.paths.out) / row.kernel_path).write_text(other["source"])
+    rows = [dataclasses.replace(r, hash=other["hash"], speedup_best_library=1.5) if r is row else r for r in rows]
+    write_table(table, doc, rows)
+    _, old = read_table(table)
+    run = store2.start_run("2048x2048x2048", GPU, {})  # killed: its run never finished
+    store2.add_evaluation("2048x2048x2048", "TN", GPU, EvalResult("fedcba9876543210", False, "check", "wrong"), run_id=run)
+    store2.add_baseline("4096x128x8192", "TN", GPU, BaselineResult("cublas", 9.0))  # timed ahead, never searched
+    db = cfg2.paths.db
+    store2.close()
+    before = {(x.shape, x.hash) for x in load(table / FILE_NAME)}
+    assert main(["--refresh", str(table), "--merge-archive", db]) == 0
+    assert "took 2 rows from" in capsys.readouterr().out
+    _, rows = read_table(table)
+    by = {r.shape: r for r in rows}
+    assert list(by) == ["256x256x256", "512x512x2048", "1024x1024x1024"]
+    assert by["256x256x256"] == next(r for r in old if r.shape == "256x256x256")
+    assert by["512x512x2048"].speedup_best_library == 0.95 and by["512x512x2048"].hash == best
+    for s in ("512x512x2048", "1024x1024x1024"):  # the rows' own kernels came along
+        assert published_kernel(Path(cfg.paths.out), by[s]).hash == by[s].hash
+        assert (Path(cfg.paths.out) / by[s].kernel_path).with_suffix(".json").is_file()
+    after = {(x.shape, x.hash) for x in load(table / FILE_NAME)}
+    assert before < after and "1024x1024x1024" in {shape for shape, _ in after}
+    # a missing archive, or one without a finished search of this GPU: one line, exit 2
+    assert main(["--refresh", str(table), "--merge-archive", str(tmp_path / "none.db")]) == 2
+    assert "no archive at" in capsys.readouterr().err
+    empty = Store(tmp_path / "empty.db")
+    empty.close()
+    assert main(["--refresh", str(table), "--merge-archive", str(tmp_path / "empty.db")]) == 2
+    assert "holds no finished search of Fake_GPU" in capsys.readouterr().err
 
 
 def test_a_row_is_dated_the_day_its_numbers_were_measured(tmp_path):
