@@ -156,6 +156,8 @@ class Search:
         self.deferred: list[tuple[KernelSource, Proposal]] = []  # slow children compiling in the background (_defer_slow)
         self.must_time: set[str] = set()  # deferred seeds and starts: timed however the search stops (timed_past_budget)
         self.typical_compile_s: dict[str, float] = {}  # family -> its family.yaml compile_s (before the archive knows)
+        self.family_names: list[str] = []  # the families this search proposes from (set when it runs)
+        self.resumed = False  # the archive held candidates of this shape when it started (set when it runs)
         self.shared_worker = worker
         self.problem = problem
         self.cfg = cfg
@@ -240,6 +242,7 @@ class Search:
         gpu = info.key
         fams = self.families(info.arch)
         self.typical_compile_s = {f.name: f.compile_s for f in fams if f.compile_s}
+        self.family_names = [f.name for f in fams]
         print(f"  GPU:      {info.name} ({info.arch}, {info.sm_count} SMs, L2 {info.l2_bytes >> 20} MiB), "
               f"driver {info.driver}, CUDA runtime {info.cuda_runtime}", file=self.out)
         print(f"  families: {', '.join(f.name for f in fams)}; proposers: {', '.join(x.name for x in proposers)}", file=self.out, flush=True)
@@ -325,6 +328,7 @@ class Search:
             return guide.stop_reason(time.monotonic() - t_search)  # converged: no gain beyond noise for a while
 
         individuals = store.individuals(p.key, p.layout, gpu, info.arch)
+        self.resumed = bool(individuals)
         if individuals:
             best = next((i for i in individuals if i.correct), None)
             print(f"resuming: {len(individuals)} candidates already evaluated on {p.key} for this GPU"
@@ -576,7 +580,12 @@ class Search:
         - Seeds and starts (timed_past_budget) all wait, in self.must_time: timed when they land, and before the search
           stops however it stops. A fresh machine's CUTLASS seeds held the first generation ~80 s (docs/perf-search.md).
         Where nothing else would be timed meanwhile, nothing is deferred (the deferred ones are compiled here and
-        waited for): a search of slow families only does not spin through generations."""
+        waited for): a search of slow families only does not spin through generations. A resumed search's seed round
+        of slow seeds alone (generation 0: its quick seeds were timed before it was killed) is deferred all the
+        same where one of its families compiles quickly: the first generation's children, bred from what the
+        archive holds, are timed meanwhile (a resumed sweep's shape took its first evaluation 48 s in,
+        docs/perf-hopper.md Run 85). A fresh search's seed round is waited for: its first generation breeds from the
+        seeds' times."""
         limit = self.cfg.compile.defer_s
         if not limit or self.ahead is None:
             return fresh
@@ -591,7 +600,9 @@ class Search:
                 continue
             slow = seconds.get(ks.meta.family, 0.0) >= limit and not self.compiler.is_cached(ks, arch)
             (now if not slow else must if timed_past_budget(prop, generation) else later).append((ks, prop))
-        if not now and not ready:
+        children_next = generation == 0 and self.resumed and must and not later and any(
+            seconds.get(f, 0.0) < limit for f in self.family_names)  # quick children will be timed meanwhile
+        if not now and not ready and not children_next:
             self.deferred = []
             return waiting + later + must
         left_s = deadline - time.monotonic() if later and deadline != float("inf") else float("inf")

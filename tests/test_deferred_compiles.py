@@ -181,6 +181,49 @@ def test_slow_seeds_and_starts_all_wait_in_the_background_and_are_marked_to_be_t
     assert only._defer_slow(seeds, 0, "sm_90a", seconds) == seeds and only.deferred == []
 
 
+def test_a_seed_round_of_slow_seeds_alone_waits_in_the_background_where_a_quick_family_searches(tmp_path):
+    # a resumed search timed its quick seeds before it was killed: its seed round is the slow ones alone; with a quick
+    # family to search, the first generation's children are timed while they compile instead of the GPU waiting
+    comp = FakeCompiler()
+    s = _search(tmp_path, comp, Background(comp, lag=None))
+    s.out, s.family_names, s.resumed = io.StringIO(), ["toy", "slowtoy"], True
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    seeds = [_kernel("slowtoy", 16, u) for u in (1, 2)]
+    fresh = _search(tmp_path / "fresh", comp, Background(comp, lag=None))
+    fresh.family_names = ["toy", "slowtoy"]  # a fresh search waits: its first generation breeds from the seeds' times
+    assert fresh._defer_slow(seeds, 0, "sm_90a", seconds) == seeds and fresh.deferred == []
+    assert s._defer_slow(seeds, 0, "sm_90a", seconds) == []
+    assert s.must_time == {k.hash for k, _ in seeds} and "2 slowtoy seeds or starts compile" in s.out.getvalue()
+    # a search of slow families only still waits for them (nothing else would be timed meanwhile), and so do the
+    # slow children of a later generation with nothing quick beside them
+    only = _search(tmp_path / "only", comp, Background(comp, lag=None))
+    only.family_names, only.resumed = ["slowtoy"], True
+    assert only._defer_slow(seeds, 0, "sm_90a", seconds) == seeds and only.deferred == []
+    child = _kernel("slowtoy", 8, 8)
+    assert s._defer_slow([child], 1, "sm_90a", seconds) == [*seeds, child] and s.deferred == []
+
+
+def test_a_resumed_search_whose_seeds_are_all_slow_goes_on_to_its_first_generation_and_times_them_after(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 50.0, "toy": 0.01})
+    comp = FakeCompiler()
+    seeds = [_kernel("slowtoy", 32, u, pad=3)[0].text for u in (1, 2)]
+    fams = _two_families(tmp_path)
+    Search(parse_shape("256x256x256"), _cfg(tmp_path, fams, max_candidates=2), out=io.StringIO(),
+           worker_factory=FakeWorker, compiler=comp, ahead=Background(comp, lag=None)).run()  # the killed run's archive
+    cfg = _cfg(tmp_path, fams, max_candidates=8)
+    out = io.StringIO()
+    Search(parse_shape("256x256x256"), cfg, out=out, worker_factory=FakeWorker, compiler=comp,
+           ahead=Background(comp, lag=None), seed_sources=seeds).run()
+    log = out.getvalue()
+    store = Store(cfg.paths.db)
+    timed = {r[0] for r in store.rows("SELECT hash FROM evaluations")}
+    store.close()
+    assert "2 slowtoy seeds or starts compile in the background" in log, log  # not waited for in the seed round
+    assert log.index("compile in the background") < log.index("[gen 1"), log
+    assert {KernelSource.parse(t).hash for t in seeds} <= timed, log  # timed before the search stopped
+
+
 def _searched(tmp_path, lag, monkeypatch, max_candidates=40, seed=1):
     monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 50.0, "toy": 0.5})
     deferred, real = set(), Search._defer_slow
