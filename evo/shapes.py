@@ -83,6 +83,12 @@ def inline_shapes(text: str) -> list[str]:
 def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem]:
     given, path = path, resolve(path)
     listed = [] if path.exists() else inline_shapes(str(given))
+    if not listed and not path.exists():
+        tokens = [t for t in re.split(r"[,\s]+", str(given).strip()) if t]
+        if tokens and all(re.fullmatch(r"[\dx]+", t) and "x" in t for t in tokens):  # meant as shapes, one malformed
+            bad = next(t for t in tokens if not re.fullmatch(r"\d+x\d+x\d+", t))
+            raise EvoError(f"no shape set {given}, nor a list of shapes: {bad!r} is not MxNxK "
+                           "(e.g. 4096x4096x1024,512x2048x4096)")
     if listed:
         if rows:
             raise EvoError(f"{given} lists shapes, not a kernel table: only a table's rows can be picked by date or speedup")

@@ -42,8 +42,12 @@ def test_shapes_listed_on_the_command_line(tmp_path, monkeypatch):
     assert load_shapes("64x64x64")[0].layout == "TN"
     with pytest.raises(EvoError, match="has a dimension over"):
         load_shapes("99999999x64x64")  # a listed shape is checked as any other
+    with pytest.raises(EvoError, match="nor a list of shapes: '4096x4096' is not MxNxK"):
+        load_shapes("4096x4096")  # meant as a shape, malformed: said so, not "no such file"
+    with pytest.raises(EvoError, match="'1x2x' is not MxNxK"):
+        load_shapes("64x64x64,1x2x")
     with pytest.raises(EvoError, match="cannot read"):
-        load_shapes("4096x4096")  # not a shape list: read as a file name, which is missing
+        load_shapes("nope.yaml")  # a missing file stays a missing file
     with pytest.raises(EvoError, match="lists shapes, not a kernel table"):
         load_shapes("64x64x64", RowFilter(below=1.0))
     (tmp_path / "64x64x64").write_text("shapes: [128x128x128]\n")  # a file of that name is read first
