@@ -439,16 +439,16 @@ def merge_archive(table_dir: str | Path, db: str | Path) -> list[str]:
         raise EvoError(f"no archive at {db}")
     store = Store(db)
     try:
-        measured = {r[0] for r in store.rows("SELECT DISTINCT shape FROM evaluations WHERE gpu=? AND layout=?", (gpu, layout))}
-        done = measured & {r[0] for r in store.rows("SELECT DISTINCT shape FROM runs WHERE gpu=? AND status='done'", (gpu,))}
+        timed: dict[str, set[str]] = {}  # shape -> every kernel the archive evaluated there
+        for shape, h in store.rows("SELECT shape, hash FROM evaluations WHERE gpu=? AND layout=?", (gpu, layout)):
+            timed.setdefault(shape, set()).add(h)
+        done = set(timed) & {r[0] for r in store.rows("SELECT shape FROM runs WHERE gpu=? AND status='done'", (gpu,))}
         if not done:
             raise EvoError(f"{db} holds no finished search of {gpu} ({layout})")
-        timed = {s: {r[0] for r in store.rows("SELECT hash FROM evaluations WHERE shape=? AND gpu=? AND layout=?",
-                                              (s, gpu, layout))} for s in done}
         with tempfile.TemporaryDirectory() as tmp:
             copy = Path(tmp) / gpu
             shutil.copytree(table_dir, copy)
-            _, rows = export_table(store, gpu, tmp, layout, only=done, raced=timed)
+            _, rows = export_table(store, gpu, tmp, layout, only=done, raced={s: timed[s] for s in done})
             write_table(copy, doc, [r for r in rows if r.shape in done])
             (copy / measurements.FILE_NAME).unlink(missing_ok=True)  # the table's own: nothing to take from the copy
             taken = merge_table(table_dir, copy)

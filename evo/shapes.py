@@ -74,19 +74,27 @@ def _iso_day(text: str) -> str:
         return ""
 
 
+_SHAPE = re.compile(r"\d+x\d+x\d+")
+
+
+def _tokens(text: str) -> list[str]:
+    """The words of a text that lists shapes, separated by commas or spaces."""
+    return [t for t in re.split(r"[,\s]+", str(text).strip()) if t]
+
+
 def inline_shapes(text: str) -> list[str]:
     """The shapes of a text that lists them (MxNxK separated by commas or spaces), else []."""
-    tokens = [t for t in re.split(r"[,\s]+", str(text).strip()) if t]
-    return tokens if tokens and all(re.fullmatch(r"\d+x\d+x\d+", t) for t in tokens) else []
+    tokens = _tokens(text)
+    return tokens if tokens and all(_SHAPE.fullmatch(t) for t in tokens) else []
 
 
 def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem]:
     given, path = path, resolve(path)
     listed = [] if path.exists() else inline_shapes(str(given))
     if not listed and not path.exists():
-        tokens = [t for t in re.split(r"[,\s]+", str(given).strip()) if t]
+        tokens = _tokens(given)
         if tokens and all(re.fullmatch(r"[\dx]+", t) and "x" in t for t in tokens):  # meant as shapes, one malformed
-            bad = next(t for t in tokens if not re.fullmatch(r"\d+x\d+x\d+", t))
+            bad = next(t for t in tokens if not _SHAPE.fullmatch(t))
             raise EvoError(f"no shape set {given}, nor a list of shapes: {bad!r} is not MxNxK "
                            "(e.g. 4096x4096x1024,512x2048x4096)")
     if listed:
