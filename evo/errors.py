@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import functools
+import signal
 import sys
+import threading
 from typing import Callable
 
 
@@ -24,18 +26,41 @@ class CompileError(EvoError):
     """A kernel did not compile (raised only where the user asked for that one kernel)."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `timeout`, a batch scheduler's time limit) raised where Ctrl-C would be, so a terminated run
+    stops the same orderly way: the search or sweep stores what it has and says how to resume."""
+
+
+def _terminate(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM during the orderly stop ends the process at once
+    raise Terminated()
+
+
+def _catch_sigterm():
+    """Install _terminate where SIGTERM would kill the process outright (a handler an embedding program set stays);
+    returns what to restore, or None."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _terminate)
+
+
 def cli_entry(main: Callable[[list[str] | None], int]) -> Callable[[list[str] | None], int]:
-    """Wrap a CLI main so EvoError and Ctrl-C end with one line and a nonzero code."""
+    """Wrap a CLI main so EvoError, Ctrl-C and SIGTERM end with one line and a nonzero code (2, 130, 143)."""
 
     @functools.wraps(main)
     def wrapper(argv: list[str] | None = None) -> int:
+        previous = _catch_sigterm()
         try:
             return main(argv)
         except EvoError as e:
             print(f"error: {e}", file=sys.stderr)
             return e.exit_code
-        except KeyboardInterrupt:
-            print("interrupted; everything measured so far is stored, rerun to resume", file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as e:
+            word = "terminated" if isinstance(e, Terminated) else "interrupted"
+            print(f"{word}; everything measured so far is stored, rerun to resume", file=sys.stderr)
+            return 143 if isinstance(e, Terminated) else 130
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper

@@ -363,6 +363,44 @@ def test_resume_after_sigkill(tmp_path):
     assert all(r.status == "done" for r in sweep_rows(make_cfg(tmp_path)).values())
 
 
+def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
+    """`kill`, `timeout` and batch schedulers send SIGTERM: the sweep stops in order (its summary, the shapes done
+    kept, one line, exit 143) instead of dying mid-write, and a rerun resumes."""
+    script = tmp_path / "sweep_script.py"
+    body = SCRIPT.format(tests=str(TESTS), root=str(ROOT), tmp=str(tmp_path), shapes=SHAPES)
+    run = body[body.index("o = run_sweep("):body.index("sys.exit(")]  # the same sweep, through the CLIs' entry wrapper
+    body = body.replace(run + "sys.exit(o.exit_code)", "from evo.errors import cli_entry\n"
+                        f"sys.exit(cli_entry(lambda argv: {run.removeprefix('o = ').strip()}.exit_code)(None))")
+    script.write_text(body)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    done = 0
+    try:
+        while time.monotonic() < deadline and proc.poll() is None and done < 1:
+            if (tmp_path / "evo.db").exists():
+                store = Store(tmp_path / "evo.db")
+                try:
+                    done = store.db.execute("SELECT COUNT(*) FROM sweep_shapes WHERE status='done'").fetchone()[0]
+                except Exception:
+                    done = 0
+                store.close()
+            time.sleep(0.1)
+        assert proc.poll() is None and done >= 1
+        os.kill(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out + err
+    assert err.strip().splitlines() == ["terminated; everything measured so far is stored, rerun to resume"]
+    assert "was INTERRUPTED" in out and "shapes done" in out
+    rows = sweep_rows(make_cfg(tmp_path))
+    assert 1 <= len(rows) < 4 and all(r.status == "done" for r in rows.values())
+    rerun = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert f"{len(rows)} already done" in rerun.stdout and "4 of 4 shapes done" in rerun.stdout
+
+
 def test_one_process_per_gpu(tmp_path):
     outcome, text, cfg = sweep(tmp_path, devices=(0, 1))
     assert outcome.exit_code == 0 and outcome.done == 4
