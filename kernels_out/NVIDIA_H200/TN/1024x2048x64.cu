@@ -1,11 +1,11 @@
 /*---evo
 family: mma_small_sm80
 archs: [sm_80, sm_90a]
-params: {BK: 64, BM: 128, BN: 64, CLK: 1, EPI: 1, OCC: 1, RED: 0, SPLIT_K: 1, STAGES: 3, WARPS_K: 1,
-  WARPS_M: 4, WARPS_N: 2}
+params: {BK: 64, BM: 64, BN: 64, CLK: 1, EPI: 1, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 5,
+  WARPS_K: 1, WARPS_M: 2, WARPS_N: 2}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
-smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4)"
+smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4) + (CLK > 1) * PUSH * BM * BN * 4"
 workspace: "0 if SPLIT_K * CLK == 1 else (SPLIT_K * CLK + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K * CLK // 4 + 1 + CLK) * 4"
 requires: "M == 1024 and N == 2048 and K == 64 and K % 8 == 0 and cdiv(K, BK) % (SPLIT_K * CLK) == 0 and M * N * K <= 8589934592"
 ---*/
@@ -51,7 +51,13 @@ requires: "M == 1024 and N == 2048 and K == 64 and K % 8 == 0 and cdiv(K, BK) % 
 //     half4 rows). With SPLIT_K > 1 on top, rank r publishes its fp32 slice instead and takes
 //     the acq_rel ticket of (tile, r); the last of the SPLIT_K clusters sums the slices in
 //     order g = 0..SPLIT_K-1 and stores C. A second cluster barrier before exit keeps each
-//     CTA's shared memory alive while its peers read it. No partial goes through L2 when
+//     CTA's shared memory alive while its peers read it. PUSH (the default): no barrier before the
+//     sums; once its partial is staged, each CTA sends every rank r its slice r with st.async into
+//     r's receive slots ([CLK][BM / CLK][BN] fp32 beside the ring), the bytes completing r's receive
+//     mbarrier (initialised and armed before the main loop, published by a relaxed cluster arrive
+//     whose wait comes only before the first send); each rank waits for its own slots and sums them
+//     locally in the same order 0..CLK-1 (the same bits as the pull), and the exit barrier is arrived
+//     at right after that wait. No partial goes through L2 when
 //     SPLIT_K == 1. Built for sm_80 (no clusters), the same instance treats the cluster's
 //     CTAs as SPLIT_K * CLK global splits (the ticket path above): correct everywhere, the
 //     cluster reduce only where the hardware has it. (CLK: the name evo.prior, the cost model
@@ -64,18 +70,19 @@ namespace {
 constexpr int kM = 1024;
 constexpr int kN = 2048;
 constexpr int kK = 64;
-constexpr int BM = 128;
+constexpr int BM = 64;
 constexpr int BN = 64;
 constexpr int BK = 64;
-constexpr int WARPS_M = 4;
+constexpr int WARPS_M = 2;
 constexpr int WARPS_N = 2;
 constexpr int WARPS_K = 1;
-constexpr int STAGES_MAX = 3;   // ring depth asked for; STAGES: what a split's K tiles can use
+constexpr int STAGES_MAX = 5;   // ring depth asked for; STAGES: what a split's K tiles can use
 constexpr int SPLIT_K = 1;
 constexpr int EPI = 1;
 constexpr int RED = 0;
 constexpr int OCC = 1;               // CTAs per SM the register budget must allow (__launch_bounds__)
 constexpr int CLK = 1;               // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
+constexpr int PUSH_ASKED = 1;      // 1: slices sent to their owners (st.async + mbarrier), no barrier before the sums
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 constexpr int CL = 1;                      // no clusters before sm_90: the cluster's CTAs are global splits
 #else
@@ -116,6 +123,12 @@ constexpr int GROUPS = GSPLIT / GS;                     // second level (RED): t
 constexpr int RS = BM / CL;                             // cluster reduce: C rows of the slice each rank sums
 constexpr int RP = BN + 8;                              // fp32 row pitch of a staged partial (conflict-free float2)
 constexpr int ITEMS = RS * BN / 4;                      // float4s of one slice
+constexpr bool PUSH = CL > 1 && PUSH_ASKED == 1;        // (an sm_80 build has no cluster: nothing to send)
+constexpr int RING_BYTES = STAGES * (A_STAGE + B_STAGE) * 2;
+constexpr int RED_BYTES = (WARPS_K - 1) * BM * BN * 4 > BM * RP * 4 ? (WARPS_K - 1) * BM * BN * 4 : BM * RP * 4;
+// PUSH: the CLK receive slots ([CLK][RS][BN] fp32) after everything else the CTA stages (the front matter's smem
+// is the same max plus BM * BN * 4; every term is a multiple of 16 bytes)
+constexpr int RECV_OFF = RING_BYTES > RED_BYTES ? RING_BYTES : RED_BYTES;
 
 static_assert(BK == 32 || BK == 64, "swizzle is laid out for BK = 32 or 64");
 static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
@@ -188,6 +201,36 @@ __device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
 #endif
     return r;
+}
+// Arrive without release (it publishes no data: the receive barrier's initialisation is released by
+// fence.mbarrier_init.release.cluster).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_init_armed(uint32_t bar, uint32_t bytes) {   // count 1, armed for `bytes`
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(bar) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait0(uint32_t bar) {   // phase 0 of `bar` has completed
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n.reg .pred P1;\n"
+                 "WAIT_RECV:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], 0;\n"
+                 "@!P1 bra WAIT_RECV;\n}\n" :: "r"(bar) : "memory");
+#endif
+}
+// 16 bytes into a peer's shared memory; the bytes complete the peer's mbarrier `bar` (both cluster addresses).
+__device__ __forceinline__ void st_async_v4(uint32_t addr, float4 v, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
+                 :: "r"(addr), "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+                    "r"(__float_as_uint(v.w)), "r"(bar) : "memory");
+#endif
 }
 __device__ __forceinline__ float4 ld_dsmem(uint32_t addr) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -326,6 +369,13 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
         }
         cp_async_commit();
     }
+    // PUSH: our receive barrier, armed for the CL slices the ranks (this one included) will send us; the relaxed
+    // arrive publishes it, and its wait comes right before our first send (the cluster's start is not serialised).
+    __shared__ alignas(8) uint64_t recv_bar;
+    if constexpr (PUSH) {
+        if (tid == 0) mbar_init_armed(smem_u32(&recv_bar), CL * RS * BN * 4);
+        cluster_arrive_relaxed();
+    }
 
     const int lane = tid & 31;
     const int warp = tid >> 5;
@@ -433,9 +483,28 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
                     *reinterpret_cast<float2*>(red + (r + 8) * RP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
                 }
         }
-        cluster_arrive_release();                        // publishes the partial to the cluster ...
-        cluster_wait_acquire();                          // ... and sees every peer's
         const uint32_t rank = cluster_rank();            // == blockIdx.z % CL (cluster dims 1 x 1 x CL)
+        if constexpr (PUSH) {
+            const uint32_t recv = smem_u32(smem) + RECV_OFF;  // [CL][RS][BN] fp32 receive slots
+            __syncthreads();                             // the staged partial is complete
+            cluster_wait_acquire();                      // every rank's receive barrier is initialised and armed
+            // float4 q of the partial (row lr, columns 4 * c4..) goes to owner lr / RS, into slot `rank`
+#pragma unroll 1
+            for (int q = tid; q < BM * BN / 4; q += THREADS) {
+                const int lr = q / (BN / 4), c4 = q % (BN / 4);
+                const uint32_t owner = lr / RS;
+                const float4 v = *reinterpret_cast<const float4*>(red + lr * RP + 4 * c4);
+                const uint32_t dst = recv + ((rank * RS + lr % RS) * BN + 4 * c4) * 4;
+                st_async_v4(map_rank(dst, owner), v, map_rank(smem_u32(&recv_bar), owner));
+            }
+            mbar_wait0(smem_u32(&recv_bar));             // our CL slots (ours included) have landed
+            // Every rank's arrival means its slots have landed: once all have arrived no send is in flight and
+            // nobody writes another CTA's memory (the exit wait). Relaxed: it publishes nothing.
+            cluster_arrive_relaxed();
+        } else {
+            cluster_arrive_release();                    // publishes the partial to the cluster ...
+            cluster_wait_acquire();                      // ... and sees every peer's
+        }
         const int g = blockIdx.z / CL;                   // global split (SPLIT_K > 1)
         const int tile = blockIdx.y * TILES_N + blockIdx.x;
         uint32_t peer[CL];
@@ -453,7 +522,9 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
                     const int lr = rank * RS + idx / (BN / 4);
                     const uint32_t off = (lr * RP + (idx % (BN / 4)) * 4) * 4;
 #pragma unroll
-                    for (int j = 0; j < CL; ++j) v[u][j] = ld_dsmem(peer[j] + off);
+                    for (int j = 0; j < CL; ++j)
+                        v[u][j] = PUSH ? *reinterpret_cast<const float4*>(smem + RECV_OFF + ((j * RS * BN) + idx * 4) * 4)
+                                       : ld_dsmem(peer[j] + off);
                 }
             }
 #pragma unroll
@@ -475,7 +546,7 @@ evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __r
                 }
             }
         }
-        cluster_arrive_release();                        // done reading the peers' shared memory
+        if constexpr (!PUSH) cluster_arrive_release();   // done reading the peers' shared memory
         if (GSPLIT > 1) {
             // the last of the GSPLIT clusters to finish slice (tile, rank) sums the slices in order g = 0..GSPLIT-1
             __shared__ unsigned int s_last_cl;

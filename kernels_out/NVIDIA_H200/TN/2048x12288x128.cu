@@ -8,8 +8,9 @@ params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 1, EPI
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
+cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
@@ -35,6 +36,8 @@ tensor_maps:
 //   release arrivals and adds theirs in order. Deadlock-free: a split waits only for lower-numbered units, which a
 //   persistent grid takes in increasing order and a one-unit-per-CTA grid dispatches first (pairs: GPC stripes, so at
 //   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
+// SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
+//   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
 //   own slots, sums splits in order and stores its slice. No workspace, no ticket.
@@ -131,8 +134,8 @@ static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI 
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
+              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
@@ -172,8 +175,8 @@ static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
               "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
 static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
-// split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
-constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
+// split-K: one counter per tile in the workspace (SPLIT_RS: +SPLIT_K per launch, wrapped by `red.inc` at RS_WRAP)
+constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
 constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
@@ -341,27 +344,24 @@ __device__ __forceinline__ int ticket_acq_rel(int* p) {
   asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
 }
-// SPLIT_RS: the generation word of a tile's barrier (relaxed before arriving, acquire while waiting, release to open).
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// SPLIT_RS: an arrival that releases its partial and steps the tile's count, wrapping at RS_WRAP (0 after RS_WRAP - 1)
+__device__ __forceinline__ void inc_release_gpu(int* p) {
+  asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(RS_WRAP - 1) : "memory");
 }
-// STREAMK: a later k range's arrival releases its partial, adding its k blocks
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
+// later k ranges their k blocks
 __device__ __forceinline__ void add_release_gpu(int* p, int v) {
   asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-// SPLIT_OWNER: a non-reducing split's arrival releases its partial (no return value, no acquire)
-__device__ __forceinline__ void arrive_release_gpu(int* p) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(p) : "memory");
 }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -472,10 +472,10 @@ struct Stream {
   int tiles, dp, nk;
   unsigned iters;  // `requires`: iters * grid < 2^32, so the ranges' bounds take 32-bit divisions (64-bit ones are calls)
 };
-__device__ __forceinline__ Stream stream_of(int Mk, int Nk, int K) {
+__device__ __forceinline__ Stream stream_of(int units, int K) {  // (STREAMK: a unit is a tile, no split, no pairs)
   Stream st{};
   if (STREAMK) {
-    st.tiles = cdiv(Mk, BM) * cdiv(Nk, BN);
+    st.tiles = units;
     const int g = static_cast<int>(gridDim.x), r = st.tiles % g;
     st.dp = r == 0 ? st.tiles : max(st.tiles - r - g, 0);
     st.nk = cdiv(K, BK);
@@ -578,12 +578,9 @@ __device__ __forceinline__ int cluster_spread(int b) {
   const int j = k % GPC_SPREAD;
   return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
 }
-// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
-// PANEL: b * units / grid in 32 bits (units < 2^22 by `requires`, b <= grid <= the SM count < 2^10), not a 64-bit
-// division's call on the way to the first load (0.36 us of the prologue, H200 trace)
-__device__ __forceinline__ int panel_bound(int units, unsigned b) {
-  return static_cast<int>(b * static_cast<unsigned>(units) / gridDim.x);
-}
+// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share:
+// b * units / grid in 32 bits (units < 2^22, grid < 2^10), as a 64-bit division's call delays the first load
+__device__ __forceinline__ int panel_bound(int units, unsigned b) { return b * static_cast<unsigned>(units) / gridDim.x; }
 __device__ __forceinline__ int unit_first(int units, const Stream& st) {
   if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
   if (STREAMK) return stream_first(st);
@@ -774,6 +771,7 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
 // instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
 // EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
+static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -889,7 +887,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
   const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
-  const Stream sk = stream_of(Mk, Nk, K);
+  const Stream sk = stream_of(units, K);
   const int u_end = unit_end(units, sk);
 
   // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
@@ -1267,7 +1265,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
+        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
@@ -1286,26 +1284,25 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
-          int* arrivals = counters + COUNTER_INTS * w.tile;
-          // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
-          // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
-          const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {
+          int* arrivals = counters + w.tile;
+          if (SPLIT_RS) {
+            // read before our arrival, the count is in [n, n + SPLIT_K) for the launch's base n (a multiple of
+            // SPLIT_K): the tile is complete at n + SPLIT_K (mod RS_WRAP)
+            const unsigned seen = static_cast<unsigned>(ld_relaxed_gpu(arrivals));
+            const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
+            inc_release_gpu(arrivals);
+            while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32);
+          } else if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
             } else {
-              arrive_release_gpu(arrivals);
+              add_release_gpu(arrivals, 1);
             }
             s_last = owner;
           } else {
             s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
             if (s_last) *arrivals = 0;
-          }
-          if (SPLIT_RS) {
-            if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
-            else
-              while (ld_acquire_gpu(arrivals + 1) == g0) __nanosleep(32);
           }
         }
         consumer_sync();

@@ -10,6 +10,7 @@ grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cd
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
 workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
+cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
@@ -17,7 +18,6 @@ tensor_maps:
   - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
   - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
   - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
-cooperative: true   # wgmma_sm90's: STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
@@ -36,6 +36,8 @@ cooperative: true   # wgmma_sm90's: STREAMK or SPLIT_RS or (SPLIT_OWNER and PERS
 //   release arrivals and adds theirs in order. Deadlock-free: a split waits only for lower-numbered units, which a
 //   persistent grid takes in increasing order and a one-unit-per-CTA grid dispatches first (pairs: GPC stripes, so at
 //   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
+// SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
+//   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
 //   own slots, sums splits in order and stores its slice. No workspace, no ticket.
@@ -132,8 +134,8 @@ static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI 
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
+              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
@@ -173,8 +175,7 @@ static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
               "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
 static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
-// split-K: one counter per tile in the workspace, the arrivals (SPLIT_RS: a count that wraps at RS_WRAP)
-// SPLIT_RS: each launch adds SPLIT_K to a tile's count, which `red.inc` wraps to 0 at this multiple of SPLIT_K
+// split-K: one counter per tile in the workspace (SPLIT_RS: +SPLIT_K per launch, wrapped by `red.inc` at RS_WRAP)
 constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
@@ -349,17 +350,12 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   return v;
 }
 // SPLIT_RS: an arrival that releases its partial and steps the tile's count, wrapping at RS_WRAP (0 after RS_WRAP - 1)
-__device__ __forceinline__ void inc_release_gpu(unsigned* p) {
+__device__ __forceinline__ void inc_release_gpu(int* p) {
   asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(RS_WRAP - 1) : "memory");
 }
-__device__ __forceinline__ unsigned ld_acquire_gpu_u32(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned ld_relaxed_gpu_u32(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
 // An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
@@ -775,6 +771,7 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
 // instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
 // EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
+static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -1289,15 +1286,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (threadIdx.x == 128) {
           int* arrivals = counters + w.tile;
           if (SPLIT_RS) {
-            // the tile's splits wait for each other (the grid is one wave, `requires`) on one count: read before our
-            // own arrival it lies in [n, n + SPLIT_K - 1] for the launch's base n (a multiple of SPLIT_K: earlier
-            // launches completed), so the tile is complete when it reads n + SPLIT_K (mod RS_WRAP). Every split
-            // arrives with a release and polls with acquire loads: no split waits on another's second hop.
-            unsigned* count = reinterpret_cast<unsigned*>(arrivals);
-            const unsigned seen = ld_relaxed_gpu_u32(count);
+            // read before our arrival, the count is in [n, n + SPLIT_K) for the launch's base n (a multiple of
+            // SPLIT_K): the tile is complete at n + SPLIT_K (mod RS_WRAP)
+            const unsigned seen = static_cast<unsigned>(ld_relaxed_gpu(arrivals));
             const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
-            inc_release_gpu(count);
-            while (ld_acquire_gpu_u32(count) != done) __nanosleep(32);
+            inc_release_gpu(arrivals);
+            while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32);
           } else if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
