@@ -317,6 +317,7 @@ SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path[:0] = [{tests!r}, {root!r}]
     from test_sweep import ShapeFake, CachingFakeCompiler, make_cfg
+    from evo.errors import cli_entry
     from evo.problem import parse_shape
     from evo.sweep import run_sweep
     from pathlib import Path
@@ -328,36 +329,42 @@ SCRIPT = textwrap.dedent("""
             return super().call(op, timeout_s, **kw)
 
     cfg = make_cfg(Path({tmp!r}))
-    o = run_sweep([parse_shape(s) for s in {shapes!r}], cfg, device_ids=[0], worker_factory=Slow,
-                  compiler=CachingFakeCompiler())
-    sys.exit(o.exit_code)
+    main = cli_entry(lambda argv: run_sweep([parse_shape(s) for s in {shapes!r}], cfg, device_ids=[0],
+                                            worker_factory=Slow, compiler=CachingFakeCompiler()).exit_code)
+    sys.exit(main(None))
 """)
 
 
-def test_resume_after_sigkill(tmp_path):
+def start_until_a_shape_is_done(tmp_path: Path) -> subprocess.Popen:
+    """SCRIPT's sweep started in a process of its own, returned once a shape of it is done (still running)."""
     script = tmp_path / "sweep_script.py"
     script.write_text(SCRIPT.format(tests=str(TESTS), root=str(ROOT), tmp=str(tmp_path), shapes=SHAPES))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     done = 0
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            if (tmp_path / "evo.db").exists():
-                store = Store(tmp_path / "evo.db")
-                try:
-                    done = store.db.execute("SELECT COUNT(*) FROM sweep_shapes WHERE status='done'").fetchone()[0]
-                except Exception:
-                    done = 0
-                store.close()
-                if done >= 1:
-                    break
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()[0]
-        os.kill(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait(timeout=30)
-    assert 1 <= done < 4
-    rerun = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    while time.monotonic() < deadline and proc.poll() is None and done < 1:
+        if (tmp_path / "evo.db").exists():
+            store = Store(tmp_path / "evo.db")
+            try:
+                done = store.db.execute("SELECT COUNT(*) FROM sweep_shapes WHERE status='done'").fetchone()[0]
+            except Exception:
+                done = 0
+            store.close()
+        time.sleep(0.1)
+    if proc.poll() is not None or not done:
+        proc.kill()
+        raise AssertionError("the sweep ended or no shape was done within 60 s: " + "".join(proc.communicate()))
+    return proc
+
+
+def test_resume_after_sigkill(tmp_path):
+    proc = start_until_a_shape_is_done(tmp_path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    done = [r for r in sweep_rows(make_cfg(tmp_path)).values() if r.status == "done"]
+    assert 1 <= len(done) < 4
+    rerun = subprocess.run([sys.executable, str(tmp_path / "sweep_script.py")], capture_output=True, text=True,
+                           timeout=120)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert "already done" in rerun.stdout and "4 of 4 shapes done" in rerun.stdout
     assert all(r.status == "done" for r in sweep_rows(make_cfg(tmp_path)).values())
@@ -366,27 +373,9 @@ def test_resume_after_sigkill(tmp_path):
 def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
     """`kill`, `timeout` and batch schedulers send SIGTERM: the sweep stops in order (its summary, the shapes done
     kept, one line, exit 143) instead of dying mid-write, and a rerun resumes."""
-    script = tmp_path / "sweep_script.py"
-    body = SCRIPT.format(tests=str(TESTS), root=str(ROOT), tmp=str(tmp_path), shapes=SHAPES)
-    run = body[body.index("o = run_sweep("):body.index("sys.exit(")]  # the same sweep, through the CLIs' entry wrapper
-    body = body.replace(run + "sys.exit(o.exit_code)", "from evo.errors import cli_entry\n"
-                        f"sys.exit(cli_entry(lambda argv: {run.removeprefix('o = ').strip()}.exit_code)(None))")
-    script.write_text(body)
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    done = 0
+    proc = start_until_a_shape_is_done(tmp_path)
+    os.kill(proc.pid, signal.SIGTERM)
     try:
-        while time.monotonic() < deadline and proc.poll() is None and done < 1:
-            if (tmp_path / "evo.db").exists():
-                store = Store(tmp_path / "evo.db")
-                try:
-                    done = store.db.execute("SELECT COUNT(*) FROM sweep_shapes WHERE status='done'").fetchone()[0]
-                except Exception:
-                    done = 0
-                store.close()
-            time.sleep(0.1)
-        assert proc.poll() is None and done >= 1
-        os.kill(proc.pid, signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -396,7 +385,8 @@ def test_sigterm_stops_the_sweep_as_ctrl_c_does(tmp_path):
     assert "was INTERRUPTED" in out and "shapes done" in out
     rows = sweep_rows(make_cfg(tmp_path))
     assert 1 <= len(rows) < 4 and all(r.status == "done" for r in rows.values())
-    rerun = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    rerun = subprocess.run([sys.executable, str(tmp_path / "sweep_script.py")], capture_output=True, text=True,
+                           timeout=120)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert f"{len(rows)} already done" in rerun.stdout and "4 of 4 shapes done" in rerun.stdout
 
