@@ -28,7 +28,7 @@ from .kernel import KernelSource
 from .ltgemm import algorithm_from_detail
 from .problem import GpuInfo, Problem, parse_shape
 from .progress import Progress
-from .proposers.base import Proposal, ProposalContext, is_start
+from .proposers.base import Proposal, ProposalContext, is_fitted_start, is_start
 from .proposers.library_tiles import algorithm_proposals, library_tile_proposals
 from .proposers.neighbours import nearest_winners, serving, table_neighbours
 from .proposers.transposed import transposed_proposals, transposed_shape
@@ -154,7 +154,8 @@ class Search:
         self.seed_sources = list(seed_sources or [])
         self.neighbour_seeds: list[str] = []  # kernels of other shapes this run offered (seed_sources, the table's nearest rows)
         self.deferred: list[tuple[KernelSource, Proposal]] = []  # slow children compiling in the background (_defer_slow)
-        self.must_time: set[str] = set()  # deferred seeds and starts: timed however the search stops (timed_past_budget)
+        self.must_time: set[str] = set()  # deferred seeds and starts: timed however the search stops (timed_past_budget;
+        # a start refitted to the shape still compiling at a time or convergence stop is not: _time_deferred)
         self.typical_compile_s: dict[str, float] = {}  # family -> its family.yaml compile_s (before the archive knows)
         self.family_names: list[str] = []  # the families this search proposes from (set when it runs)
         self.resumed = False  # the archive held candidates of this shape when it started (set when it runs)
@@ -578,7 +579,8 @@ class Search:
           not proposed, and so are those whose family's compile would end after the budget, at `deadline` on
           time.monotonic()'s clock).
         - Seeds and starts (timed_past_budget) all wait, in self.must_time: timed when they land, and before the search
-          stops however it stops. A fresh machine's CUTLASS seeds held the first generation ~80 s (docs/perf-search.md).
+          stops however it stops (but a refitted start still compiling then: _time_deferred). A fresh machine's
+          CUTLASS seeds held the first generation ~80 s (docs/perf-search.md).
         Where nothing else would be timed meanwhile, nothing is deferred (the deferred ones are compiled here and
         waited for): a search of slow families only does not spin through generations. A resumed search's seed round
         of slow seeds alone (generation 0: its quick seeds were timed before it was killed) is deferred all the
@@ -634,25 +636,31 @@ class Search:
                        run_id: int) -> list[Individual]:
         """When the search stops: the slow compiles still in the background (self.deferred), waited for as their
         generation would have. The seeds and starts among them (self.must_time) are timed however the search stopped
-        (timed_past_budget). The children: all of them where the search stopped on a count (candidates, tokens);
-        where its time budget is spent (time_spent(): a reason, or "") none; where it converged (no gain beyond its
-        noise for a while) those already compiled, and no wait on nvcc for the rest (a converged 5-minute mission
-        search held the GPU ~70 s for 14 CUTLASS children, all slower: docs/perf-search.md). Those left untimed that
-        no worker has started are withdrawn from the queue (a sweep's next shapes need it); the running ones land in
-        the cache."""
+        (timed_past_budget), except a start the prior refitted to the shape whose compile has not landed where the
+        time is spent or the search converged: an instance never measured, a guess as a child is (55 refitted
+        CUTLASS starts in five H200 sweep archives: the three still in nvcc at the end held the GPU 7-44 s each and
+        were 1.24-1.32x slower than their search's best; docs/perf-search.md). The children: all of them where the
+        search stopped on a count (candidates, tokens); where its time budget is spent (time_spent(): a reason, or
+        "") none; where it converged (no gain beyond its noise for a while) those already compiled, and no wait on
+        nvcc for the rest (a converged 5-minute mission search held the GPU ~70 s for 14 CUTLASS children, all
+        slower: docs/perf-search.md). Those left untimed that no worker has started are withdrawn from the queue (a
+        sweep's next shapes need it); the running ones land in the cache, for the shape's next search."""
         late, self.deferred = self.deferred, []
         must = [kp for kp in late if kp[0].hash in self.must_time]
         rest = [kp for kp in late if kp[0].hash not in self.must_time]
         spent = bool(time_spent())
         converged = not spent and stop.startswith(Convergence.REASON)
-        left = (rest if spent else [kp for kp in rest if not self.compiler.is_cached(kp[0], info.arch)] if converged
-                else [])
+        compiling = {ks.hash for ks, _ in late if not self.compiler.is_cached(ks, info.arch)}
+        left = (rest if spent else [kp for kp in rest if kp[0].hash in compiling] if converged else [])
+        if spent or converged:
+            left += [kp for kp in must if is_fitted_start(kp[1]) and kp[0].hash in compiling]
         why = "time budget spent" if spent else "converged, still compiling"
         if left:
             n = self.ahead.withdraw({ks.hash for ks, _ in left}, info.arch) if self.ahead is not None else 0
             prog.line(f"{len(left)} slow compiles left untimed ({why}; {n} not started are dropped, "
                       "the running ones land in the cache)")
             gone = {ks.hash for ks, _ in left}
+            must = [kp for kp in must if kp[0].hash not in gone]
             rest = [kp for kp in rest if kp[0].hash not in gone]
         if not (must or rest):
             return []

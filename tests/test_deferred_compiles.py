@@ -306,6 +306,43 @@ def test_a_converged_search_times_the_children_compiled_and_does_not_wait_for_th
     assert {i.hash for i in got} == {seed[0].hash, child[0].hash} and not withdrawn, log
 
 
+def _with_a_fitted_start(tmp_path, spent, stop="converged: best 20.00 us has not improved", landed=False):
+    """_stopping's search, plus a start the prior refitted to the shape and an unmodified start, both slow and
+    deferred in generation 1, neither landed (with `landed` the refitted one has)."""
+    got, log, withdrawn, child, seed, s = _stopping(tmp_path, spent, stop)
+    fitted = _kernel("slowtoy", 32, 2, idea="slowtoy start instance 2 fitted to the shape (TILE 16->32; estimate 9.0 us)")
+    start = _kernel("slowtoy", 32, 4, idea="slowtoy start instance 3")
+    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    assert s._defer_slow([fitted, start, _kernel("toy", 8, 4)], 1, "sm_90a", seconds)[0][0].meta.family == "toy"
+    assert {fitted[0].hash, start[0].hash} <= s.must_time  # both are starts: timed past the budget while they land
+    if landed:
+        s.compiler.compile(fitted[0], "sm_90a")
+    withdrawn.clear()
+    s.out = io.StringIO()
+    prog = Progress(budget_s=60.0, stream=s.out)
+    prog.best_us, prog.generation = 20.0, 6
+    worker = FakeWorker(s.cfg)
+    worker.start()
+    got = s._time_deferred(stop, worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
+    return {i.hash for i in got}, s.out.getvalue(), withdrawn, fitted, start
+
+
+def test_a_refitted_start_still_compiling_at_the_end_is_not_waited_for(tmp_path):
+    # time spent or converged: the refitted start (never measured anywhere: a guess) is withdrawn like a child, the
+    # unmodified start is waited for and timed past the budget as ever
+    for spent in (True, False):
+        got, log, withdrawn, fitted, start = _with_a_fitted_start(tmp_path / str(spent), spent)
+        assert got == {start[0].hash} and withdrawn == [{fitted[0].hash}], log
+        assert "1 slow compiles left untimed" in log, log
+    # compiled by the time the search stops: timing it costs the GPU a moment, so it is timed
+    got, log, withdrawn, fitted, start = _with_a_fitted_start(tmp_path / "landed", spent=True, landed=True)
+    assert got == {fitted[0].hash, start[0].hash} and not withdrawn, log
+    # stopped on a count: everything deferred is timed, the refitted start too
+    got, log, withdrawn, fitted, start = _with_a_fitted_start(tmp_path / "count", spent=False,
+                                                              stop="candidate budget spent")
+    assert got == {fitted[0].hash, start[0].hash} and not withdrawn, log
+
+
 def test_slow_seeds_are_timed_however_the_search_goes(tmp_path, monkeypatch):
     # a whole search with a tiny time budget and two slow seeds that never land in the background: both are timed
     monkeypatch.setattr(Store, "compile_seconds", lambda self, arch: {"slowtoy": 50.0, "toy": 0.01})

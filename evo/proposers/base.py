@@ -24,8 +24,10 @@ class Proposal:
     demoted: bool = False  # a start the guide predicted far slower than the generation's best (evo.guide.Guide.choose)
 
 
-# what the mutate proposer calls a family's default and known-good starts (family.yaml `starts`)
+# what the mutate proposer calls a family's default and known-good starts (family.yaml `starts`), and a start whose
+# tile or K split the prior moved to fit the shape
 START_IDEAS = ("default instance", "start instance")
+FITTED = "fitted to the shape"
 
 
 def is_start(p: Proposal) -> bool:
@@ -33,6 +35,12 @@ def is_start(p: Proposal) -> bool:
     budget, unless the guide demoted it (predicted far slower than the best proposal on this shape: it then competes
     for a compile slot like any proposal)."""
     return not p.demoted and any(s in p.idea for s in START_IDEAS)
+
+
+def is_fitted_start(p: Proposal) -> bool:
+    """A start refitted to the shape by the prior: a start, but its instance was never measured anywhere (a guess, as a
+    child is)."""
+    return is_start(p) and FITTED in p.idea
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..families import Family
 from ..select import Selector
-from .base import Proposal, ProposalContext, is_start, known_hashes
+from .base import FITTED, Proposal, ProposalContext, is_start, known_hashes
 
 TILE_PAIRS = (("BM", "BN"), ("TILE_M", "TILE_N"))
 SPLITS = ("SPLIT_K", "G", "KS", "CLK", "SPLITS")
@@ -160,7 +160,7 @@ class MutateProposer:
                 if per_family.get(fam.name, 0) >= 2:
                     continue
                 moved = ", ".join(f"{k} {start.get(k)}->{v}" for k, v in p.items() if start.get(k) != v)
-                if add(fam, p, (), f"{fam.name} start instance {i} fitted to the shape ({moved}; estimate {us:.1f} us)"):
+                if add(fam, p, (), f"{fam.name} start instance {i} {FITTED} ({moved}; estimate {us:.1f} us)"):
                     per_family[fam.name] = per_family.get(fam.name, 0) + 1
         if self.prior is not None and self.prior_top and ctx.problem.key not in self._prior_done:
             from ..prior import diverse_top
