@@ -14,7 +14,7 @@ from evo.compile import Compiler, host_library
 from evo.config import load_config
 from evo.errors import EvoError
 from evo.gpu.host_launch import HostLibrary
-from evo.gpu.host_sandbox import MAGIC, SandboxedHostLibrary, _frame, _read_frame
+from evo.gpu.host_sandbox import MAGIC, SandboxedHostLibrary, SandboxSpares, _frame, _read_frame
 from evo.kernel import KernelSource
 from evo.problem import parse_shape
 
@@ -125,6 +125,42 @@ def test_prints_of_the_host_code_do_not_reach_the_replies(lib):
     assert lib.query(P, 132, (16, 0)).grid == (13, 7, 1)
 
 
+@pytest.mark.nvcc
+def test_a_spare_process_started_ahead_serves_the_next_library_alone(hostile_so):
+    """SandboxSpares: the process for the next candidate library starts (interpreter, imports, context) while this
+    one works; taken, it loads that library only then, answers like a cold start, stays stopped between requests, has
+    the no-spawn filter, and is killed with its library. Each library still gets a process of its own."""
+    spares = SandboxSpares()
+    t0 = time.monotonic()
+    first = SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares)  # no spare yet: a cold start
+    cold_s = time.monotonic() - t0
+    spare = spares._spare[1].pid
+    assert spare != first.proc.pid
+    time.sleep(max(1.0, 3 * cold_s))  # the spare is up and waiting
+    assert hostile_so not in Path(f"/proc/{spare}/maps").read_text()  # no candidate code in it before it is taken
+    t0 = time.monotonic()
+    second = SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares)
+    warm_s = time.monotonic() - t0
+    assert second.proc.pid == spare and spares._spare[1].pid not in (spare, first.proc.pid)
+    assert warm_s < cold_s / 2, (warm_s, cold_s)  # the start was paid ahead
+    assert second.note == "" and second.query(P, 132, (16, 0)) == HostLibrary(hostile_so).query(P, 132, (16, 0))
+    with pytest.raises(EvoError, match=r"fork -1 errno 1\b"):
+        second.query(P, 132, (16, 7))
+    first.query(P, 132, (16, 5))  # a thread counting in the first library's process only
+    with pytest.raises(EvoError, match=r"ticks 0\b"):
+        second.query(P, 132, (16, 6))
+    assert state(spare) == "T"
+    second.close()
+    assert not Path(f"/proc/{spare}").exists() or state(spare) == "Z"
+    nxt = spares._spare[1].pid
+    assert spares.take(7) is None  # waiting for another device: not used (killed), and a new one started
+    assert not Path(f"/proc/{nxt}").exists() or state(nxt) == "Z"
+    last = spares._spare[1]
+    spares.close()
+    first.close()
+    assert last.poll() is not None and spares._spare is None
+
+
 def test_a_missing_library_is_one_line(tmp_path):
     with pytest.raises(EvoError, match="cannot load the host library"):
         SandboxedHostLibrary(str(tmp_path / "nowhere.so"))
@@ -222,12 +258,12 @@ def test_load_kernel_sandboxes_host_code_only_when_asked(monkeypatch):
 
     made = []
     monkeypatch.setattr(hl, "HostLibrary", lambda path: made.append(("here", path)) or types.SimpleNamespace())
-    monkeypatch.setattr(hs, "SandboxedHostLibrary",
-                        lambda path, device=None: made.append(("sandbox", path, device)) or types.SimpleNamespace())
+    monkeypatch.setattr(hs, "SandboxedHostLibrary", lambda path, device=None, spares=None:
+                        made.append(("sandbox", path, device, spares)) or types.SimpleNamespace())
     monkeypatch.setattr(hl.HostLaunchedKernel, "_set_up", lambda self, *a: None)
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
         cuda=types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 3))))
     ks = KernelSource.parse((DATA / "naive_host.cu").read_text())
-    hl.load_kernel(ks, "/x/k.cubin", P, 132, 227 * 1024, isolate_host=True)
+    hl.load_kernel(ks, "/x/k.cubin", P, 132, 227 * 1024, isolate_host=True, spares="the worker's spares")
     hl.load_kernel(ks, "/x/k.cubin", P, 132, 227 * 1024)
-    assert made == [("sandbox", "/x/k.so", 3), ("here", "/x/k.so")]
+    assert made == [("sandbox", "/x/k.so", 3, "the worker's spares"), ("here", "/x/k.so")]

@@ -274,9 +274,10 @@ class HostLaunchedKernel:
     Same interface as evo.gpu.launch.LoadedKernel (call with A, B, C; close())."""
 
     def __init__(self, ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int,
-                 fresh: bool = True, pdl: bool = False, isolate: bool = False):
+                 fresh: bool = True, pdl: bool = False, isolate: bool = False, spares: Any = None):
         """isolate: the host code runs in a sandbox process (evo.gpu.host_sandbox), as the evaluator wants for a
-        candidate; without it the library is loaded here (a published kernel served by evo.dispatch)."""
+        candidate, taken from `spares` (a host_sandbox.SandboxSpares) where given; without it the library is loaded
+        here (a published kernel served by evo.dispatch)."""
         self.ks = ks
         self.problem = problem
         self.num_sms = num_sms
@@ -289,7 +290,8 @@ class HostLaunchedKernel:
 
             import cupy
 
-            self.lib: HostLibrary | Any = SandboxedHostLibrary(host_library(cubin_path), device=cupy.cuda.runtime.getDevice())
+            self.lib: HostLibrary | Any = SandboxedHostLibrary(host_library(cubin_path), device=cupy.cuda.runtime.getDevice(),
+                                                               spares=spares)
         else:
             self.lib = HostLibrary(host_library(cubin_path))
         try:
@@ -387,11 +389,13 @@ class HostLaunchedKernel:
 
 
 def load_kernel(ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int,
-                isolate_host: bool = False, **kw: Any):
+                isolate_host: bool = False, spares: Any = None, **kw: Any):
     """The launcher the candidate's ABI asks for: HostLaunchedKernel for ``launch: host`` (its host code in a
-    sandbox process with ``isolate_host``), else LoadedKernel (keyword arguments, e.g. ``fresh``, go to either)."""
+    sandbox process with ``isolate_host``, taken from ``spares`` where given), else LoadedKernel (keyword arguments,
+    e.g. ``fresh``, go to either)."""
     if ks.meta.launch == "host":
-        return HostLaunchedKernel(ks, cubin_path, problem, num_sms, smem_limit, isolate=isolate_host, **kw)
+        return HostLaunchedKernel(ks, cubin_path, problem, num_sms, smem_limit, isolate=isolate_host, spares=spares,
+                                  **kw)
     from .launch import LoadedKernel
 
     return LoadedKernel(ks, cubin_path, problem, num_sms, smem_limit, **kw)

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from ..defences import defences_off
 from ..errors import EvoError
@@ -42,6 +43,7 @@ from .host_launch import PARAMS_CAP, EvoHostLaunch, HostGeometry, HostLibrary, b
 from .no_spawn import forbid_new_processes
 
 MAGIC = b"EVOH"
+SPARE = "--spare"  # in the library's place on the command line: a process started ahead (SandboxSpares)
 MAX_MESSAGE = 4096
 STRUCT_BYTES = ctypes.sizeof(EvoHostLaunch)
 
@@ -93,23 +95,23 @@ def _die_with_parent(parent: int) -> None:
 class SandboxedHostLibrary:
     """HostLibrary's interface (query, params), answered by the library loaded in a stopped child process."""
 
-    def __init__(self, path: str, timeout_s: float = 30.0, device: int | None = None):
+    def __init__(self, path: str, timeout_s: float = 30.0, device: int | None = None,
+                 spares: SandboxSpares | None = None):
         """device: the CUDA device whose primary context the sandbox makes current (its own, in its own process:
-        the driver's tensor-map encoder wants one); None for none (host code that makes no driver call)."""
+        the driver's tensor-map encoder wants one); None for none (host code that makes no driver call).
+        spares: where a process started ahead waits (SandboxSpares): this library takes it and a new one starts for
+        the next, so the Python start and the context are paid off the caller's path."""
         self.path = path
         self.timeout_s = timeout_s
-        self._err = tempfile.TemporaryFile()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # the folder holding the evo package
-        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        try:
-            argv = [sys.executable, "-m", "evo.gpu.host_sandbox", path] + ([] if device is None else [str(int(device))])
-            argv.insert(3, f"--parent={os.getpid()}")
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, env=env,
-                                         start_new_session=True)
-        except OSError as e:
-            raise EvoError(f"cannot start the host-code sandbox: {e}") from None
         self.note = ""  # the ready frame's message: why the sandbox could not forbid new processes, if it could not
+        spare = spares.take(device) if spares is not None else None
+        self.proc, self._err = spare if spare is not None else _start(path, device)
+        if spare is not None:  # a process waiting with no library yet: this one's path is its first line
+            try:
+                self.proc.stdin.write((json.dumps({"op": "load", "path": path}) + "\n").encode())
+                self.proc.stdin.flush()
+            except OSError:
+                pass  # gone: the ready frame's read below says how
         self._request(None)  # the library loaded (or why not)
 
     def _request(self, req: dict | None) -> tuple[int, bytes, bytes]:
@@ -172,24 +174,79 @@ class SandboxedHostLibrary:
 
     def close(self) -> None:
         p, self.proc = getattr(self, "proc", None), None
+        err, self._err = getattr(self, "_err", None), None
         if p is not None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # its session: threads and any children it started
-            except (ProcessLookupError, PermissionError):
-                pass
-            p.wait()
-            for f in (p.stdin, p.stdout):
-                try:
-                    f.close()
-                except OSError:
-                    pass
-        err = getattr(self, "_err", None)
-        if err is not None:
+            _kill(p, err)
+        elif err is not None:
             err.close()
-            self._err = None
 
     def __del__(self) -> None:
         self.close()
+
+
+def _start(path: str | None, device: int | None) -> tuple[subprocess.Popen, Any]:
+    """A sandbox process for the library at `path`, or with None one that starts (its interpreter, the device's
+    context) and waits for the path on its first line: a spare (SandboxSpares). Its stderr goes to a temporary file."""
+    err = tempfile.TemporaryFile()
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])  # the folder holding the evo package
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    argv = [sys.executable, "-m", "evo.gpu.host_sandbox", f"--parent={os.getpid()}", path or SPARE] \
+        + ([] if device is None else [str(int(device))])
+    try:
+        return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env,
+                                start_new_session=True), err
+    except OSError as e:
+        err.close()
+        raise EvoError(f"cannot start the host-code sandbox: {e}") from None
+
+
+class SandboxSpares:
+    """One sandbox process started ahead for the next candidate library, per worker. Starting one (an interpreter, its
+    imports, the device's primary context) took most of a CUTLASS candidate's evaluation: a median 0.75 s against
+    0.04 s for a kernel launched without host code, two or more starts per evaluation (every phase loads the
+    candidate anew), 76 % of a sweep's evaluation time on an H200 (docs/perf-search.md). The spare holds no
+    candidate code until it is taken: each library still gets a process of its own, loaded only then, stopped between
+    requests and killed with its kernel."""
+
+    def __init__(self) -> None:
+        self._spare: tuple[int | None, subprocess.Popen, Any] | None = None
+
+    def take(self, device: int | None) -> tuple[subprocess.Popen, Any] | None:
+        """The waiting process for `device` (None where there is none, or it died, or waits for another device), and
+        the next one started."""
+        spare, self._spare = self._spare, None
+        if spare is not None and (spare[0] != device or spare[1].poll() is not None):
+            _kill(spare[1], spare[2])
+            spare = None
+        try:
+            self._spare = (device, *_start(None, device))
+        except EvoError:
+            self._spare = None  # none ahead: the next library starts its own (and says why if that fails too)
+        return None if spare is None else (spare[1], spare[2])
+
+    def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            _kill(spare[1], spare[2])
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _kill(proc: subprocess.Popen, err: Any) -> None:
+    """A sandbox process and its session gone, its pipes and stderr file closed."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # its session: threads and any children it started
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    for f in (proc.stdin, proc.stdout, err):
+        try:
+            if f is not None:
+                f.close()
+        except OSError:
+            pass
 
 
 def _context(device: int) -> None:
@@ -206,13 +263,23 @@ def _context(device: int) -> None:
         cu.cuCtxSetCurrent(ctx)
 
 
-def serve(path: str, device: int | None = None, parent: int = 0) -> int:
-    """The sandbox process: load the library, then answer requests until stdin closes."""
+def serve(path: str | None, device: int | None = None, parent: int = 0) -> int:
+    """The sandbox process: load the library, then answer requests until stdin closes. path None: a spare, which
+    makes the device's context current first and then reads the library's path from its first line."""
     _die_with_parent(parent)
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # the library's prints go to stderr, never into a reply
     if device is not None:
         _context(device)
+    if path is None:
+        first = sys.stdin.buffer.readline()
+        if not first:
+            return 0  # never taken
+        try:
+            path = str(json.loads(first)["path"])
+        except (ValueError, KeyError, TypeError) as e:
+            out.write(_frame(1, message=f"bad request: {e}"))
+            return 0
     # no process of the library's outlives the candidate: it cannot start one (the driver's own threads, started
     # above, and the library's threads are unaffected); the ready frame says why if the filter could not be installed
     guard = "" if "host_no_spawn" in defences_off() else forbid_new_processes()
@@ -242,6 +309,6 @@ if __name__ == "__main__":
     argv = sys.argv[1:]
     parent = int(argv.pop(0).split("=", 1)[1]) if argv and argv[0].startswith("--parent=") else 0
     if len(argv) not in (1, 2):
-        sys.stderr.write("usage: python -m evo.gpu.host_sandbox [--parent=PID] LIBRARY.so [DEVICE]\n")
+        sys.stderr.write(f"usage: python -m evo.gpu.host_sandbox [--parent=PID] (LIBRARY.so | {SPARE}) [DEVICE]\n")
         raise SystemExit(2)
-    raise SystemExit(serve(argv[0], int(argv[1]) if len(argv) == 2 else None, parent))
+    raise SystemExit(serve(None if argv[0] == SPARE else argv[0], int(argv[1]) if len(argv) == 2 else None, parent))

@@ -30,6 +30,7 @@ from ..timing import Contender, Timer, summarize  # noqa: E402
 from .device import gpu_info  # noqa: E402
 from .gpu_state import GpuState, describe_state, query_gpu_state  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
+from .host_sandbox import SandboxSpares  # noqa: E402
 from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
 from ..placements import MAX_PAD, input_sets, rotating, whole_rotations  # noqa: E402
@@ -62,6 +63,7 @@ class Session:
         self.seed = cfg.search.seed * 1000003 + int(time.time())  # fresh inputs every process
         self.off = defences_off(cfg.check.defences_off)  # tests only: defences switched off by name
         self._warm = False  # handle_warmup ran in this process
+        self.sandboxes = SandboxSpares()  # a host-code sandbox process started ahead for the next candidate library
 
     def _next_seed(self) -> int:
         self.seed += 1
@@ -189,7 +191,8 @@ class Session:
     def _launcher(self, ks: KernelSource, cubin: str, problem: Problem):
         """The kernel as the ABI launches it, with the evaluator's defences (fresh module, host-code sandbox)."""
         return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
-                           fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off)
+                           fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off,
+                           spares=self.sandboxes)
 
     def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
         """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
@@ -412,6 +415,14 @@ def serve(conn, cfg_dict: dict, device_id: int) -> None:
         conn.send(("error", f"GPU worker failed to start: {type(e).__name__}: {e}", True))
         return
     conn.send(("ok", session.info))
+    try:
+        _answer(conn, session)
+    finally:
+        session.sandboxes.close()
+
+
+def _answer(conn, session: Session) -> None:
+    """serve's requests until the pipe closes or a fatal error."""
     while True:
         try:
             msg = conn.recv()
