@@ -638,7 +638,7 @@ class Search:
         generation would have. The seeds and starts among them (self.must_time) are timed however the search stopped
         (timed_past_budget), except a start the prior refitted to the shape whose compile has not landed where the
         time is spent or the search converged: an instance never measured, a guess as a child is (55 refitted
-        CUTLASS starts in five H200 sweep archives: the three still in nvcc at the end held the GPU 7-44 s each and
+        CUTLASS starts in 35 searches of H200 sweeps: the three still in nvcc at the end held the GPU 7-44 s each and
         were 1.24-1.32x slower than their search's best; docs/perf-search.md). The children: all of them where the
         search stopped on a count (candidates, tokens); where its time budget is spent (time_spent(): a reason, or
         "") none; where it converged (no gain beyond its noise for a while) those already compiled, and no wait on
