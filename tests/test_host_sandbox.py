@@ -134,14 +134,14 @@ def test_a_spare_process_started_ahead_serves_the_next_library_alone(hostile_so)
     t0 = time.monotonic()
     first = SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares)  # no spare yet: a cold start
     cold_s = time.monotonic() - t0
-    spare = spares._spare[1].pid
+    spare = spares._spare.proc.pid
     assert spare != first.proc.pid
     time.sleep(max(1.0, 3 * cold_s))  # the spare is up and waiting
     assert hostile_so not in Path(f"/proc/{spare}/maps").read_text()  # no candidate code in it before it is taken
     t0 = time.monotonic()
     second = SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares)
     warm_s = time.monotonic() - t0
-    assert second.proc.pid == spare and spares._spare[1].pid not in (spare, first.proc.pid)
+    assert second.proc.pid == spare and spares._spare.proc.pid not in (spare, first.proc.pid)
     assert warm_s < cold_s / 2, (warm_s, cold_s)  # the start was paid ahead
     assert second.note == "" and second.query(P, 132, (16, 0)) == HostLibrary(hostile_so).query(P, 132, (16, 0))
     with pytest.raises(EvoError, match=r"fork -1 errno 1\b"):
@@ -152,10 +152,10 @@ def test_a_spare_process_started_ahead_serves_the_next_library_alone(hostile_so)
     assert state(spare) == "T"
     second.close()
     assert not Path(f"/proc/{spare}").exists() or state(spare) == "Z"
-    nxt = spares._spare[1].pid
+    nxt = spares._spare.proc.pid
     assert spares.take(7) is None  # waiting for another device: not used (killed), and a new one started
     assert not Path(f"/proc/{nxt}").exists() or state(nxt) == "Z"
-    last = spares._spare[1]
+    last = spares._spare.proc
     spares.close()
     first.close()
     assert last.poll() is not None and spares._spare is None

@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..compile import host_library
 from ..errors import EvoError
 from ..kernel import ENTRY, KernelSource
 from ..problem import Problem
+
+if TYPE_CHECKING:  # (host_sandbox imports this module)
+    from .host_sandbox import SandboxSpares
 
 ABI_VERSION = 1
 MAX_FILLS = 4
@@ -274,7 +277,8 @@ class HostLaunchedKernel:
     Same interface as evo.gpu.launch.LoadedKernel (call with A, B, C; close())."""
 
     def __init__(self, ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int,
-                 fresh: bool = True, pdl: bool = False, isolate: bool = False, spares: Any = None):
+                 fresh: bool = True, pdl: bool = False, isolate: bool = False,
+                 spares: SandboxSpares | None = None):
         """isolate: the host code runs in a sandbox process (evo.gpu.host_sandbox), as the evaluator wants for a
         candidate, taken from `spares` (a host_sandbox.SandboxSpares) where given; without it the library is loaded
         here (a published kernel served by evo.dispatch)."""
@@ -389,7 +393,7 @@ class HostLaunchedKernel:
 
 
 def load_kernel(ks: KernelSource, cubin_path: str, problem: Problem, num_sms: int, smem_limit: int,
-                isolate_host: bool = False, spares: Any = None, **kw: Any):
+                isolate_host: bool = False, spares: SandboxSpares | None = None, **kw: Any):
     """The launcher the candidate's ABI asks for: HostLaunchedKernel for ``launch: host`` (its host code in a
     sandbox process with ``isolate_host``, taken from ``spares`` where given), else LoadedKernel (keyword arguments,
     e.g. ``fresh``, go to either)."""

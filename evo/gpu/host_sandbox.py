@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +202,13 @@ def _start(path: str | None, device: int | None) -> tuple[subprocess.Popen, Any]
         raise EvoError(f"cannot start the host-code sandbox: {e}") from None
 
 
+@dataclass
+class _Spare:
+    device: int | None  # whose primary context it made current
+    proc: subprocess.Popen
+    err: Any            # its stderr's temporary file
+
+
 class SandboxSpares:
     """One sandbox process started ahead for the next candidate library, per worker. Starting one (an interpreter, its
     imports, the device's primary context) took most of a CUTLASS candidate's evaluation: a median 0.75 s against
@@ -210,25 +218,25 @@ class SandboxSpares:
     requests and killed with its kernel."""
 
     def __init__(self) -> None:
-        self._spare: tuple[int | None, subprocess.Popen, Any] | None = None
+        self._spare: _Spare | None = None
 
     def take(self, device: int | None) -> tuple[subprocess.Popen, Any] | None:
         """The waiting process for `device` (None where there is none, or it died, or waits for another device), and
         the next one started."""
         spare, self._spare = self._spare, None
-        if spare is not None and (spare[0] != device or spare[1].poll() is not None):
-            _kill(spare[1], spare[2])
+        if spare is not None and (spare.device != device or spare.proc.poll() is not None):
+            _kill(spare.proc, spare.err)
             spare = None
         try:
-            self._spare = (device, *_start(None, device))
+            self._spare = _Spare(device, *_start(None, device))
         except EvoError:
             self._spare = None  # none ahead: the next library starts its own (and says why if that fails too)
-        return None if spare is None else (spare[1], spare[2])
+        return None if spare is None else (spare.proc, spare.err)
 
     def close(self) -> None:
         spare, self._spare = self._spare, None
         if spare is not None:
-            _kill(spare[1], spare[2])
+            _kill(spare.proc, spare.err)
 
     def __del__(self) -> None:
         self.close()
