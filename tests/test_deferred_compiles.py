@@ -256,28 +256,40 @@ def test_a_search_times_every_deferred_child_landed_or_left_at_the_end(tmp_path,
     assert "slow compiles left in the background before stopping (candidate budget spent)" in log, log
 
 
-def _stopping(tmp_path, spent, stop="converged: best 20.00 us has not improved", landed=False):
-    """A search at its end with one slow child and one slow seed still in the background (neither landed; with
-    `landed` the child's compile has finished)."""
+def _at_the_end(tmp_path):
+    """A search whose background compiles never land by themselves, recording what it withdraws from the queue."""
     comp = FakeCompiler()
     bg = Background(comp, lag=None)
     withdrawn = []
     bg.withdraw = lambda hashes, arch: withdrawn.append(set(hashes)) or len(hashes)
     s = _search(tmp_path, comp, bg)
     s.out = io.StringIO()
-    child, seed = _kernel("slowtoy", 16, 2), _kernel("slowtoy", 16, 4)
-    quick = _kernel("toy", 8, 1)
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
-    assert s._defer_slow([seed, quick], 0, "sm_90a", seconds) == [quick]
-    assert s._defer_slow([child, _kernel("toy", 8, 2)], 1, "sm_90a", seconds)[0][0].meta.family == "toy"
-    if landed:
-        comp.compile(child[0], "sm_90a")
+    return s, withdrawn
+
+
+def _stop(s, stop, spent):
+    """The search's end: _time_deferred after 5 generations with a best of 20 us; what it timed."""
     prog = Progress(budget_s=60.0, stream=s.out)
     prog.best_us, prog.generation = 20.0, 5
     worker = FakeWorker(s.cfg)
     worker.start()
-    got = s._time_deferred(stop, worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
-    return got, s.out.getvalue(), withdrawn, child, seed, s
+    return s._time_deferred(stop, worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
+
+
+SLOW = {"slowtoy": 50.0, "toy": 1.0}
+
+
+def _stopping(tmp_path, spent, stop="converged: best 20.00 us has not improved", landed=False):
+    """A search at its end with one slow child and one slow seed still in the background (neither landed; with
+    `landed` the child's compile has finished)."""
+    s, withdrawn = _at_the_end(tmp_path)
+    child, seed = _kernel("slowtoy", 16, 2), _kernel("slowtoy", 16, 4)
+    quick = _kernel("toy", 8, 1)
+    assert s._defer_slow([seed, quick], 0, "sm_90a", SLOW) == [quick]
+    assert s._defer_slow([child, _kernel("toy", 8, 2)], 1, "sm_90a", SLOW)[0][0].meta.family == "toy"
+    if landed:
+        s.compiler.compile(child[0], "sm_90a")
+    return _stop(s, stop, spent), s.out.getvalue(), withdrawn, child, seed, s
 
 
 def test_deferred_children_still_compiling_when_the_time_is_spent_are_withdrawn_and_seeds_timed(tmp_path):
@@ -307,23 +319,17 @@ def test_a_converged_search_times_the_children_compiled_and_does_not_wait_for_th
 
 
 def _with_a_fitted_start(tmp_path, spent, stop="converged: best 20.00 us has not improved", landed=False):
-    """_stopping's search, plus a start the prior refitted to the shape and an unmodified start, both slow and
-    deferred in generation 1, neither landed (with `landed` the refitted one has)."""
-    got, log, withdrawn, child, seed, s = _stopping(tmp_path, spent, stop)
+    """A search at its end with a start the prior refitted to the shape and an unmodified start, both slow and
+    deferred in generation 1 (starts: timed past the budget while they land), neither landed (with `landed` the
+    refitted one has)."""
+    s, withdrawn = _at_the_end(tmp_path)
     fitted = _kernel("slowtoy", 32, 2, idea="slowtoy start instance 2 fitted to the shape (TILE 16->32; estimate 9.0 us)")
     start = _kernel("slowtoy", 32, 4, idea="slowtoy start instance 3")
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
-    assert s._defer_slow([fitted, start, _kernel("toy", 8, 4)], 1, "sm_90a", seconds)[0][0].meta.family == "toy"
-    assert {fitted[0].hash, start[0].hash} <= s.must_time  # both are starts: timed past the budget while they land
+    assert s._defer_slow([fitted, start, _kernel("toy", 8, 4)], 1, "sm_90a", SLOW)[0][0].meta.family == "toy"
+    assert {fitted[0].hash, start[0].hash} <= s.must_time
     if landed:
         s.compiler.compile(fitted[0], "sm_90a")
-    withdrawn.clear()
-    s.out = io.StringIO()
-    prog = Progress(budget_s=60.0, stream=s.out)
-    prog.best_us, prog.generation = 20.0, 6
-    worker = FakeWorker(s.cfg)
-    worker.start()
-    got = s._time_deferred(stop, worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
+    got = _stop(s, stop, spent)
     return {i.hash for i in got}, s.out.getvalue(), withdrawn, fitted, start
 
 
