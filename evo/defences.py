@@ -26,6 +26,11 @@ DEFENCES = {
                     "(off: loaded into the GPU worker, with its context and pointers)",
     "host_no_spawn": "the host-code sandbox cannot start processes (seccomp: no fork, vfork, clone of a process, "
                      "exec; off: a child it forks and detaches outlives the candidate)",
+    "host_no_trace": "the host-code sandbox cannot reach into another process's memory (seccomp: no ptrace, "
+                     "process_vm_readv / writev, pidfd_getfd; off: it reads the worker's memory where the kernel "
+                     "lets one user trace its own processes)",
+    "host_read_only": "the file system is read-only to the host-code sandbox but /dev (Landlock; off: it writes any "
+                      "file the user may, the archive and /proc/<pid>/mem among them)",
 }
 
 

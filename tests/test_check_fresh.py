@@ -27,7 +27,8 @@ def test_defences_from_config_and_environment():
     with pytest.raises(EvoError, match="unknown defence nope"):
         defences_off([], {ENV: "nope"})
     assert {"fresh_inputs", "random_checks", "tight_bound", "roofline", "fresh_module", "ptx_checks",
-            "sanitizer_padding", "host_sandbox", "host_no_spawn"} == set(DEFENCES)
+            "sanitizer_padding", "host_sandbox", "host_no_spawn", "host_no_trace",
+            "host_read_only"} == set(DEFENCES)
 
 
 def test_unknown_defence_in_config_is_one_line(tmp_path):

@@ -63,7 +63,8 @@ def test_template_placeholders_all_filled(fam):
 
 @pytest.mark.nvcc
 def test_default_instance_builds_and_reports_its_geometry_without_gpu(fam, tmp_path):
-    """One nvcc run: the .so and the cubin; the host query runs here (no GPU: TMA descriptors are not encoded)."""
+    """One nvcc run: the .so and the cubin; the host query runs here and in the sandbox (no GPU: TMA descriptors are
+    not encoded)."""
     from evo.compile import Compiler, host_library
     from evo.config import load_config
     from evo.gpu.host_launch import HostLibrary
@@ -85,6 +86,15 @@ def test_default_instance_builds_and_reports_its_geometry_without_gpu(fam, tmp_p
         assert 100_000 < g.smem <= 232448 and g.workspace >= 0 and g.params_bytes > 256
     # fewer SMs, fewer CTAs
     assert lib.query(parse_shape("4096x4096x1024"), 66, (0, 1, 0, 1)).grid[1] <= 33
+    # as the evaluator runs it: in the sandbox, after its guards (no process, no tracing, no file changed), the same
+    from evo.gpu.host_sandbox import SandboxedHostLibrary
+
+    box = SandboxedHostLibrary(host_library(r.cubin_path), timeout_s=60)
+    try:
+        p = parse_shape("512x2048x4096")
+        assert box.query(p, 132, ks.host_arg_values(p, 132)) == lib.query(p, 132, ks.host_arg_values(p, 132))
+    finally:
+        box.close()
 
 
 @pytest.mark.nvcc

@@ -80,12 +80,54 @@ def test_host_code_runs_in_another_process_stopped_between_requests(lib):
 def test_host_code_cannot_start_a_process(lib):
     """A child the library forks and detaches (setsid) would escape the stop and the kill: the sandbox forbids new
     processes (seccomp, defence host_no_spawn); threads still start (the test above counts one)."""
-    assert lib.note == ""  # the filter is installed (Linux on x86_64 or aarch64)
+    assert "processes:" not in lib.note  # the filter is installed (Linux on x86_64 or aarch64)
     with pytest.raises(EvoError, match=r"fork -1 errno 1\b"):
         lib.query(P, 132, (16, 7))
     with pytest.raises(EvoError, match=r"system (-1|32512)\b"):  # glibc: 127 << 8 when posix_spawn is refused
         lib.query(P, 132, (16, 8))
     assert lib.query(P, 132, (16, 0)).grid == (13, 7, 1)  # and the library answers as before
+
+
+@pytest.mark.nvcc
+def _may_trace_own_processes() -> bool:
+    """Whether this kernel lets a user trace (and read the memory of) its own processes: no Yama, or ptrace_scope 0."""
+    scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+    return not scope.exists() or scope.read_text().strip() == "0"
+
+
+@pytest.mark.nvcc
+def test_host_code_can_neither_change_a_file_nor_reach_into_another_process(hostile_so, tmp_path, monkeypatch):
+    """The library runs as the search's user: it must not write the archive or the table (host_read_only, Landlock),
+    nor the worker's memory through /proc/<pid>/mem, ptrace or process_vm_readv / writev (host_no_trace, seccomp)."""
+    monkeypatch.setenv("EVO_HOSTILE_DIR", str(tmp_path))
+    box = SandboxedHostLibrary(hostile_so, timeout_s=5.0)
+    if "files:" in box.note:
+        pytest.skip(f"no Landlock here: {box.note}")
+    with pytest.raises(EvoError, match=r"write 0 errno 13 mem 0 errno 13\b"):
+        box.query(P, 132, (16, 9))
+    assert not (tmp_path / "written").exists()
+    with pytest.raises(EvoError, match=r"peek -1 errno 1 trace -1 errno 1\b"):
+        box.query(P, 132, (16, 10))
+    assert box.query(P, 132, (16, 0)).grid == (13, 7, 1)  # and the library answers as before
+    box.close()
+
+
+@pytest.mark.nvcc
+def test_without_those_guards_host_code_writes_files_and_reads_its_callers_memory(hostile_so, tmp_path, monkeypatch):
+    monkeypatch.setenv("EVO_HOSTILE_DIR", str(tmp_path))
+    monkeypatch.setenv("EVO_TEST_DEFENCES_OFF", "host_read_only,host_no_trace")
+    box = SandboxedHostLibrary(hostile_so, timeout_s=5.0)
+    traced = _may_trace_own_processes()
+    with pytest.raises(EvoError, match=r"write 1 errno 0 mem (\d) errno (\d+)") as e:
+        box.query(P, 132, (16, 9))
+    assert (tmp_path / "written").exists()
+    if traced:  # where the kernel lets it: the caller's memory opened for writing
+        assert "mem 1 errno 0" in str(e.value), e.value
+    with pytest.raises(EvoError, match=r"peek (-?\d+) errno (\d+) trace -1 errno 3\b") as e:  # ESRCH: not filtered
+        box.query(P, 132, (16, 10))
+    if traced:
+        assert "peek 8 errno 0" in str(e.value), e.value
+    box.close()
 
 
 @pytest.mark.nvcc
@@ -143,7 +185,7 @@ def test_a_spare_process_started_ahead_serves_the_next_library_alone(hostile_so)
     warm_s = time.monotonic() - t0
     assert second.proc.pid == spare and spares._spare.proc.pid not in (spare, first.proc.pid)
     assert warm_s < cold_s / 2, (warm_s, cold_s)  # the start was paid ahead
-    assert second.note == "" and second.query(P, 132, (16, 0)) == HostLibrary(hostile_so).query(P, 132, (16, 0))
+    assert "processes:" not in second.note and second.query(P, 132, (16, 0)) == HostLibrary(hostile_so).query(P, 132, (16, 0))
     with pytest.raises(EvoError, match=r"fork -1 errno 1\b"):
         second.query(P, 132, (16, 7))
     first.query(P, 132, (16, 5))  # a thread counting in the first library's process only

@@ -42,6 +42,7 @@ from ..errors import EvoError
 from ..problem import Problem, parse_shape
 from .host_launch import PARAMS_CAP, EvoHostLaunch, HostGeometry, HostLibrary, built, queried
 from .no_spawn import forbid_new_processes
+from .read_only import forbid_writes
 
 MAGIC = b"EVOH"
 SPARE = "--spare"  # in the library's place on the command line: a process started ahead (SandboxSpares)
@@ -104,7 +105,7 @@ class SandboxedHostLibrary:
         the next, so the Python start and the context are paid off the caller's path."""
         self.path = path
         self.timeout_s = timeout_s
-        self.note = ""  # the ready frame's message: why the sandbox could not forbid new processes, if it could not
+        self.note = ""  # the ready frame's message: which guard could not be put up, and why ("processes: ...", "files: ...")
         spare = spares.take(device) if spares is not None else None
         self.proc, self._err = spare if spare is not None else _start(path, device)
         if spare is not None:  # a process waiting with no library yet: this one's path is its first line
@@ -289,8 +290,12 @@ def serve(path: str | None, device: int | None = None, parent: int = 0) -> int:
             out.write(_frame(1, message=f"bad request: {e}"))
             return 0
     # no process of the library's outlives the candidate: it cannot start one (the driver's own threads, started
-    # above, and the library's threads are unaffected); the ready frame says why if the filter could not be installed
-    guard = "" if "host_no_spawn" in defences_off() else forbid_new_processes()
+    # above, and the library's threads are unaffected), nor reach into another's memory, nor change a file (but the
+    # device files); the ready frame says why where a guard could not be put up
+    off = defences_off()
+    why = {"processes": forbid_new_processes("host_no_spawn" not in off, "host_no_trace" not in off),
+           "files": "" if "host_read_only" in off else forbid_writes()}
+    guard = "; ".join(f"{what}: {reason}" for what, reason in why.items() if reason)
     try:
         lib = HostLibrary(path)
     except EvoError as e:

@@ -1,13 +1,18 @@
-"""A seccomp filter that keeps a process from starting other processes: the host-code sandbox installs it before it
-loads a candidate's library.
+"""A seccomp filter that keeps a process from starting other processes, and from reaching into theirs: the host-code
+sandbox installs it before it loads a candidate's library.
 
 The sandbox stops its process between requests and kills its session when the candidate is done; a process the
 library forks and detaches (``setsid``) would escape both and keep running beside the timed calls. With this filter
 ``fork``, ``vfork``, ``clone`` without ``CLONE_THREAD`` (what ``fork``, ``system`` and ``posix_spawn`` use) and
 ``execve`` / ``execveat`` fail with EPERM in every thread of the process; ``clone3`` fails with ENOSYS, so
 ``pthread_create`` falls back to ``clone`` with ``CLONE_THREAD`` and threads still start (they are stopped with the
-process). ``PR_SET_NO_NEW_PRIVS`` comes first, as an unprivileged filter requires. Linux on x86_64 and aarch64 only;
-elsewhere, or where the kernel refuses, ``forbid_new_processes`` says why and installs nothing.
+process) (defence ``host_no_spawn``). The library runs as the user who runs the search: where the kernel lets that
+user trace its own processes (no Yama, or ``ptrace_scope`` 0), it could read or write the GPU worker's memory, its
+inputs, its expected checksums and its timings; ``ptrace``, ``process_vm_readv``, ``process_vm_writev`` and
+``pidfd_getfd`` fail with EPERM too (defence ``host_no_trace``; /proc/<pid>/mem opened for writing is the read-only
+file system's, evo.gpu.read_only). ``PR_SET_NO_NEW_PRIVS`` comes first, as an unprivileged filter requires. Linux on
+x86_64 and aarch64 only; elsewhere, or where the kernel refuses, ``forbid_new_processes`` says why and installs
+nothing.
 """
 from __future__ import annotations
 
@@ -24,9 +29,13 @@ _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 
 # machine -> (audit arch, seccomp syscall, {name: number}); aarch64 has no fork / vfork system calls
 _ARCH = {
-    "x86_64": (0xC000003E, 317, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435}),
-    "aarch64": (0xC00000B7, 277, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435}),
+    "x86_64": (0xC000003E, 317, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435,
+                                 "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438}),
+    "aarch64": (0xC00000B7, 277, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435,
+                                  "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438}),
 }
+SPAWN = ("fork", "vfork", "execve", "execveat")                       # besides clone (a process) and clone3
+TRACE = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
 
 
 class _Insn(ctypes.Structure):
@@ -37,12 +46,13 @@ class _Prog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Insn))]
 
 
-def program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The filter for ``machine`` as (code, jt, jf, k) instructions; jumps are relative, forward only."""
+def program(machine: str, spawn: bool = True, trace: bool = True) -> list[tuple[int, int, int, int]]:
+    """The filter for ``machine`` as (code, jt, jf, k) instructions; jumps are relative, forward only. spawn: no new
+    process; trace: no reaching into another's memory (at least one of them)."""
     audit, _, nr = _ARCH[machine]
-    deny = [n for n in ("fork", "vfork", "execve", "execveat") if n in nr]
+    deny = [n for n in (SPAWN if spawn else ()) + (TRACE if trace else ()) if n in nr]
     # layout: the tests (arch, then each system call), ALLOW, clone's flag test, EPERM, ENOSYS, ALLOW
-    allow = 5 + len(deny)
+    allow = 5 + len(deny) if spawn else 3 + len(deny)
     clone_chk, eperm, enosys, allow2 = allow + 1, allow + 3, allow + 4, allow + 5
     ins: list[tuple[int, int, int, int]] = []
 
@@ -53,8 +63,9 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     ins.append((_LD_W_ABS, 0, 0, 4))                      # the audit arch
     jump(_JEQ_K, audit, jf=allow)                         # another arch: allow (never here: _ARCH picks the program)
     ins.append((_LD_W_ABS, 0, 0, 0))                      # the system call number
-    jump(_JEQ_K, nr["clone"], jt=clone_chk)
-    jump(_JEQ_K, nr["clone3"], jt=enosys)
+    if spawn:
+        jump(_JEQ_K, nr["clone"], jt=clone_chk)
+        jump(_JEQ_K, nr["clone3"], jt=enosys)
     for n in deny:
         jump(_JEQ_K, nr[n], jt=eperm)
     ins.append((_RET_K, 0, 0, _RET_ALLOW))                # allow
@@ -67,12 +78,15 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     return ins
 
 
-def forbid_new_processes() -> str:
-    """Install the filter on every thread of this process; "" when installed, else why not (nothing installed)."""
+def forbid_new_processes(spawn: bool = True, trace: bool = True) -> str:
+    """Install the filter (program's spawn and trace) on every thread of this process; "" when installed or asked for
+    nothing, else why not (nothing installed)."""
     machine = platform.machine()
+    if not (spawn or trace):
+        return ""
     if platform.system() != "Linux" or machine not in _ARCH:
         return f"no seccomp filter on {platform.system()} {machine}"
-    ins = program(machine)
+    ins = program(machine, spawn, trace)
     arr = (_Insn * len(ins))(*[_Insn(*x) for x in ins])
     prog = _Prog(len(ins), arr)
     libc = ctypes.CDLL(None, use_errno=True)

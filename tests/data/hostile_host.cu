@@ -11,8 +11,14 @@ grid: ["cdiv(N, 16)", "cdiv(M, 16)", 1]
 // 0 honest; 1 segfault; 2 hang; 3 print to stdout; 4 refuse with its process id; 5 start a thread that keeps
 // counting (a stand-in for work the host code would run beside the timed calls); 6 refuse with the count;
 // 7 fork a child that leaves the session (setsid) and lives on, and refuse with what fork returned;
-// 8 run a shell command (system), and refuse with what it returned.
+// 8 run a shell command (system), and refuse with what it returned; 9 create a file in the directory
+// EVO_HOSTILE_DIR names and open its parent's /proc/<pid>/mem for writing, and refuse with both results;
+// 10 read 8 bytes of its parent's memory (process_vm_readv at the parent's first mapping) and ptrace-attach a
+// process that does not exist (ESRCH where ptrace is allowed at all), and refuse with both results.
 #include <cuda_fp16.h>
+#include <fcntl.h>
+#include <sys/ptrace.h>
+#include <sys/uio.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -92,6 +98,38 @@ static int misbehave(const long long* args, int nargs, EvoHostLaunch* out) {
         int r = system("exit 3");
         memset(out, 0, sizeof(*out));
         sprintf(out->message, "system %d", r);
+        return 9;
+    }
+    if (mode == 9) {
+        char path[512];
+        const char* dir = getenv("EVO_HOSTILE_DIR");
+        snprintf(path, sizeof(path), "%s/written", dir ? dir : "/tmp");
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = fd < 0 ? errno : 0;
+        if (fd >= 0) close(fd);
+        snprintf(path, sizeof(path), "/proc/%d/mem", (int)getppid());
+        int mem = open(path, O_RDWR);
+        int merr = mem < 0 ? errno : 0;
+        if (mem >= 0) close(mem);
+        memset(out, 0, sizeof(*out));
+        sprintf(out->message, "write %d errno %d mem %d errno %d", fd >= 0, err, mem >= 0, merr);
+        return 9;
+    }
+    if (mode == 10) {
+        char path[64], line[256];
+        unsigned long long lo = 0;
+        snprintf(path, sizeof(path), "/proc/%d/maps", (int)getppid());
+        FILE* maps = fopen(path, "r");
+        if (maps && fgets(line, sizeof(line), maps)) sscanf(line, "%llx", &lo);
+        if (maps) fclose(maps);
+        unsigned long long word = 0;
+        struct iovec here = {&word, sizeof(word)}, there = {(void*)lo, sizeof(word)};
+        long got = lo ? (long)process_vm_readv(getppid(), &here, 1, &there, 1, 0) : -2;
+        int err = got < 0 ? errno : 0;
+        long traced = ptrace(PTRACE_ATTACH, 0x3fffffff, nullptr, nullptr);  // no such process: ESRCH if allowed at all
+        int terr = traced < 0 ? errno : 0;
+        memset(out, 0, sizeof(*out));
+        sprintf(out->message, "peek %ld errno %d trace %ld errno %d", got, err, traced, terr);
         return 9;
     }
     return 0;
