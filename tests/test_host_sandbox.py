@@ -88,11 +88,31 @@ def test_host_code_cannot_start_a_process(lib):
     assert lib.query(P, 132, (16, 0)).grid == (13, 7, 1)  # and the library answers as before
 
 
-@pytest.mark.nvcc
-def _may_trace_own_processes() -> bool:
-    """Whether this kernel lets a user trace (and read the memory of) its own processes: no Yama, or ptrace_scope 0."""
-    scope = Path("/proc/sys/kernel/yama/ptrace_scope")
-    return not scope.exists() or scope.read_text().strip() == "0"
+PLAIN = """  # what the hostile library's modes 9 and 10 do to the parent, from a process without guards
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+try:
+    os.close(os.open(f"/proc/{os.getppid()}/mem", os.O_RDWR)); mem = (1, 0)
+except OSError as e:
+    mem = (0, e.errno)
+lo = int(open(f"/proc/{os.getppid()}/maps").readline().split("-")[0], 16)
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+word = ctypes.c_uint64()
+here, there = IoVec(ctypes.addressof(word), 8), IoVec(lo, 8)
+got = libc.process_vm_readv(os.getppid(), ctypes.byref(here), 1, ctypes.byref(there), 1, 0)
+peek = (got, ctypes.get_errno() if got < 0 else 0)
+traced = libc.ptrace(16, 0x3fffffff, None, None)
+print(f"mem {mem[0]} errno {mem[1]} peek {peek[0]} errno {peek[1]} trace {traced} errno {ctypes.get_errno()}")
+"""
+
+
+def _what_a_plain_process_may() -> str:
+    """What an unguarded process of this user may do to its parent here (the kernel's and the container's rules)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", PLAIN], capture_output=True, text=True, timeout=60).stdout.strip()
 
 
 @pytest.mark.nvcc
@@ -117,17 +137,17 @@ def test_without_those_guards_host_code_writes_files_and_reads_its_callers_memor
     monkeypatch.setenv("EVO_HOSTILE_DIR", str(tmp_path))
     monkeypatch.setenv("EVO_TEST_DEFENCES_OFF", "host_read_only,host_no_trace")
     box = SandboxedHostLibrary(hostile_so, timeout_s=5.0)
-    traced = _may_trace_own_processes()
-    with pytest.raises(EvoError, match=r"write 1 errno 0 mem (\d) errno (\d+)") as e:
+    with pytest.raises(EvoError, match=r"write 1 errno 0 (mem \d errno \d+)") as files:
         box.query(P, 132, (16, 9))
     assert (tmp_path / "written").exists()
-    if traced:  # where the kernel lets it: the caller's memory opened for writing
-        assert "mem 1 errno 0" in str(e.value), e.value
-    with pytest.raises(EvoError, match=r"peek (-?\d+) errno (\d+) trace -1 errno 3\b") as e:  # ESRCH: not filtered
+    with pytest.raises(EvoError, match=r"peek -?\d+ errno \d+ trace -?\d+ errno \d+") as memory:
         box.query(P, 132, (16, 10))
-    if traced:
-        assert "peek 8 errno 0" in str(e.value), e.value
     box.close()
+    # to the worker's stand-in (this test's process), the library did whatever any process of this user may here
+    # (on this development machine, no Yama: open its memory for writing and read it)
+    did = re.search(r"mem \d errno \d+", str(files.value)).group(0) + " " + \
+        re.search(r"peek -?\d+ errno \d+ trace -?\d+ errno \d+", str(memory.value)).group(0)
+    assert did == _what_a_plain_process_may()
 
 
 @pytest.mark.nvcc
