@@ -154,8 +154,9 @@ class Search:
         self.seed_sources = list(seed_sources or [])
         self.neighbour_seeds: list[str] = []  # kernels of other shapes this run offered (seed_sources, the table's nearest rows)
         self.deferred: list[tuple[KernelSource, Proposal]] = []  # slow children compiling in the background (_defer_slow)
-        self.must_time: set[str] = set()  # deferred seeds and starts: timed however the search stops (timed_past_budget;
-        # a start refitted to the shape still compiling at a time or convergence stop is not: _time_deferred)
+        # deferred seeds and starts: timed however the search stops (timed_past_budget; a start refitted to the shape
+        # still compiling at a time or convergence stop is not: _time_deferred)
+        self.must_time: set[str] = set()
         self.typical_compile_s: dict[str, float] = {}  # family -> its family.yaml compile_s (before the archive knows)
         self.family_names: list[str] = []  # the families this search proposes from (set when it runs)
         self.resumed = False  # the archive held candidates of this shape when it started (set when it runs)

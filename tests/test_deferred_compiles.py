@@ -323,7 +323,8 @@ def _with_a_fitted_start(tmp_path, spent, stop="converged: best 20.00 us has not
     deferred in generation 1 (starts: timed past the budget while they land), neither landed (with `landed` the
     refitted one has)."""
     s, withdrawn = _at_the_end(tmp_path)
-    fitted = _kernel("slowtoy", 32, 2, idea="slowtoy start instance 2 fitted to the shape (TILE 16->32; estimate 9.0 us)")
+    fitted = _kernel("slowtoy", 32, 2,
+                     idea="slowtoy start instance 2 fitted to the shape (TILE 16->32; estimate 9.0 us)")
     start = _kernel("slowtoy", 32, 4, idea="slowtoy start instance 3")
     assert s._defer_slow([fitted, start, _kernel("toy", 8, 4)], 1, "sm_90a", SLOW)[0][0].meta.family == "toy"
     assert {fitted[0].hash, start[0].hash} <= s.must_time

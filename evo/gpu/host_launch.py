@@ -294,8 +294,8 @@ class HostLaunchedKernel:
 
             import cupy
 
-            self.lib: HostLibrary | Any = SandboxedHostLibrary(host_library(cubin_path), device=cupy.cuda.runtime.getDevice(),
-                                                               spares=spares)
+            self.lib: HostLibrary | Any = SandboxedHostLibrary(
+                host_library(cubin_path), device=cupy.cuda.runtime.getDevice(), spares=spares)
         else:
             self.lib = HostLibrary(host_library(cubin_path))
         try:

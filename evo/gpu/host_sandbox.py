@@ -105,7 +105,7 @@ class SandboxedHostLibrary:
         the next, so the Python start and the context are paid off the caller's path."""
         self.path = path
         self.timeout_s = timeout_s
-        self.note = ""  # the ready frame's message: which guard could not be put up, and why ("processes: ...", "files: ...")
+        self.note = ""  # the ready frame's message: which guard could not be put up, and why ("files: ...")
         spare = spares.take(device) if spares is not None else None
         self.proc, self._err = spare if spare is not None else _start(path, device)
         if spare is not None:  # a process waiting with no library yet: this one's path is its first line

@@ -31,8 +31,8 @@ _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
 _ARCH = {
     "x86_64": (0xC000003E, 317, {"clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "clone3": 435,
                                  "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_getfd": 438}),
-    "aarch64": (0xC00000B7, 277, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435,
-                                  "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438}),
+    "aarch64": (0xC00000B7, 277, {"clone": 220, "execve": 221, "execveat": 281, "clone3": 435, "ptrace": 117,
+                                  "process_vm_readv": 270, "process_vm_writev": 271, "pidfd_getfd": 438}),
 }
 SPAWN = ("fork", "vfork", "execve", "execveat")                       # besides clone (a process) and clone3
 TRACE = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd")
