@@ -7,6 +7,10 @@ first stored as one (a candidate keeps its first proposer: a kernel another shap
 as a seed counts as a child here, and a run whose seeds all came so shows none). Each pause names the kernel timed
 after it (its family and the proposer's idea): what the GPU waited for, as a rule its compile.
 
+Below it, where the GPU's evaluation time went by family: evaluations, the median and 90th percentile of one
+evaluation's own seconds (loading the candidate, the check, the timing), and the family's share of the total (a
+launch: host family paid its host-code sandbox's start in every phase: 0.75 s against 0.04 s, docs/perf-search.md).
+
     python -m bench.sweep_gaps DB [--gap-s 5] [--md out.md]
 
 For the next engineer measuring the sweep's throughput (docs/perf-search.md).
@@ -72,6 +76,38 @@ def run_gaps(store: Store, gap_s: float = 5.0) -> list[RunGaps]:
     return out
 
 
+@dataclass
+class FamilySeconds:
+    family: str
+    evaluations: int
+    median_s: float
+    p90_s: float
+    total_s: float
+    share: float                       # of every family's evaluation seconds
+
+
+def family_seconds(store: Store) -> list[FamilySeconds]:
+    """Evaluation seconds per family over the archive's runs, the costliest family first."""
+    per: dict[str, list[float]] = {}
+    for e in store.rows("SELECT COALESCE(c.family, '') AS family, e.seconds FROM evaluations e "
+                        "LEFT JOIN candidates c ON c.hash = e.hash WHERE e.run_id IS NOT NULL"):
+        per.setdefault(e["family"] or "?", []).append(float(e["seconds"] or 0.0))
+    total = sum(sum(v) for v in per.values()) or 1.0
+    out = []
+    for fam, secs in per.items():
+        secs.sort()
+        out.append(FamilySeconds(fam, len(secs), secs[len(secs) // 2], secs[min(len(secs) - 1, int(0.9 * len(secs)))],
+                                 sum(secs), sum(secs) / total))
+    return sorted(out, key=lambda f: -f.total_s)
+
+
+def family_markdown(rows: list[FamilySeconds]) -> str:
+    lines = ["| family | evaluations | median s | p90 s | evaluation s | share |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.family} | {r.evaluations} | {r.median_s:.3f} | {r.p90_s:.3f} | {r.total_s:.1f} | {r.share:.0%} |"
+              for r in rows]
+    return "\n".join(lines)
+
+
 def markdown(rows: list[RunGaps], gap_s: float) -> str:
     def f(x: float | None) -> str:
         return "-" if x is None else f"{x:.1f}"
@@ -97,11 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     store = Store(args.db)
     try:
         rows = run_gaps(store, args.gap_s)
+        families = family_seconds(store)
     finally:
         store.close()
     if not rows:
         raise EvoError(f"{args.db} holds no run with an evaluation")
-    text = markdown(rows, args.gap_s)
+    text = markdown(rows, args.gap_s) + "\n\n" + family_markdown(families)
     print(text)
     if args.md:
         Path(args.md).write_text(text + "\n")

@@ -2,7 +2,7 @@
 evaluations, read from an archive whose timestamps are set by hand; a missing archive is one line, exit 2."""
 import pytest
 
-from bench.sweep_gaps import main, run_gaps
+from bench.sweep_gaps import family_seconds, main, run_gaps
 from evo.store import Store
 
 
@@ -37,12 +37,25 @@ def test_first_evaluation_seeds_child_wait_and_pauses(tmp_path):
     assert (two.first_eval_s, two.seeds_end_s, two.child_wait_s, two.pauses) == (4.0, None, None, [])
 
 
+def test_evaluation_seconds_by_family(tmp_path):
+    db = tmp_path / "a.db"
+    _archive(db)
+    store = Store(db)
+    store._exec("UPDATE candidates SET family='slow' WHERE hash IN ('s2', 'c2')")
+    fams = family_seconds(store)
+    store.close()
+    assert [(f.family, f.evaluations, f.median_s, f.p90_s, f.total_s) for f in fams] == \
+        [("slow", 2, 6.0, 6.0, 7.0), ("f", 4, 1.0, 2.0, 5.0)]
+    assert abs(fams[0].share - 7 / 12) < 1e-9
+
+
 def test_cli_prints_the_table_and_refuses_a_missing_archive(tmp_path, capsys):
     db = tmp_path / "a.db"
     _archive(db)
     assert main([str(db), "--gap-s", "2", "--md", str(tmp_path / "g.md")]) == 0
     out = capsys.readouterr().out
     assert "| 1 | 256x256x256 | 5 |" in out and "| 1 | 10: 3.0 (f), 14: 16.0 (f start instance 2) |" in out
+    assert "| f | 6 | 1.000 | 6.000 | 12.0 | 100% |" in out
     assert (tmp_path / "g.md").read_text().strip() == out.strip()
     assert main([str(tmp_path / "none.db")]) == 2
     assert capsys.readouterr().err.startswith("error: no archive at")
