@@ -651,7 +651,8 @@ class Search:
         rest = [kp for kp in late if kp[0].hash not in self.must_time]
         spent = bool(time_spent())
         converged = not spent and stop.startswith(Convergence.REASON)
-        compiling = {ks.hash for ks, _ in late if not self.compiler.is_cached(ks, info.arch)}
+        compiling = {ks.hash for ks, _ in late if not self.compiler.is_cached(ks, info.arch)} if spent or converged \
+            else set()
         left = (rest if spent else [kp for kp in rest if kp[0].hash in compiling] if converged else [])
         if spent or converged:
             left += [kp for kp in must if is_fitted_start(kp[1]) and kp[0].hash in compiling]

@@ -20,6 +20,7 @@ from evo.store import Store
 from fakes import FAKE_GPU, FakeCompiler, FakeWorker
 
 TOY = Path(__file__).parent / "data" / "families" / "toy"
+SLOW = {"slowtoy": 50.0, "toy": 1.0}  # a family's usual compile seconds: slowtoy defers, toy does not
 
 
 def _two_families(tmp_path) -> Path:
@@ -91,7 +92,7 @@ def test_slow_children_go_to_the_background_and_come_back_once_cached(tmp_path):
     bg = Background(comp, lag=None)
     s = _search(tmp_path, comp, bg)
     slow, quick = _kernel("slowtoy", 16, 2), _kernel("toy", 16, 4)
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    seconds = SLOW
     assert s._defer_slow([slow, quick], 1, "sm_90a", seconds) == [quick]
     assert bg.submitted == [slow[0].hash] and [k.hash for k, _ in s.deferred] == [slow[0].hash]
     # proposed again while it compiles: not compiled or counted twice
@@ -121,7 +122,7 @@ def test_a_slow_child_that_would_land_after_the_budget_is_left_out(tmp_path):
     s = _search(tmp_path, comp, Background(comp, lag=None))
     s.out = io.StringIO()
     slow, quick = _kernel("slowtoy", 16, 2), _kernel("toy", 8, 1)
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    seconds = SLOW
     soon = time.monotonic() + 30.0
     assert s._defer_slow([slow, quick], 1, "sm_90a", seconds, deadline=soon) == [quick] and s.deferred == []
     assert "1 slow children left out of this generation (1 would compile past the budget)" in s.out.getvalue()
@@ -145,7 +146,7 @@ def test_nothing_is_deferred_where_nothing_else_would_be_timed_meanwhile(tmp_pat
 def test_cached_kernels_and_quick_families_are_never_deferred(tmp_path):
     comp = FakeCompiler()
     s = _search(tmp_path, comp, Background(comp, lag=None))
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    seconds = SLOW
     quick = _kernel("toy", 8, 1)
     cached = _kernel("slowtoy", 8, 2)
     comp.compile(cached[0], "sm_90a")
@@ -164,7 +165,7 @@ def test_slow_seeds_and_starts_all_wait_in_the_background_and_are_marked_to_be_t
     bg = Background(comp, lag=None, workers=1)
     s = _search(tmp_path, comp, bg)
     s.out = io.StringIO()
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    seconds = SLOW
     quick = _kernel("toy", 8, 1)
     seeds = [_kernel("slowtoy", 16, u) for u in (1, 2, 4)]
     assert s._defer_slow(seeds + [quick], 0, "sm_90a", seconds, deadline=time.monotonic() + 1.0) == [quick]
@@ -187,7 +188,7 @@ def test_a_seed_round_of_slow_seeds_alone_waits_in_the_background_where_a_quick_
     comp = FakeCompiler()
     s = _search(tmp_path, comp, Background(comp, lag=None))
     s.out, s.family_names, s.resumed = io.StringIO(), ["toy", "slowtoy"], True
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    seconds = SLOW
     seeds = [_kernel("slowtoy", 16, u) for u in (1, 2)]
     fresh = _search(tmp_path / "fresh", comp, Background(comp, lag=None))
     fresh.family_names = ["toy", "slowtoy"]  # a fresh search waits: its first generation breeds from the seeds' times
@@ -275,8 +276,6 @@ def _stop(s, stop, spent):
     worker.start()
     return s._time_deferred(stop, worker, FAKE_GPU, prog, lambda: "time budget spent" if spent else "", 1)
 
-
-SLOW = {"slowtoy": 50.0, "toy": 1.0}
 
 
 def _stopping(tmp_path, spent, stop="converged: best 20.00 us has not improved", landed=False):
@@ -381,7 +380,7 @@ def test_deferred_children_queue_behind_the_next_shapes_starts_and_seeds_ahead_o
     s = _search(tmp_path, comp, bg)
     s.ahead_rank = 5.0  # the rank its compile-ahead thread queued the next shapes' starts at
     seed, child, quick = _kernel("slowtoy", 16, 4), _kernel("slowtoy", 16, 2), _kernel("toy", 8, 1)
-    seconds = {"slowtoy": 50.0, "toy": 1.0}
+    seconds = SLOW
     s._defer_slow([seed, quick], 0, "sm_90a", seconds)
     s._defer_slow([child, _kernel("toy", 8, 2)], 1, "sm_90a", seconds)
     ranks = dict(bg.ranks)

@@ -78,6 +78,15 @@ def program(machine: str, spawn: bool = True, trace: bool = True) -> list[tuple[
     return ins
 
 
+def no_new_privileges() -> str:
+    """PR_SET_NO_NEW_PRIVS on this process, which an unprivileged seccomp filter or Landlock ruleset requires; "" when
+    set, else why not."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"prctl(PR_SET_NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
+    return ""
+
+
 def forbid_new_processes(spawn: bool = True, trace: bool = True) -> str:
     """Install the filter (program's spawn and trace) on every thread of this process; "" when installed or asked for
     nothing, else why not (nothing installed)."""
@@ -90,8 +99,9 @@ def forbid_new_processes(spawn: bool = True, trace: bool = True) -> str:
     arr = (_Insn * len(ins))(*[_Insn(*x) for x in ins])
     prog = _Prog(len(ins), arr)
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        return f"prctl(PR_SET_NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
+    why = no_new_privileges()
+    if why:
+        return why
     syscall_nr = _ARCH[machine][1]
     if libc.syscall(syscall_nr, _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC, ctypes.byref(prog)) == 0:
         return ""

@@ -17,11 +17,12 @@ import ctypes
 import os
 import platform
 
+from .no_spawn import no_new_privileges
+
 # linux/landlock.h; the three system calls have one number on every architecture (the generic table)
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
-_PR_SET_NO_NEW_PRIVS = 38
 WRITE_FILE = 1 << 1
 # every right that changes the file system: write, remove dir / file, make char / dir / reg / sock / fifo / block /
 # sym (ABI 1), refer (ABI 2: link or rename across directories), truncate (ABI 3)
@@ -68,8 +69,9 @@ def forbid_writes(writable: tuple[str, ...] = ("/dev",)) -> str:
                     return f"landlock_add_rule({path}) failed: errno {ctypes.get_errno()}"
             finally:
                 os.close(fd)
-        if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            return f"prctl(PR_SET_NO_NEW_PRIVS) failed: errno {ctypes.get_errno()}"
+        why = no_new_privileges()
+        if why:
+            return why
         if libc.syscall(_RESTRICT_SELF, ruleset, 0) != 0:
             return f"landlock_restrict_self failed: errno {ctypes.get_errno()}"
         return ""
