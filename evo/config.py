@@ -93,6 +93,7 @@ class CheckConfig:
     checksum_sigmas: float
     full_checks_min: int
     full_checks_max: int
+    host_spares: int
     defences_off: list
 
 
@@ -314,6 +315,8 @@ def _validate(cfg: Config) -> None:
         raise EvoError("config check.seeds must be at least 1")
     if not 1 <= cfg.check.full_checks_min <= cfg.check.full_checks_max:
         raise EvoError("config check.full_checks_min must be at least 1 and at most check.full_checks_max")
+    if cfg.check.host_spares > 16:  # each one a process and a CUDA context (negative numbers are refused above)
+        raise EvoError(f"config check.host_spares must be 0 to 16, not {cfg.check.host_spares}")
     from .defences import defences_off
 
     defences_off(cfg.check.defences_off, {})  # unknown names end here, with the known ones listed

@@ -40,6 +40,19 @@ def state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
+def dead(pid: int, within_s: float = 5.0) -> bool:
+    """The process exited (a zombie not yet reaped, or gone) within the time."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if state(pid) == "Z":
+                return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.01)
+    return False
+
+
 @pytest.mark.nvcc
 def test_sandbox_answers_like_the_library_in_process(lib, hostile_so):
     here = HostLibrary(hostile_so)
@@ -196,14 +209,14 @@ def test_a_spare_process_started_ahead_serves_the_next_library_alone(hostile_so)
     t0 = time.monotonic()
     first = SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares)  # no spare yet: a cold start
     cold_s = time.monotonic() - t0
-    spare = spares._spare.proc.pid
+    spare = spares._spares[0].proc.pid
     assert spare != first.proc.pid
     time.sleep(max(1.0, 3 * cold_s))  # the spare is up and waiting
     assert hostile_so not in Path(f"/proc/{spare}/maps").read_text()  # no candidate code in it before it is taken
     t0 = time.monotonic()
     second = SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares)
     warm_s = time.monotonic() - t0
-    assert second.proc.pid == spare and spares._spare.proc.pid not in (spare, first.proc.pid)
+    assert second.proc.pid == spare and spares._spares[0].proc.pid not in (spare, first.proc.pid)
     assert warm_s < cold_s / 2, (warm_s, cold_s)  # the start was paid ahead
     assert "processes:" not in second.note
     assert second.query(P, 132, (16, 0)) == HostLibrary(hostile_so).query(P, 132, (16, 0))
@@ -214,14 +227,55 @@ def test_a_spare_process_started_ahead_serves_the_next_library_alone(hostile_so)
         second.query(P, 132, (16, 6))
     assert state(spare) == "T"
     second.close()
-    assert not Path(f"/proc/{spare}").exists() or state(spare) == "Z"
-    nxt = spares._spare.proc.pid
+    assert dead(spare)
+    nxt = spares._spares[0].proc.pid
     assert spares.take(7) is None  # waiting for another device: not used (killed), and a new one started
     assert not Path(f"/proc/{nxt}").exists() or state(nxt) == "Z"
-    last = spares._spare.proc
+    last = spares._spares[0].proc
     spares.close()
     first.close()
-    assert last.poll() is not None and spares._spare is None
+    assert last.poll() is not None and spares._spares == []
+
+
+@pytest.mark.nvcc
+def test_spares_started_ahead_serve_the_phases_of_one_evaluation_in_a_row(hostile_so):
+    """A host-launched candidate loads its library anew for every phase (check, screening, full timing): `depth`
+    processes wait, so phases that follow each other closely each find one up, oldest first, every library in a
+    process of its own; each take tops the pool up again; with depth 0 none waits."""
+    spares = SandboxSpares(3)
+    first = SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares)  # none yet: a cold start, three started
+    ahead = [s.proc.pid for s in spares._spares]
+    assert len(ahead) == 3 and first.proc.pid not in ahead
+    time.sleep(3.0)  # all three up and waiting
+    libs = [SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares) for _ in range(3)]
+    assert [x.proc.pid for x in libs] == ahead  # oldest first
+    assert len(spares._spares) == 3 and not {s.proc.pid for s in spares._spares} & set(ahead)
+    assert all(x.query(P, 132, (16, 0)) == HostLibrary(hostile_so).query(P, 132, (16, 0)) for x in libs)
+    for x in [first, *libs]:
+        x.close()
+    waiting = [s.proc for s in spares._spares]
+    spares.close()
+    assert all(p.poll() is not None for p in waiting)
+    none = SandboxSpares(0)
+    assert none.take(None) is None and none._spares == []
+
+
+@pytest.mark.nvcc
+def test_a_closed_library_is_killed_at_once_and_reaped_off_the_callers_path(hostile_so):
+    """A library's process is killed when its kernel closes (none of its code runs after) but not waited for there:
+    its exit (a CUDA context torn down) took 0.1 s a phase. The spares reap it later; none is left behind."""
+    spares = SandboxSpares(1)
+    libs = [SandboxedHostLibrary(hostile_so, timeout_s=10.0, spares=spares) for _ in range(3)]
+    pids = [x.proc.pid for x in libs]
+    for x in libs:
+        x.close()
+        assert x.proc is None
+    assert all(dead(pid) for pid in pids)
+    spares.take(None)  # reaps what has exited
+    assert not [p for p, _ in spares._dying if p.pid in pids]
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)  # no zombie left
+    spares.close()
+    assert spares._dying == [] and spares._spares == []
 
 
 def test_a_missing_library_is_one_line(tmp_path):

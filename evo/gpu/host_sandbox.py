@@ -101,10 +101,11 @@ class SandboxedHostLibrary:
                  spares: SandboxSpares | None = None):
         """device: the CUDA device whose primary context the sandbox makes current (its own, in its own process:
         the driver's tensor-map encoder wants one); None for none (host code that makes no driver call).
-        spares: where a process started ahead waits (SandboxSpares): this library takes it and a new one starts for
-        the next, so the Python start and the context are paid off the caller's path."""
+        spares: where processes started ahead wait (SandboxSpares): this library takes the oldest and another starts
+        for a later one, so the Python start and the context are paid off the caller's path."""
         self.path = path
         self.timeout_s = timeout_s
+        self._spares = spares  # where this process is reaped once killed (SandboxSpares.bury); None: here, at once
         self.note = ""  # the ready frame's message: which guard could not be put up, and why ("files: ...")
         spare = spares.take(device) if spares is not None else None
         self.proc, self._err = spare if spare is not None else _start(path, device)
@@ -177,7 +178,10 @@ class SandboxedHostLibrary:
     def close(self) -> None:
         p, self.proc = getattr(self, "proc", None), None
         err, self._err = getattr(self, "_err", None), None
-        if p is not None:
+        spares = getattr(self, "_spares", None)
+        if p is not None and spares is not None:
+            spares.bury(p, err)
+        elif p is not None:
             _kill(p, err)
         elif err is not None:
             err.close()
@@ -211,33 +215,65 @@ class _Spare:
 
 
 class SandboxSpares:
-    """One sandbox process started ahead for the next candidate library, per worker. Starting one (an interpreter, its
+    """Sandbox processes started ahead for the next candidate libraries, per worker. Starting one (an interpreter, its
     imports, the device's primary context) took most of a CUTLASS candidate's evaluation: a median 0.75 s against
-    0.04 s for a kernel launched without host code, two or more starts per evaluation (every phase loads the
-    candidate anew), 76 % of a sweep's evaluation time on an H200 (docs/perf-search.md). The spare holds no
-    candidate code until it is taken: each library still gets a process of its own, loaded only then, stopped between
-    requests and killed with its kernel."""
+    0.04 s for a kernel launched without host code, 76 % of a sweep's evaluation time on an H200 (docs/perf-search.md).
+    Every phase of an evaluation (the check, the screening window, the full window) loads the candidate anew, so one
+    evaluation takes two to four in a row: `depth` of them wait (started in parallel, each topped up as one is taken);
+    with one, the second and third phases waited for a start (0.50 s a CUTLASS evaluation). A spare holds no candidate
+    code until it is taken: each library still gets a process of its own, loaded only then, stopped between requests
+    and killed with its kernel. Each holds a CUDA context of its own on the device. A library's process, killed when
+    its phase ends, is reaped later (bury): its exit (the driver tearing its context down) took 0.1 s a phase."""
 
-    def __init__(self) -> None:
-        self._spare: _Spare | None = None
+    def __init__(self, depth: int = 1) -> None:
+        self.depth = max(0, int(depth))
+        self._spares: list[_Spare] = []  # oldest first
+        self._dying: list[tuple[subprocess.Popen, Any]] = []  # killed, not yet reaped
+
+    def bury(self, proc: subprocess.Popen, err: Any) -> None:
+        """A library's process done with: its session killed now (none of its code runs past this), its exit
+        reaped later, by take or close, so the next phase does not wait on it."""
+        _signal_kill(proc)
+        _close_files(proc, None)
+        self._dying.append((proc, err))
+        self._reap(block=False)
+
+    def _reap(self, block: bool) -> None:
+        left = []
+        for proc, err in self._dying:
+            if block:
+                proc.wait()
+            if proc.poll() is None:
+                left.append((proc, err))
+            else:
+                _close_files(None, err)
+        self._dying = left
 
     def take(self, device: int | None) -> tuple[subprocess.Popen, Any] | None:
-        """The waiting process for `device` (None where there is none, or it died, or waits for another device), and
-        the next one started."""
-        spare, self._spare = self._spare, None
-        if spare is not None and (spare.device != device or spare.proc.poll() is not None):
-            _kill(spare.proc, spare.err)
-            spare = None
-        try:
-            self._spare = _Spare(device, *_start(None, device))
-        except EvoError:
-            self._spare = None  # none ahead: the next library starts its own (and says why if that fails too)
-        return None if spare is None else (spare.proc, spare.err)
+        """The oldest waiting process for `device` (None where there is none: all died, or wait for another device,
+        killed then), and the waiting ones topped up to `depth`."""
+        self._reap(block=False)
+        got, keep = None, []
+        for spare in self._spares:
+            if spare.device != device or spare.proc.poll() is not None:
+                _kill(spare.proc, spare.err)
+            elif got is None:
+                got = spare
+            else:
+                keep.append(spare)
+        self._spares = keep
+        while len(self._spares) < self.depth:
+            try:
+                self._spares.append(_Spare(device, *_start(None, device)))
+            except EvoError:
+                break  # none more ahead: the next library starts its own (and says why if that fails too)
+        return None if got is None else (got.proc, got.err)
 
     def close(self) -> None:
-        spare, self._spare = self._spare, None
-        if spare is not None:
+        spares, self._spares = self._spares, []
+        for spare in spares:
             _kill(spare.proc, spare.err)
+        self._reap(block=True)
 
     def __del__(self) -> None:
         self.close()
@@ -245,12 +281,20 @@ class SandboxSpares:
 
 def _kill(proc: subprocess.Popen, err: Any) -> None:
     """A sandbox process and its session gone, its pipes and stderr file closed."""
+    _signal_kill(proc)
+    proc.wait()
+    _close_files(proc, err)
+
+
+def _signal_kill(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # its session: threads and any children it started
     except (ProcessLookupError, PermissionError):
         pass
-    proc.wait()
-    for f in (proc.stdin, proc.stdout, err):
+
+
+def _close_files(proc: subprocess.Popen | None, err: Any) -> None:
+    for f in ((proc.stdin, proc.stdout) if proc is not None else ()) + (err,):
         try:
             if f is not None:
                 f.close()
@@ -280,6 +324,14 @@ def serve(path: str | None, device: int | None = None, parent: int = 0) -> int:
     os.dup2(2, 1)  # the library's prints go to stderr, never into a reply
     if device is not None:
         _context(device)
+    # no process of the library's outlives the candidate: it cannot start one (the driver's own threads, started
+    # above, and the library's threads are unaffected), nor reach into another's memory, nor change a file (but the
+    # device files); put up before a spare waits (off the caller's path); the ready frame says why where a guard
+    # could not be put up
+    off = defences_off()
+    why = {"processes": forbid_new_processes("host_no_spawn" not in off, "host_no_trace" not in off),
+           "files": "" if "host_read_only" in off else forbid_writes()}
+    guard = "; ".join(f"{what}: {reason}" for what, reason in why.items() if reason)
     if path is None:
         first = sys.stdin.buffer.readline()
         if not first:
@@ -289,13 +341,6 @@ def serve(path: str | None, device: int | None = None, parent: int = 0) -> int:
         except (ValueError, KeyError, TypeError) as e:
             out.write(_frame(1, message=f"bad request: {e}"))
             return 0
-    # no process of the library's outlives the candidate: it cannot start one (the driver's own threads, started
-    # above, and the library's threads are unaffected), nor reach into another's memory, nor change a file (but the
-    # device files); the ready frame says why where a guard could not be put up
-    off = defences_off()
-    why = {"processes": forbid_new_processes("host_no_spawn" not in off, "host_no_trace" not in off),
-           "files": "" if "host_read_only" in off else forbid_writes()}
-    guard = "; ".join(f"{what}: {reason}" for what, reason in why.items() if reason)
     try:
         lib = HostLibrary(path)
     except EvoError as e:

@@ -31,7 +31,6 @@ from .device import gpu_info  # noqa: E402
 from .gpu_state import GpuState, describe_state, query_gpu_state  # noqa: E402
 from .host_launch import load_kernel  # noqa: E402
 from .host_sandbox import SandboxSpares  # noqa: E402
-from .launch import LoadedKernel  # noqa: E402
 from ..ltgemm import algorithm_note  # noqa: E402
 from ..placements import MAX_PAD, input_sets, rotating, whole_rotations  # noqa: E402
 from .module import FreshKernel  # noqa: E402
@@ -63,7 +62,7 @@ class Session:
         self.seed = cfg.search.seed * 1000003 + int(time.time())  # fresh inputs every process
         self.off = defences_off(cfg.check.defences_off)  # tests only: defences switched off by name
         self._warm = False  # handle_warmup ran in this process
-        self.sandboxes = SandboxSpares()  # a host-code sandbox process started ahead for the next candidate library
+        self.sandboxes = SandboxSpares(cfg.check.host_spares)  # host-code sandboxes started ahead for the next phases
 
     def _next_seed(self) -> int:
         self.seed += 1
@@ -181,13 +180,6 @@ class Session:
                            f"{free / 2**30:.1f} GiB of {total / 2**30:.0f} GiB are free")
 
     # --- one candidate ------------------------------------------------------
-    def _load(self, problem: Problem, source: str, cubin: str) -> LoadedKernel:
-        ks = KernelSource.parse(source)
-        if not ks.accepts(problem, self.info.sm_count):
-            raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
-        self._fits(problem)
-        return self._launcher(ks, cubin, problem)
-
     def _launcher(self, ks: KernelSource, cubin: str, problem: Problem):
         """The kernel as the ABI launches it, with the evaluator's defences (fresh module, host-code sandbox)."""
         return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
@@ -196,8 +188,13 @@ class Session:
 
     def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
         """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
-        load shared by all phases (the old behaviour, for the tests)."""
-        return FreshKernel(lambda: self._load(problem, source, cubin), shared="fresh_module" in self.off)
+        load shared by all phases (the old behaviour, for the tests). Whether it accepts the shape and the GPU's
+        memory holds the evaluation are asked once, here (freeing the memory pool to ask took 12 ms)."""
+        ks = KernelSource.parse(source)
+        if not ks.accepts(problem, self.info.sm_count):
+            raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
+        self._fits(problem)
+        return FreshKernel(lambda: self._launcher(ks, cubin, problem), shared="fresh_module" in self.off)
 
     def handle_evaluate(self, problem: Problem, source: str, cubin: str, h: str, bound_us: float = 0.0,
                         screen_reps: int = 0, screen_vs_us: float = 0.0, cublas_ref_us: float = 0.0,
