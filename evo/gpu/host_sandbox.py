@@ -234,7 +234,7 @@ class SandboxSpares:
         """A library's process done with: its session killed now (none of its code runs past this), its exit
         reaped later, by take or close, so the next phase does not wait on it."""
         _signal_kill(proc)
-        _close_files(proc, None)
+        _close(proc.stdin, proc.stdout)
         self._dying.append((proc, err))
         self._reap(block=False)
 
@@ -246,7 +246,7 @@ class SandboxSpares:
             if proc.poll() is None:
                 left.append((proc, err))
             else:
-                _close_files(None, err)
+                _close(err)
         self._dying = left
 
     def take(self, device: int | None) -> tuple[subprocess.Popen, Any] | None:
@@ -270,9 +270,10 @@ class SandboxSpares:
         return None if got is None else (got.proc, got.err)
 
     def close(self) -> None:
+        """Every spare killed, then every process reaped: the exits (contexts torn down) overlap."""
         spares, self._spares = self._spares, []
         for spare in spares:
-            _kill(spare.proc, spare.err)
+            self.bury(spare.proc, spare.err)
         self._reap(block=True)
 
     def __del__(self) -> None:
@@ -283,7 +284,7 @@ def _kill(proc: subprocess.Popen, err: Any) -> None:
     """A sandbox process and its session gone, its pipes and stderr file closed."""
     _signal_kill(proc)
     proc.wait()
-    _close_files(proc, err)
+    _close(proc.stdin, proc.stdout, err)
 
 
 def _signal_kill(proc: subprocess.Popen) -> None:
@@ -293,8 +294,8 @@ def _signal_kill(proc: subprocess.Popen) -> None:
         pass
 
 
-def _close_files(proc: subprocess.Popen | None, err: Any) -> None:
-    for f in ((proc.stdin, proc.stdout) if proc is not None else ()) + (err,):
+def _close(*files: Any) -> None:
+    for f in files:
         try:
             if f is not None:
                 f.close()
