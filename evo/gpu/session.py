@@ -170,11 +170,14 @@ class Session:
     @staticmethod
     def _fits(problem: Problem) -> None:
         """The check and the timing (guarded buffers, FreshInputs' snapshots of C) hold about 8 copies of A, B and C
-        plus fp32 and fp64 references."""
-        pool = cupy.get_default_memory_pool()
-        pool.free_all_blocks()
-        free, total = cupy.cuda.runtime.memGetInfo()
+        plus fp32 and fp64 references. The blocks CuPy's pool keeps cached are given back to the device only where
+        what is free without them falls short: given back every evaluation (and allocated anew by its check), a
+        device-launched kernel's evaluation took 80-200 ms on an H200 against 40-75 ms (docs/perf-search.md)."""
         need = 8 * problem.min_bytes + 40.0 * problem.m * problem.n  # + fp64 references of the exact test
+        free, total = cupy.cuda.runtime.memGetInfo()
+        if need > free:
+            cupy.get_default_memory_pool().free_all_blocks()
+            free, total = cupy.cuda.runtime.memGetInfo()
         if need > free:
             raise EvoError(f"shape {problem.key} needs about {need / 2**30:.1f} GiB of GPU memory to check and time; "
                            f"{free / 2**30:.1f} GiB of {total / 2**30:.0f} GiB are free")
@@ -189,7 +192,7 @@ class Session:
     def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
         """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
         load shared by all phases (the old behaviour, for the tests). Whether it accepts the shape and the GPU's
-        memory holds the evaluation are asked once, here (freeing the memory pool to ask took 12 ms)."""
+        memory holds the evaluation are asked once, here."""
         ks = KernelSource.parse(source)
         if not ks.accepts(problem, self.info.sm_count):
             raise EvoError(f"kernel does not accept shape {problem.key} (requires: {ks.meta.requires})")
