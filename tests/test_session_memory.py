@@ -26,7 +26,7 @@ def fake_device(sm, free_gib: float, cached_gib: float) -> list:
 
 def test_the_pool_keeps_its_blocks_while_the_device_has_room(session_module):  # noqa: F811
     log = fake_device(session_module, free_gib=100, cached_gib=20)
-    session_module.Session._fits(parse_shape("4096x4096x4096"))  # ~0.9 GiB
+    session_module.Session._fits(parse_shape("4096x4096x4096"))  # ~1.4 GiB
     assert log == []
 
 

@@ -172,7 +172,7 @@ class Session:
         """The check and the timing (guarded buffers, FreshInputs' snapshots of C) hold about 8 copies of A, B and C
         plus fp32 and fp64 references. The blocks CuPy's pool keeps cached are given back to the device only where
         what is free without them falls short: given back every evaluation (and allocated anew by its check), a
-        device-launched kernel's evaluation took 80-200 ms on an H200 against 40-75 ms (docs/perf-search.md)."""
+        device-launched kernel's evaluation took 80-200 ms on an H200 against 40-80 ms (docs/perf-search.md)."""
         need = 8 * problem.min_bytes + 40.0 * problem.m * problem.n  # + fp64 references of the exact test
         free, total = cupy.cuda.runtime.memGetInfo()
         if need > free:
