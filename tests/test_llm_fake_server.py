@@ -132,3 +132,20 @@ def test_cli(tmp_path, mode):
             out = ""
     assert proc.returncode == 0, out
     assert "served" in out
+
+
+def test_ctrl_c_stops_it_when_started_with_sigint_ignored():
+    # a background job of a script (`nohup ... &`) starts with SIGINT ignored, which Python keeps: the server
+    # would never stop on Ctrl-C (the CLI test above hung this way when the suite ran as such a job)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "evo.testing.fake_llm", "--demo", "--port", str(_free_port())],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert "fake LLM serving" in proc.stdout.readline()
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "served 0 chat requests" in out

@@ -39,6 +39,7 @@ import argparse
 import ipaddress
 import json
 import re
+import signal
 import sys
 import threading
 import time
@@ -347,9 +348,12 @@ def main(argv: list[str] | None = None) -> int:
         script, models = load_script(args.script)
     srv = FakeLlmServer(script, port=args.port, models=args.model or models, loop=args.loop, quiet=not args.verbose,
                         api_key=args.api_key)
-    print(f"fake LLM serving {srv.base_url} (models: {', '.join(srv.models)}); Ctrl-C to stop", flush=True)
+    # Ctrl-C stops it even where it was started with SIGINT ignored (`nohup ... &`, a background job of a script),
+    # and from the moment it says it serves
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     srv.start()
     try:
+        print(f"fake LLM serving {srv.base_url} (models: {', '.join(srv.models)}); Ctrl-C to stop", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
