@@ -149,14 +149,14 @@ class Session:
         return {"results": out, "notes": notes, "samples": {n: t.samples for n, t in timings.items()}}
 
     def _placements(self, problem: Problem) -> int:
-        """baselines.placements, or fewer where the sets would not leave the candidates' check and timing (_fits)
+        """baselines.placements, or fewer where the sets would not leave the candidates' check and timing (_need_bytes)
         their memory: the largest shapes fall back towards one set rather than fail."""
         p = self.cfg.baselines.placements
         if p == 1:
             return 1
         cupy.get_default_memory_pool().free_all_blocks()
         free, _ = cupy.cuda.runtime.memGetInfo()
-        spare = free - (8 * problem.min_bytes + 40.0 * problem.m * problem.n)
+        spare = free - self._need_bytes(problem)
         return max(1, min(p, 1 + int(spare // (problem.min_bytes + MAX_PAD))))
 
     def _impossible(self, time_us: float, bound_us: float) -> str:
@@ -168,12 +168,18 @@ class Session:
         return ""
 
     @staticmethod
-    def _fits(problem: Problem) -> None:
-        """The check and the timing (guarded buffers, FreshInputs' snapshots of C) hold about 8 copies of A, B and C
-        plus fp32 and fp64 references. The blocks CuPy's pool keeps cached are given back to the device only where
-        what is free without them falls short: given back every evaluation (and allocated anew by its check), a
-        device-launched kernel's evaluation took 80-200 ms on an H200 against 40-80 ms (docs/perf-search.md)."""
-        need = 8 * problem.min_bytes + 40.0 * problem.m * problem.n  # + fp64 references of the exact test
+    def _need_bytes(problem: Problem) -> float:
+        """GPU memory a candidate's check and timing hold: about 8 copies of A, B and C (guarded buffers,
+        FreshInputs' snapshots of C) plus fp32 and fp64 references (the exact test's)."""
+        return 8 * problem.min_bytes + 40.0 * problem.m * problem.n
+
+    @classmethod
+    def _fits(cls, problem: Problem) -> None:
+        """The GPU holds the candidate's check and timing (_need_bytes), or EvoError. The blocks CuPy's pool keeps
+        cached are given back to the device only where what is free without them falls short: given back every
+        evaluation (and allocated anew by its check), a device-launched kernel's evaluation took 80-200 ms on an H200
+        against 40-80 ms (docs/perf-search.md)."""
+        need = cls._need_bytes(problem)
         free, total = cupy.cuda.runtime.memGetInfo()
         if need > free:
             cupy.get_default_memory_pool().free_all_blocks()
