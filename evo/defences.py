@@ -22,8 +22,9 @@ DEFENCES = {
     "fresh_module": "a fresh cuModuleLoad and workspace per phase (off: cupy's per-process module cache)",
     "ptx_checks": "static PTX gate: publication without release ordering, module-scope mutable state",
     "sanitizer_padding": "compute-sanitizer runs with --padding on exact cudaMalloc allocations",
-    "host_sandbox": "a launch: host candidate's host code runs in a process of its own, stopped between requests "
-                    "(off: loaded into the GPU worker, with its context and pointers)",
+    "host_sandbox": "a launch: host candidate's host code runs in a process of its own, stopped between requests, "
+                    "unless it is its family's template rendered unchanged (off: loaded into the GPU worker, with its "
+                    "context and pointers)",
     "host_no_spawn": "the host-code sandbox cannot start processes (seccomp: no fork, vfork, clone of a process, "
                      "exec; off: a child it forks and detaches outlives the candidate)",
     "host_no_trace": "the host-code sandbox cannot reach into another process's memory (seccomp: no ptrace, "

@@ -303,6 +303,18 @@ def rerendered(ks: KernelSource, families: list["Family"], problem: Problem | No
         raise EvoError(f"parameters no longer render: {e}") from None
 
 
+def is_family_rendering(ks: KernelSource, families: list["Family"], problem: Problem | None = None) -> bool:
+    """Whether ks is, byte for byte, its family's current template rendered with its own parameters (for `problem`
+    where the family compiles the shape in): code the family wrote, not a candidate's own."""
+    fam = next((f for f in families if f.name == ks.meta.family), None)
+    if fam is None or not isinstance(ks.meta.params, dict):
+        return False
+    try:
+        return fam.render(ks.meta.params, problem).text == ks.text
+    except EvoError:
+        return False
+
+
 def load_families(root: Path | None = None, names: list[str] | None = None, arch: str | None = None) -> list[Family]:
     root = Path(root) if root else templates_root()
     if not root.is_dir():

@@ -311,14 +311,17 @@ def gpu(tmp_path_factory):
 
 @pytest.mark.gpu
 def test_host_launched_families_evaluate_through_the_sandbox(gpu):
-    """naive_host and a CUTLASS SM90 instance (TMA descriptors encoded by cuTensorMapEncodeTiled in the sandbox,
-    a process with no CUDA context) are correct on off-tile shapes; the hostile library's honest mode too."""
+    """Correct on off-tile shapes: naive_host, the hostile library's honest mode and a CUTLASS SM90 instance changed
+    by a comment (a candidate's own code: its host code in the sandbox, which encodes the TMA descriptors with
+    cuTensorMapEncodeTiled in a context of its own), and the same instance as the family renders it (the family's
+    own host code, run in the worker: evo.gpu.session.Session._family_host_code)."""
     from evo.families import load_families
 
     w, comp, _ = gpu
     cutlass = next(f for f in load_families(arch=w.info.arch) if f.name == "cutlass_sm90")
-    texts = [(DATA / "naive_host.cu").read_text(), (DATA / "hostile_host.cu").read_text(),
-             cutlass.render(cutlass.instances_for_ci()[0]).text]
+    rendered = cutlass.render(cutlass.instances_for_ci()[0]).text
+    texts = [(DATA / "naive_host.cu").read_text(), (DATA / "hostile_host.cu").read_text(), rendered,
+             rendered + "\n// a candidate's own copy\n"]
     for text in texts:
         ks = KernelSource.parse(text)
         r = comp.compile(ks, w.info.arch)

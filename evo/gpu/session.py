@@ -6,10 +6,12 @@ the context is reported with ``fatal=True`` so the parent restarts the worker.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import time
 import traceback
 from dataclasses import asdict
+from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "0")  # the fp32 reference must be real fp32
 
@@ -23,6 +25,7 @@ from ..drift import corrected_us, retimed  # noqa: E402
 from ..fresh import FreshInputs  # noqa: E402
 from ..config import Config  # noqa: E402
 from ..errors import EvoError, LibraryMissing  # noqa: E402
+from ..families import Family, is_family_rendering, load_families  # noqa: E402
 from ..kernel import KernelSource  # noqa: E402
 from ..problem import Problem, parse_shape  # noqa: E402
 from ..records import BaselineResult, EvalResult  # noqa: E402
@@ -63,6 +66,8 @@ class Session:
         self.off = defences_off(cfg.check.defences_off)  # tests only: defences switched off by name
         self._warm = False  # handle_warmup ran in this process
         self.sandboxes = SandboxSpares(cfg.check.host_spares)  # host-code sandboxes started ahead for the next phases
+        self._families: list[Family] | None = None  # loaded at the first launch: host candidate (_family_host_code)
+        self._own_code: dict[tuple[str, str, str], bool] = {}
 
     def _next_seed(self) -> int:
         self.seed += 1
@@ -190,10 +195,30 @@ class Session:
 
     # --- one candidate ------------------------------------------------------
     def _launcher(self, ks: KernelSource, cubin: str, problem: Problem):
-        """The kernel as the ABI launches it, with the evaluator's defences (fresh module, host-code sandbox)."""
+        """The kernel as the ABI launches it, with the evaluator's defences (fresh module, host-code sandbox: for
+        host code that is not the family's own, _family_host_code)."""
+        isolate = ("host_sandbox" not in self.off and ks.meta.launch == "host"
+                   and not self._family_host_code(ks, cubin, problem))
         return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
-                           fresh="fresh_module" not in self.off, isolate_host="host_sandbox" not in self.off,
-                           spares=self.sandboxes)
+                           fresh="fresh_module" not in self.off, isolate_host=isolate, spares=self.sandboxes)
+
+    def _family_host_code(self, ks: KernelSource, cubin: str, problem: Problem) -> bool:
+        """Whether a launch: host candidate's host code is its family's own: its text is the family's template
+        rendered with its parameters, byte for byte, and so is the text its compile came from (the cache's <key>.cu,
+        written before nvcc ran: texts that differ only in spacing or comments share one compile). Such code runs
+        in the worker, as evo.dispatch runs a published kernel's; any other goes to the sandbox. A sandbox makes a
+        CUDA context of its own, and the driver makes ~5 a second, which held a CUTLASS evaluation at 0.1-0.9 s
+        against ~0.05 s for a device-launched kernel (docs/perf-search.md)."""
+        key = (hashlib.sha256(ks.text.encode()).hexdigest(), cubin, problem.key)  # ks.hash leaves comments out
+        if key not in self._own_code:
+            if self._families is None:
+                self._families = load_families(Path(self.cfg.paths.templates) if self.cfg.paths.templates else None)
+            try:
+                compiled = Path(cubin).with_suffix(".cu").read_text()
+            except (OSError, UnicodeDecodeError):
+                compiled = None
+            self._own_code[key] = compiled == ks.text and is_family_rendering(ks, self._families, problem)
+        return self._own_code[key]
 
     def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
         """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
