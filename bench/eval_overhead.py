@@ -2,8 +2,10 @@
 
     python -m bench.eval_overhead                                  # this tree
     python -m bench.eval_overhead --repo .old-eval --repo .        # another tree (e.g. before a change) against this one
+    python -m bench.eval_overhead --families cutlass_sm90,wgmma_sm90 --repo .old-eval --repo .   # host-launched too
 
-The kernels (each family's CI instances that accept the shape, rendered and compiled by *this* tree) are
+The kernels (each family's first CI instance that accepts the shape, rendered and compiled by *this* tree; by
+default every family but simt and those launched by their own host code, else the families named) are
 evaluated by each tree's own worker (``evo`` imported from that tree), in rounds that alternate the trees,
 after one warm-up evaluation per tree (NVRTC and cuBLAS start-up). Reported: the median seconds per
 candidate per tree and the ratio to the first tree. An old tree is made with
@@ -25,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def prepare(shapes: list[str], per_shape: int, cache: str) -> list[dict]:
-    """Render and compile (with this tree) up to per_shape family instances per shape."""
+def prepare(shapes: list[str], per_shape: int, cache: str, families: list[str] | None = None) -> list[dict]:
+    """Render and compile (with this tree) up to per_shape family instances per shape, of `families` where named."""
     from evo.compile import Compiler
     from evo.config import load_config
     from evo.families import load_families
@@ -39,13 +41,13 @@ def prepare(shapes: list[str], per_shape: int, cache: str) -> list[dict]:
     for shape in shapes:
         p = parse_shape(shape)
         n = 0
-        for fam in load_families(arch=arch):
-            if fam.name == "simt" or n >= per_shape:  # simt: the slow floor, not what a search times most
+        for fam in load_families(names=families, arch=arch):
+            if (fam.name == "simt" and not families) or n >= per_shape:  # simt: the slow floor, not what a search times most
                 continue
             for params in fam.instances_for_ci()[:1]:
                 ks = fam.render(params, p)
-                if getattr(ks.meta, "launch", "") == "host" or not ks.accepts(p):
-                    continue  # host-launched kernels: an older tree cannot load them
+                if (ks.meta.launch == "host" and not families) or not ks.accepts(p):
+                    continue  # host-launched kernels only where named: a tree before 2026-11-25 cannot load them
                 r = comp.compile(ks, arch)
                 if r.ok:
                     out.append({"shape": shape, "name": f"{fam.name}", "source": ks.text, "cubin": r.cubin_path,
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", action="append", default=[], help="a source tree whose evo package evaluates (repeat)")
     ap.add_argument("--shapes", default="4096x4096x1024,1024x1024x1024,128x128x16384")
     ap.add_argument("--per-shape", type=int, default=3, help="family instances per shape")
+    ap.add_argument("--families", help="comma-separated families to take instances of (host-launched ones included)")
     ap.add_argument("--rounds", type=int, default=3, help="evaluations of every kernel per tree and round")
     ap.add_argument("--alternations", type=int, default=2, help="rounds in which the trees take turns")
     ap.add_argument("--json", help="write the raw results here")
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {r} has no evo package", file=sys.stderr)
             return 2
     from evo.errors import EvoError
+    from evo.families import load_families
     from evo.problem import parse_shape
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -120,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
             shapes = [s for s in args.shapes.split(",") if s]
             for s in shapes:
                 parse_shape(s)  # a malformed shape ends here, before the GPU is looked at
-            spec = prepare(shapes, args.per_shape, os.path.join(tmp, "cache"))
+            families = [f for f in (args.families or "").split(",") if f] or None
+            load_families(names=families)  # so does an unknown family
+            spec = prepare(shapes, args.per_shape, os.path.join(tmp, "cache"), families)
         except EvoError as e:  # no GPU, a malformed shape: one line
             print(f"error: {e}", file=sys.stderr)
             return 2

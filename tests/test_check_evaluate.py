@@ -64,13 +64,46 @@ def test_eval_overhead_refuses_a_tree_without_evo(tmp_path, capsys):
     assert "has no evo package" in capsys.readouterr().err
 
 
+def test_eval_overhead_refuses_an_unknown_family_in_one_line(capsys):
+    from bench.eval_overhead import main
+
+    assert main(["--families", "cutlass_sm90,no_such_family"]) == 2
+    assert "unknown family no_such_family" in capsys.readouterr().err
+
+
+def test_eval_overhead_takes_the_named_families_host_launched_ones_included(monkeypatch, tmp_path):
+    """--families: those families' instances, a host-launched one (cutlass_sm90) among them; without it, neither
+    host-launched families nor simt (the GPU and the compiler faked: every render compiles)."""
+    import types
+
+    import bench.eval_overhead as eo
+    import evo.compile
+    import evo.gpu.device
+
+    monkeypatch.setattr(evo.gpu.device, "gpu_info", lambda i: types.SimpleNamespace(arch="sm_90a"))
+
+    class Compiler:
+        @staticmethod
+        def from_config(cfg):
+            return Compiler()
+
+        def compile(self, ks, arch):
+            return types.SimpleNamespace(ok=True, cubin_path="x.cubin")
+
+    monkeypatch.setattr(evo.compile, "Compiler", Compiler)
+    named = {k["name"] for k in eo.prepare(["1024x1024x1024"], 3, str(tmp_path), ["cutlass_sm90", "simt"])}
+    assert named == {"cutlass_sm90", "simt"}
+    default = {k["name"] for k in eo.prepare(["1024x1024x1024"], 9, str(tmp_path))}
+    assert default and "cutlass_sm90" not in default and "simt" not in default
+
+
 def test_eval_overhead_table_compares_trees(tmp_path, monkeypatch, capsys):
     import bench.eval_overhead as eo
 
     for name in ("old", "new"):
         (tmp_path / name / "evo").mkdir(parents=True)
         (tmp_path / name / "evo" / "__init__.py").write_text("")
-    monkeypatch.setattr(eo, "prepare", lambda shapes, per_shape, cache: [{"shape": "64x64x64", "name": "naive"}])
+    monkeypatch.setattr(eo, "prepare", lambda shapes, per_shape, cache, families: [{"shape": "64x64x64", "name": "naive"}])
     secs = {"old": 1.0, "new": 1.1}
     monkeypatch.setattr(eo, "run_tree", lambda repo, spec, rounds, tmp, tag: {
         "64x64x64 naive": [{"wall": 1.0, "seconds": secs[Path(repo).name], "ok": True, "error": "", "time_us": 5.0}]})
