@@ -62,7 +62,7 @@ def session(session_module, tmp_path):  # noqa: F811
     s = sm.Session.__new__(sm.Session)
     s.cfg = types.SimpleNamespace(paths=types.SimpleNamespace(templates=""))
     s.info = types.SimpleNamespace(sm_count=132, smem_per_block_optin=232448)
-    s.off, s.sandboxes, s._families, s._own_code = set(), None, None, {}
+    s.off, s.sandboxes, s._families, s._renderings = set(), None, None, {}
     s.isolated = []
     sm.load_kernel = lambda ks, cubin, problem, *a, isolate_host, **kw: s.isolated.append(isolate_host)
     s.cache = tmp_path
@@ -98,6 +98,17 @@ def test_a_copy_that_shares_the_familys_compile_is_sandboxed(session, fams):
     copy = KernelSource.parse(ks.text + "\n// a candidate's own copy\n")
     assert copy.hash == ks.hash
     session._launcher(copy, str(cubin), SHAPE)
+    assert session.isolated == [False, True]
+
+
+def test_the_compiles_text_is_read_at_every_load(session, fams):
+    """Another text compiled into the same cache entry after the first load: the next load is sandboxed."""
+    ks = cutlass(fams)
+    cubin = session.cache / "entry.cubin"
+    cubin.with_suffix(".cu").write_text(ks.text)
+    session._launcher(ks, str(cubin), SHAPE)
+    cubin.with_suffix(".cu").write_text(ks.text + "\n// compiled since\n")
+    session._launcher(ks, str(cubin), SHAPE)
     assert session.isolated == [False, True]
 
 

@@ -67,7 +67,7 @@ class Session:
         self._warm = False  # handle_warmup ran in this process
         self.sandboxes = SandboxSpares(cfg.check.host_spares)  # host-code sandboxes started ahead for the next phases
         self._families: list[Family] | None = None  # loaded at the first launch: host candidate (_family_host_code)
-        self._own_code: dict[tuple[str, str, str], bool] = {}
+        self._renderings: dict[tuple[str, str], bool] = {}  # (text's sha256, shape): its family's rendering?
 
     def _next_seed(self) -> int:
         self.seed += 1
@@ -209,16 +209,17 @@ class Session:
         in the worker, as evo.dispatch runs a published kernel's; any other goes to the sandbox. A sandbox makes a
         CUDA context of its own, and the driver makes ~5 a second, which held a CUTLASS evaluation at 0.1-0.9 s
         against ~0.05 s for a device-launched kernel (docs/perf-search.md)."""
-        key = (hashlib.sha256(ks.text.encode()).hexdigest(), cubin, problem.key)  # ks.hash leaves comments out
-        if key not in self._own_code:
+        try:  # read at every load: the library loaded is the one beside it now
+            if Path(cubin).with_suffix(".cu").read_text() != ks.text:
+                return False
+        except (OSError, UnicodeDecodeError):
+            return False
+        key = (hashlib.sha256(ks.text.encode()).hexdigest(), problem.key)  # ks.hash leaves comments out
+        if key not in self._renderings:
             if self._families is None:
                 self._families = load_families(Path(self.cfg.paths.templates) if self.cfg.paths.templates else None)
-            try:
-                compiled = Path(cubin).with_suffix(".cu").read_text()
-            except (OSError, UnicodeDecodeError):
-                compiled = None
-            self._own_code[key] = compiled == ks.text and is_family_rendering(ks, self._families, problem)
-        return self._own_code[key]
+            self._renderings[key] = is_family_rendering(ks, self._families, problem)
+        return self._renderings[key]
 
     def fresh_kernel(self, problem: Problem, source: str, cubin: str) -> FreshKernel:
         """The candidate, loaded anew (module, globals, workspace) for every phase; with fresh_module off, one
