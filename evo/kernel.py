@@ -130,9 +130,11 @@ class KernelSource:
 
     @property
     def code_hash(self) -> str:
-        """Hash of the code alone (front matter, comments and spacing left out): what nvcc sees. Candidates
-        that differ only in launch rules or runtime arguments share one compile."""
-        return hashlib.sha256(normalize(_FRONT.sub("", self.text, count=1)).encode()).hexdigest()[:16]
+        """Hash of the code nvcc compiles, exactly (the front matter, a comment to nvcc, left out): candidates that
+        differ only in launch rules or runtime arguments share one compile; any other difference compiles apart,
+        spacing and comments included (with them normalized away, a line break that ends a #define, or its
+        absence, shared one compile between two texts that compile to different kernels)."""
+        return hashlib.sha256(_FRONT.sub("", self.text, count=1).encode()).hexdigest()[:16]
 
     def env(self, problem: Problem, num_sms: int) -> dict[str, int]:
         env = {k: v for k, v in self.meta.params.items() if isinstance(v, (int, bool))}
@@ -204,6 +206,8 @@ def parse_meta(text: str) -> KernelMeta:
     m = _FRONT.match(text)
     if not m:
         raise EvoError("kernel does not follow the ABI: it must start with a /*---evo ... ---*/ front-matter block")
+    if "*/" in m.group(1):  # it would end the comment early: code nvcc compiles that the compile key leaves out
+        raise EvoError("front matter must not contain '*/' (it ends the comment that hides the front matter from nvcc)")
     try:
         d = yaml.load(m.group(1), Loader=_YAML_LOADER) or {}
     except yaml.YAMLError as e:

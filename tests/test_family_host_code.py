@@ -1,8 +1,8 @@
 """Which launch: host candidates keep the host-code sandbox: every one whose host code is not its family's own.
 
 evo.families.is_family_rendering says whether a text is its family's template rendered with its parameters, byte for
-byte; evo.gpu.session.Session._launcher (cupy faked) sandboxes a candidate unless both its text and the text its
-compile came from (the cache's <key>.cu) are such a rendering."""
+byte; evo.gpu.session.Session._launcher (cupy faked) sandboxes a candidate's host code unless its text is such a
+rendering (its compile is of that code exactly: evo.kernel.KernelSource.code_hash)."""
 from __future__ import annotations
 
 import types
@@ -56,7 +56,7 @@ def test_any_change_to_the_text_makes_it_a_candidates_own(fams, change):
 
 
 @pytest.fixture()
-def session(session_module, tmp_path):  # noqa: F811
+def session(session_module):  # noqa: F811
     """A Session built without a GPU; load_kernel records whether each launch would sandbox the host code."""
     sm = session_module
     s = sm.Session.__new__(sm.Session)
@@ -65,57 +65,28 @@ def session(session_module, tmp_path):  # noqa: F811
     s.off, s.sandboxes, s._families, s._renderings = set(), None, None, {}
     s.isolated = []
     sm.load_kernel = lambda ks, cubin, problem, *a, isolate_host, **kw: s.isolated.append(isolate_host)
-    s.cache = tmp_path
     return s
 
 
-def launch(session, ks: KernelSource, compiled: str | None = None) -> bool:
-    """Launch ks as compiled from `compiled` (default: its own text) in the fake cache; True where sandboxed."""
-    cubin = session.cache / f"{ks.hash}.cubin"
-    cubin.with_suffix(".cu").write_text(ks.text if compiled is None else compiled)
-    session._launcher(ks, str(cubin), SHAPE)
+def launch(session, ks: KernelSource) -> bool:
+    """True where the launch would run ks's host code in the sandbox."""
+    session._launcher(ks, f"{ks.code_hash}.cubin", SHAPE)
     return session.isolated[-1]
 
 
 def test_the_familys_own_host_code_runs_in_the_worker(session, fams):
-    assert launch(session, cutlass(fams)) is False
+    ks, other = cutlass(fams), cutlass(fams, RASTER=2 if cutlass(fams).meta.params["RASTER"] != 2 else 1)
+    assert other.text != ks.text and other.code_hash == ks.code_hash  # a runtime argument: one compile serves both
+    assert [launch(session, ks), launch(session, other)] == [False, False]
 
 
-def test_a_compile_that_came_from_another_text_is_sandboxed(session, fams):
+def test_a_copy_with_a_comment_added_is_sandboxed(session, fams):
+    """One candidate hash with the rendering (it leaves comments out), its own compile, and host code that is not
+    the family's text: the sandbox, even after the rendering ran in the worker."""
     ks = cutlass(fams)
-    # the same code but for spacing: one compile key, and the cached shared object is that text's
-    spaced = ks.text.replace("\nstatic int fail(", "\n\nstatic int fail(")
-    assert spaced != ks.text
-    assert launch(session, ks, compiled=spaced) is True
-
-
-def test_a_copy_that_shares_the_familys_compile_is_sandboxed(session, fams):
-    """A comment added: the same compile (its key and the candidate hash leave comments out), another text."""
-    ks = cutlass(fams)
-    cubin = session.cache / "shared.cubin"
-    cubin.with_suffix(".cu").write_text(ks.text)
-    session._launcher(ks, str(cubin), SHAPE)
     copy = KernelSource.parse(ks.text + "\n// a candidate's own copy\n")
-    assert copy.hash == ks.hash
-    session._launcher(copy, str(cubin), SHAPE)
-    assert session.isolated == [False, True]
-
-
-def test_the_compiles_text_is_read_at_every_load(session, fams):
-    """Another text compiled into the same cache entry after the first load: the next load is sandboxed."""
-    ks = cutlass(fams)
-    cubin = session.cache / "entry.cubin"
-    cubin.with_suffix(".cu").write_text(ks.text)
-    session._launcher(ks, str(cubin), SHAPE)
-    cubin.with_suffix(".cu").write_text(ks.text + "\n// compiled since\n")
-    session._launcher(ks, str(cubin), SHAPE)
-    assert session.isolated == [False, True]
-
-
-def test_a_missing_compile_source_is_sandboxed(session, fams):
-    ks = cutlass(fams)
-    session._launcher(ks, str(session.cache / "missing.cubin"), SHAPE)
-    assert session.isolated[-1] is True
+    assert copy.hash == ks.hash and copy.code_hash != ks.code_hash
+    assert [launch(session, ks), launch(session, copy)] == [False, True]
 
 
 def test_a_candidates_own_host_code_is_sandboxed_unless_the_defence_is_off(session):

@@ -22,6 +22,17 @@ def test_hash_ignores_comments_and_whitespace(naive_source):
     assert normalize("a /* x */ b // y\n c") == "a b c"
 
 
+def test_the_compile_is_of_the_exact_code(naive_source):
+    """The candidate hash leaves spacing and comments out; the compile key does not: a line break that ends a #define
+    (here, whether the next declaration belongs to the macro) is a different program under one candidate hash."""
+    head, code = naive_source.split("---*/", 1)
+    a = KernelSource.parse(head + "---*/\n#define UNUSED\nstatic const int kept = 1;" + code)
+    b = KernelSource.parse(head + "---*/\n#define UNUSED static const int kept = 1;" + code)
+    assert a.hash == b.hash and a.code_hash != b.code_hash
+    runtime = KernelSource.parse(naive_source.replace("block: [16, 16, 1]", "block: [16, 16, 1]  # a comment"))
+    assert runtime.code_hash == KernelSource.parse(naive_source).code_hash  # the front matter is not compiled
+
+
 def test_launch_params_change_hash(naive_source):
     a = KernelSource.parse(naive_source)
     b = KernelSource.parse(naive_source.replace('block: [16, 16, 1]', 'block: [32, 8, 1]'))
@@ -34,6 +45,7 @@ def test_launch_params_change_hash(naive_source):
     (lambda s: s.replace("family: naive\n", ""), "lacks family"),
     (lambda s: s.replace("grid: [", "grid: [[["), "not valid YAML"),
     (lambda s: s.replace('extern "C" ', ""), "entry point"),
+    (lambda s: s.replace("family: naive\n", "family: naive\nnote: '*/ int smuggled; /*'\n"), "must not contain"),
 ])
 def test_abi_violations(naive_source, mutate, msg):
     with pytest.raises(EvoError, match=msg):

@@ -198,22 +198,17 @@ class Session:
         """The kernel as the ABI launches it, with the evaluator's defences (fresh module, host-code sandbox: for
         host code that is not the family's own, _family_host_code)."""
         isolate = ("host_sandbox" not in self.off and ks.meta.launch == "host"
-                   and not self._family_host_code(ks, cubin, problem))
+                   and not self._family_host_code(ks, problem))
         return load_kernel(ks, cubin, problem, self.info.sm_count, self.info.smem_per_block_optin,
                            fresh="fresh_module" not in self.off, isolate_host=isolate, spares=self.sandboxes)
 
-    def _family_host_code(self, ks: KernelSource, cubin: str, problem: Problem) -> bool:
+    def _family_host_code(self, ks: KernelSource, problem: Problem) -> bool:
         """Whether a launch: host candidate's host code is its family's own: its text is the family's template
-        rendered with its parameters, byte for byte, and so is the text its compile came from (the cache's <key>.cu,
-        written before nvcc ran: texts that differ only in spacing or comments share one compile). Such code runs
-        in the worker, as evo.dispatch runs a published kernel's; any other goes to the sandbox. A sandbox makes a
-        CUDA context of its own, and the driver makes ~5 a second, which held a CUTLASS evaluation at 0.1-0.9 s
-        against ~0.05 s for a device-launched kernel (docs/perf-search.md)."""
-        try:  # read at every load: the library loaded is the one beside it now
-            if Path(cubin).with_suffix(".cu").read_text() != ks.text:
-                return False
-        except (OSError, UnicodeDecodeError):
-            return False
+        rendered with its parameters, byte for byte (its compile is of that code exactly: the compile key is the
+        code's exact text, evo.kernel.KernelSource.code_hash). Such code runs in the worker, as evo.dispatch runs a
+        published kernel's; any other goes to the sandbox. A sandbox makes a CUDA context of its own, and the driver
+        makes ~5 a second, which held a CUTLASS evaluation at 0.1-0.9 s against ~0.05 s for a device-launched kernel
+        (docs/perf-search.md)."""
         key = (hashlib.sha256(ks.text.encode()).hexdigest(), problem.key)  # ks.hash leaves comments out
         if key not in self._renderings:
             if self._families is None:
