@@ -306,12 +306,9 @@ def rerendered(ks: KernelSource, families: list["Family"], problem: Problem | No
 def is_family_rendering(ks: KernelSource, families: list["Family"], problem: Problem | None = None) -> bool:
     """Whether ks is, byte for byte, its family's current template rendered with its own parameters (for `problem`
     where the family compiles the shape in): code the family wrote, not a candidate's own."""
-    fam = next((f for f in families if f.name == ks.meta.family), None)
-    if fam is None or not isinstance(ks.meta.params, dict):
-        return False
     try:
-        return fam.render(ks.meta.params, problem).text == ks.text
-    except EvoError:
+        return rerendered(ks, families, problem).text == ks.text
+    except EvoError:  # its family is gone, or its parameters do not render
         return False
 
 
