@@ -4,8 +4,9 @@ The estimate is a roofline of one work unit per SM slot, with the things that de
 shape: waves of work units over the SMs (the last wave's idle SMs), tile padding (work on rows and columns past
 the shape's edge), resident CTAs per SM (shared memory, threads, an accumulator-based register guess) and
 resident clusters, bytes moved (DRAM once, L2 per tile, split-K partial sums), the bandwidth a few CTAs can draw,
-and fixed costs (launch, pipeline fill per wave, split-K fix-up). It ranks instances before anything is compiled;
-the cost model (evo.cost_model) learns what it gets wrong from the archive's measurements.
+the rate a narrow wgmma reaches on operands read from shared memory, and fixed costs (launch, pipeline fill per
+wave, split-K fix-up). It ranks instances before anything is compiled; the cost model (evo.cost_model) learns what
+it gets wrong from the archive's measurements.
 
 Parameter names it understands (where a family has them): BM, BN or TILE_M, TILE_N (tile, kernel view), TILE
 (square tile), SWAP_AB (the kernel computes C^T), SPLIT_K, G, CLK, SPLITS (K splits over CTAs), MC, NC, CLK, CLUSTER_M,
@@ -69,6 +70,14 @@ class GpuSpec:
     # --measurements kernels_out/NVIDIA_H200/measurements.csv.gz`: prior alone, Spearman 0.727 -> 0.744, its first 6
     # over each shape's best 1.054 -> 1.050; docs/perf-search.md)
     ring_latency_us: float = 0.8
+    # an m64nNk16 wgmma keeps an SM's tensor cores busy N / 2 clocks (tc_fma_per_clk) and reads 2 KB of A and 32 N
+    # bytes of B from shared memory, so a narrow N waits on shared memory (wgmma_eff; at 120 bytes a clock N = 64
+    # runs at 0.94 of the rate, 48 at 0.80, 32 at 0.62). Fitted on the measurements shipped with the tables, held
+    # out by shape (`python -m evo.cost_model --measurements kernels_out/<GPU>/measurements.csv.gz`): every value
+    # from 96 to 128 ranks better than none on both GPUs; 120 keeps a 128 x 80 tile at the full rate (one wave of
+    # 128-row tiles, tests/test_prior.py), which 112 and below charge. docs/perf-search.md, last section
+    wgmma_smem_bytes_per_clk: float = 120.0
+    tc_fma_per_clk: float = 2048.0
 
     @staticmethod
     def from_info(info: GpuInfo | None, peak_tflops: float = 0.0, bw_gbs: float = 0.0) -> "GpuSpec":
@@ -178,7 +187,7 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     intensity = tm * tn / (tm + tn) / 2.0  # flops per byte of one k step's A and B tile loads
     eff = FAMILY_EFFICIENCY.get(family, DEFAULT_EFFICIENCY) * intensity / (intensity + INTENSITY_K)
     warps = resident * threads / 32
-    eff *= min(1.0, 0.5 + warps / 16.0)
+    eff *= min(1.0, 0.5 + warps / 16.0) * wgmma_eff(family, tn, gpu)
     sm_rate = gpu.peak_tflops * 1e6 / sms * eff  # flop per us
     unit_flops = 2.0 * tm * tn * k_per
     per_sm_units = math.ceil(units / slot_sms) if units > slot_sms else 1
@@ -205,6 +214,16 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
     us = max(compute_us, memory_us, ring_us) + overhead_us
     return Estimate(us, tm, tn, split, units, geo.ctas, threads, geo.smem, resident, cluster, waves, wave_eff, pad_eff,
                     compute_us, memory_us, overhead_us, intensity, ring_us)
+
+
+def wgmma_eff(family: str, tn: int, gpu: GpuSpec) -> float:
+    """The share of the tensor-core rate a Hopper family's wgmma stream reaches with an N of tn (the tile's columns
+    in the kernel's view): an m64nNk16 runs N / 2 clocks at the SM's rate but reads 2 KB of A and 32 N bytes of B
+    from shared memory, so a narrow N is bound by shared memory. 1 for other families."""
+    if not family.startswith(("wgmma", "cutlass")) or gpu.wgmma_smem_bytes_per_clk <= 0:
+        return 1.0
+    mma_clk = 64.0 * tn * 16.0 / gpu.tc_fma_per_clk
+    return min(1.0, mma_clk * gpu.wgmma_smem_bytes_per_clk / (2048.0 + 32.0 * tn))
 
 
 def ring_floor_us(params: dict[str, Any], steps: int, waves: float, gpu: GpuSpec) -> float:
