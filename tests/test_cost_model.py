@@ -192,3 +192,15 @@ def test_a_sweeps_searches_share_the_cost_model(tmp_path, monkeypatch, regrow, t
     run_sweep([parse_shape(s) for s in ("256x256x256", "512x512x256", "256x512x512")], cfg, device_ids=[0],
               worker_factory=ShapeFake, compiler=CachingFakeCompiler(), out=io.StringIO())
     assert len(calls) == trained
+
+
+def test_every_family_parameter_is_a_feature():
+    """The model sees every choice a family offers (its tile's size through the estimate): a parameter left out is a
+    switch whose effect the model cannot learn (wgmma_sm90's SPLIT_RS, EARLY_STORE, PANEL, DYN were left out until
+    docs/perf-search.md's shared-memory section)."""
+    from evo.cost_model import PARAM_FEATURES
+
+    tile = {"BM", "BN", "TILE_M", "TILE_N", "TILE"}
+    for fam in load_families():
+        missing = set(fam.space) - tile - set(PARAM_FEATURES)
+        assert not missing, (fam.name, sorted(missing))
