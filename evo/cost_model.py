@@ -296,7 +296,9 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def report(results: list[HeldOut], per_shape: bool, first: int = 6) -> str:
+def report(results: list[HeldOut], per_shape: bool, first: int = 6, worst: int = 0) -> str:
+    """The held-out accuracy; every shape with per_shape; with worst, the shapes whose generation-0 picks land
+    farthest from their best measured (where the prior or the model ranks a class of shapes wrong)."""
     lines = []
     if per_shape:
         lines.append(f"{'shape':<18}{'n':>6}{'rho model':>11}{'rho prior':>11}{'saved model':>13}{'saved prior':>13}")
@@ -313,6 +315,13 @@ def report(results: list[HeldOut], per_shape: bool, first: int = 6) -> str:
         lines.append(f"generation 0's picks (the first {first} by the prior, its ties in the model's order): the best of "
                      f"them over each shape's best measured, geomean {geomean(ties):.3f}, within 2 % on {_share(ties):.0%} "
                      f"of shapes; by the prior alone {geomean(alone):.3f}, {_share(alone):.0%}")
+        far = sorted((r for r in results if r.first_ties == r.first_ties), key=lambda r: -r.first_ties)[:worst]
+        if far:
+            lines.append(f"the {len(far)} shapes whose generation 0's picks land farthest from their best (gen 0; by the prior "
+                         f"alone; Spearman of the model and the prior):")
+            lines.append(f"  {'shape':<18}{'n':>6}{'gen 0':>8}{'prior':>8}{'rho model':>11}{'rho prior':>11}")
+            lines += [f"  {r.shape:<18}{r.n:>6}{r.first_ties:>8.3f}{r.first_prior:>8.3f}{r.spearman_model:>11.3f}"
+                      f"{r.spearman_prior:>11.3f}" for r in far]
     return "\n".join(lines)
 
 
@@ -335,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu", help="GPU key as stored (default: the GPU with the most measurements)")
     ap.add_argument("--per-shape", action="store_true", help="leave one shape out at a time and print every shape")
     ap.add_argument("--folds", type=int, default=5, help="shape folds without --per-shape (default 5)")
+    ap.add_argument("--worst", type=int, default=0, metavar="N", help="also list the N shapes whose generation-0 picks "
+                    "land farthest from their best measured kernel")
     ap.add_argument("--save", metavar="FILE", help="write the GPU's measurements (correct and failed) merged into FILE, "
                     "e.g. kernels_out/<GPU>/measurements.csv.gz, where searches on a machine with an empty archive "
                     "train on them (evo.measurements), and skip the accuracy report")
@@ -346,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(args.config)
     if args.folds < 2:
         raise EvoError("--folds must be at least 2")
+    if args.worst < 0:
+        raise EvoError("--worst must be 0 or more")
     if args.measurements:
         if args.save:
             raise EvoError("--save writes an archive's measurements; --measurements reads a shipped file")
@@ -388,7 +401,7 @@ def _print_report(samples: list[Sample], spec: GpuSpec, args: Any, cfg: Any, sou
     ok = [s for s in samples if s.ok]
     print(f"cost model on {gpu}: {len(ok)} correct measurements and {len(samples) - len(ok)} failures of "
           f"{len({s.shape for s in ok})} shapes in {source} (failures train the success classifier)")
-    print(report(results, args.per_shape, first))
+    print(report(results, args.per_shape, first, args.worst))
     return 0
 
 

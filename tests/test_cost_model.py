@@ -135,9 +135,30 @@ def test_cli_reports_on_shipped_measurements(tmp_path, synthetic, capsys):
     assert main(["--measurements", str(f), "--folds", "2"]) == 0
     out = capsys.readouterr().out
     assert "Fake_GPU" in out and "Spearman" in out and "generation 0's picks" in out
-    for argv in (["--measurements", str(tmp_path / "none.csv.gz")], ["--measurements", str(f), "--save", str(f)]):
+    for argv in (["--measurements", str(tmp_path / "none.csv.gz")], ["--measurements", str(f), "--save", str(f)],
+                 ["--measurements", str(f), "--worst", "-1"]):
         assert main(argv) == 2
         assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_cli_lists_the_shapes_generation_0_ranks_worst(tmp_path, synthetic, capsys):
+    from evo.cost_model import report
+    from evo.measurements import save
+
+    _, _, samples = synthetic
+    f = tmp_path / "Fake_GPU" / "measurements.csv.gz"
+    f.parent.mkdir()
+    save(f, samples)
+    assert main(["--measurements", str(f), "--folds", "2", "--worst", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(i for i, x in enumerate(lines) if "farthest from their best" in x)
+    rows = [x.split() for x in lines[head + 2:]]
+    assert len(rows) == 3 and all(r[0] in SHAPES for r in rows)
+    gen0 = [float(r[2]) for r in rows]
+    assert gen0 == sorted(gen0, reverse=True) and all(g >= 1.0 for g in gen0)
+    results = evaluate_held_out(samples, load_families(), GpuSpec(), folds=2)  # what the CLI evaluates
+    assert float(rows[0][2]) == pytest.approx(max(r.first_ties for r in results), abs=1e-3)  # the worst comes first
+    assert "farthest" not in report(results, False)  # only when asked
 
 
 def test_geomean_leaves_out_what_has_no_log():
