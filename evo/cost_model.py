@@ -296,15 +296,21 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+SHAPE_HEADER = (f"{'shape':<18}{'n':>6}{'rho model':>11}{'rho prior':>11}{'saved model':>13}{'saved prior':>13}"
+                f"{'gen 0':>8}{'prior 6':>9}")
+
+
+def shape_row(r: HeldOut) -> str:
+    """One held-out shape: Spearman and compiles saved (model, prior), and its generation-0 picks over its best (the
+    prior's first few with ties in the model's order; the prior's alone)."""
+    return (f"{r.shape:<18}{r.n:>6}{r.spearman_model:>11.3f}{r.spearman_prior:>11.3f}{r.saved_model:>13.2f}"
+            f"{r.saved_prior:>13.2f}{r.first_ties:>8.3f}{r.first_prior:>9.3f}")
+
+
 def report(results: list[HeldOut], per_shape: bool, first: int = 6, worst: int = 0) -> str:
     """The held-out accuracy; every shape with per_shape; with worst, the shapes whose generation-0 picks land
     farthest from their best measured (where the prior or the model ranks a class of shapes wrong)."""
-    lines = []
-    if per_shape:
-        lines.append(f"{'shape':<18}{'n':>6}{'rho model':>11}{'rho prior':>11}{'saved model':>13}{'saved prior':>13}")
-        for r in results:
-            lines.append(f"{r.shape:<18}{r.n:>6}{r.spearman_model:>11.3f}{r.spearman_prior:>11.3f}"
-                         f"{r.saved_model:>13.2f}{r.saved_prior:>13.2f}")
+    lines = [SHAPE_HEADER] + [shape_row(r) for r in results] if per_shape else []
     n = sum(r.n for r in results)
     lines.append(f"held-out shapes: {len(results)} ({n} measurements); mean Spearman rank correlation with measured time: "
                  f"model {_mean([r.spearman_model for r in results]):.3f}, prior alone {_mean([r.spearman_prior for r in results]):.3f}; "
@@ -317,11 +323,8 @@ def report(results: list[HeldOut], per_shape: bool, first: int = 6, worst: int =
                      f"of shapes; by the prior alone {geomean(alone):.3f}, {_share(alone):.0%}")
         far = sorted((r for r in results if r.first_ties == r.first_ties), key=lambda r: -r.first_ties)[:worst]
         if far:
-            lines.append(f"the {len(far)} shapes whose generation 0's picks land farthest from their best (gen 0; by the prior "
-                         f"alone; Spearman of the model and the prior):")
-            lines.append(f"  {'shape':<18}{'n':>6}{'gen 0':>8}{'prior':>8}{'rho model':>11}{'rho prior':>11}")
-            lines += [f"  {r.shape:<18}{r.n:>6}{r.first_ties:>8.3f}{r.first_prior:>8.3f}{r.spearman_model:>11.3f}"
-                      f"{r.spearman_prior:>11.3f}" for r in far]
+            lines += [f"the {len(far)} shapes whose generation 0's picks land farthest from their best:", SHAPE_HEADER]
+            lines += [shape_row(r) for r in far]
     return "\n".join(lines)
 
 

@@ -154,10 +154,10 @@ def test_cli_lists_the_shapes_generation_0_ranks_worst(tmp_path, synthetic, caps
     head = next(i for i, x in enumerate(lines) if "farthest from their best" in x)
     rows = [x.split() for x in lines[head + 2:]]
     assert len(rows) == 3 and all(r[0] in SHAPES for r in rows)
-    gen0 = [float(r[2]) for r in rows]
+    gen0 = [float(r[6]) for r in rows]
     assert gen0 == sorted(gen0, reverse=True) and all(g >= 1.0 for g in gen0)
     results = evaluate_held_out(samples, load_families(), GpuSpec(), folds=2)  # what the CLI evaluates
-    assert float(rows[0][2]) == pytest.approx(max(r.first_ties for r in results), abs=1e-3)  # the worst comes first
+    assert float(rows[0][6]) == pytest.approx(max(r.first_ties for r in results), abs=1e-3)  # the worst comes first
     assert "farthest" not in report(results, False)  # only when asked
 
 
