@@ -34,6 +34,7 @@ CLUSTER_PARAMS = ("CLK", "MC", "NC", "CLUSTER_M", "CLUSTER_N", "CLUSTER")  # thr
 # SMs: 66 of 2, 30 of 4, 15 of 8; docs/perf-hopper.md Run 9)
 CLUSTER_PACKING = 0.91
 DEFAULT_EFFICIENCY = 0.5
+WGMMA_FAMILIES = ("wgmma", "cutlass")  # name prefixes of the Hopper families: wgmma from shared memory, BK 64
 INTENSITY_K = 2.0  # main-loop efficiency of a tile = intensity / (intensity + INTENSITY_K) (flops per byte of a k step)
 
 
@@ -159,7 +160,7 @@ def estimate(family: str, params: dict[str, Any], geo: Geometry, problem: Proble
         cluster *= split
     tiles = cdiv(m, tm) * cdiv(n, tn)
     units = tiles * split
-    bk = int(params.get("BK", params.get("TILE_K", 64 if family.startswith(("wgmma", "cutlass")) else 32)))
+    bk = int(params.get("BK", params.get("TILE_K", 64 if family.startswith(WGMMA_FAMILIES) else 32)))
     k_per = cdiv(cdiv(problem.k, split), bk) * bk
     pad_eff = (m * n * problem.k) / float(tiles * tm * tn * k_per * split)
     # residency: shared memory (1 KB reserved per CTA), threads, and registers guessed from the accumulators. One
@@ -220,7 +221,7 @@ def wgmma_eff(family: str, tn: int, gpu: GpuSpec) -> float:
     """The share of the tensor-core rate a Hopper family's wgmma stream reaches with an N of tn (the tile's columns
     in the kernel's view): an m64nNk16 runs N / 2 clocks at the SM's rate but reads 2 KB of A and 32 N bytes of B
     from shared memory, so a narrow N is bound by shared memory. 1 for other families."""
-    if not family.startswith(("wgmma", "cutlass")) or gpu.wgmma_smem_bytes_per_clk <= 0:
+    if not family.startswith(WGMMA_FAMILIES) or gpu.wgmma_smem_bytes_per_clk <= 0:
         return 1.0
     mma_clk = 64.0 * tn * 16.0 / gpu.tc_fma_per_clk
     return min(1.0, mma_clk * gpu.wgmma_smem_bytes_per_clk / (2048.0 + 32.0 * tn))
