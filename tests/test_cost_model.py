@@ -225,3 +225,21 @@ def test_every_family_parameter_is_a_feature():
     for fam in load_families():
         missing = set(fam.space) - tile - set(PARAM_FEATURES)
         assert not missing, (fam.name, sorted(missing))
+
+
+def test_an_instance_measured_twice_is_one_candidate_at_its_median(synthetic):
+    """Repeats of one instance (several sweeps timed it) are ranked once, at their median: otherwise its copies
+    fill generation 0's picks, and the shape's best is the luckiest of them."""
+    from evo.cost_model import instances
+
+    fams, spec, samples = synthetic
+    rows = [s for s in samples if s.ok][:3]
+    twice = rows + [Sample(rows[0].shape, "h2", rows[0].family, dict(rows[0].params), rows[0].time_us * 3),
+                    Sample(rows[0].shape, "h3", rows[0].family, dict(rows[0].params), rows[0].time_us * 5)]
+    out = instances(twice)
+    assert len(out) == len(rows)
+    assert out[0].time_us == pytest.approx(rows[0].time_us * 3)  # the median of x1, x3, x5
+    assert [o.time_us for o in out[1:]] == [r.time_us for r in rows[1:]]
+    res = evaluate_held_out(samples + twice[3:], fams, spec, folds=4)
+    shape = next(r for r in res if r.shape == rows[0].shape)
+    assert shape.n == len(instances([s for s in samples + twice[3:] if s.shape == rows[0].shape and s.ok]))
