@@ -149,29 +149,50 @@ def compare_exact(c: cupy.ndarray, ref: cupy.ndarray, what: str, hint: str) -> C
     return CheckResult(True)
 
 
+Inputs = Callable[[], tuple[cupy.ndarray, cupy.ndarray]]  # makes the same A, B every call (from a seed)
+
+
+def seeded(make: Callable[[Problem, cupy.random.RandomState], tuple[cupy.ndarray, cupy.ndarray]], problem: Problem,
+           seed: int) -> Inputs:
+    """A maker of one input set: ``make`` on a generator of its own, seeded, so that calling it again gives the
+    same arrays (cuRAND's generators are deterministic; Philox, counter-based, sets up without a kernel)."""
+    return lambda: make(problem, cupy.random.RandomState(seed, method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10))
+
+
 class Run:
-    """One call of the kernel on guarded buffers, with every post-condition checked."""
+    """One call of the kernel on guarded buffers, with every post-condition checked.
+
+    Nothing that judges the kernel is on the device while it runs: its inputs are copied into the guarded buffers
+    and dropped, and after it has ended (a full synchronize) they are made again from their seed, and the unchanged
+    inputs and the reference are checked against those. A kernel that finds the evaluator's own arrays in device
+    memory (they sit in the same pool) and rewrites its inputs, their copies and its output to agree, e.g. all
+    zeros, has nothing to rewrite."""
 
     def __init__(self, problem: Problem):
         self.a = Guarded(problem.m, problem.k)
         self.b = Guarded(problem.n, problem.k)
         self.c = Guarded(problem.m, problem.n)
 
-    def __call__(self, kernel: Kernel, a: cupy.ndarray, b: cupy.ndarray, what: str) -> tuple[cupy.ndarray | None, str]:
-        """Copy a, b into the guarded inputs, poison C, run, synchronize; return (C, "") or (None, why)."""
+    def __call__(self, kernel: Kernel, inputs: Inputs,
+                 what: str) -> tuple[cupy.ndarray | None, cupy.ndarray | None, cupy.ndarray | None, str]:
+        """Fill the guarded inputs, poison C, run, synchronize; return (C, A, B, "") with A and B made again after
+        the run, or (None, None, None, why)."""
+        a, b = inputs()
         self.a.arr[...] = a
         self.b.arr[...] = b
         self.c.arr.fill(cupy.nan)
+        del a, b
         sync()
         kernel(self.a.arr, self.b.arr, self.c.arr)
         sync()  # the whole device: nothing may still be running when C is read
         if not (self.a.intact() and self.b.intact()):
-            return None, f"{what}: the kernel wrote into the guard band around A or B (out-of-bounds write)"
+            return None, None, None, f"{what}: the kernel wrote into the guard band around A or B (out-of-bounds write)"
         if not self.c.intact():
-            return None, f"{what}: the kernel wrote outside C (guard band modified)"
+            return None, None, None, f"{what}: the kernel wrote outside C (guard band modified)"
+        a, b = inputs()
         if not (cupy.array_equal(self.a.arr, a) and cupy.array_equal(self.b.arr, b)):
-            return None, f"{what}: the kernel modified its inputs A or B"
-        return self.c.arr, ""
+            return None, None, None, f"{what}: the kernel modified its inputs A or B"
+        return self.c.arr, a, b, ""
 
 
 def compare_exact_ordinary(c: cupy.ndarray, a: cupy.ndarray, b: cupy.ndarray, cfg: CheckConfig, what: str) -> CheckResult:
@@ -208,11 +229,13 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int,
             r.rel_err, r.max_abs_err = worst.rel_err, worst.max_abs_err
         return r
 
+    def draw() -> int:
+        return int(rs.randint(1, 2**31 - 1))
+
     for s in range(cfg.seeds):
         run = Run(problem)
         runs.append(run)
-        a, b = random_inputs(problem, rs)
-        c, why = run(kernel, a, b, f"random inputs #{s}")
+        c, a, b, why = run(kernel, seeded(random_inputs, problem, draw()), f"random inputs #{s}")
         n += 1
         if c is None:
             return fail(CheckResult(False, why))
@@ -226,8 +249,7 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int,
                 return fail(CheckResult(False, why, r.rel_err, r.max_abs_err))
         worst = r if r.rel_err >= worst.rel_err else worst
     # the same addresses again, new values: a result cached by pointer (or by shape) is stale now
-    a, b = random_inputs(problem, rs)
-    c, why = runs[-1](kernel, a, b, "same buffers, new values")
+    c, a, b, why = runs[-1](kernel, seeded(random_inputs, problem, draw()), "same buffers, new values")
     n += 1
     if c is None:
         return fail(CheckResult(False, why))
@@ -235,8 +257,8 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int,
     if not r.correct:
         return fail(r)
     if tight:  # bit-exact where fp32 accumulation decides the rounding, on data made like the timed calls'
-        a, b = fresh_pair(problem, int(rs.randint(1, 2**62)))
-        c, why = runs[-1](kernel, a, b, "ordinary-data exact test")
+        fresh_seed = int(rs.randint(1, 2**62))
+        c, a, b, why = runs[-1](kernel, lambda: fresh_pair(problem, fresh_seed), "ordinary-data exact test")
         n += 1
         if c is None:
             return fail(CheckResult(False, why))
@@ -249,8 +271,7 @@ def check_kernel(kernel: Kernel, problem: Problem, cfg: CheckConfig, seed: int,
                 ("cancelling integer inputs", cancellation_inputs,
                  "partial sums grow past fp16's range and cancel: fp16 accumulation?"),
                 ("full-mantissa fp16 inputs", mantissa_inputs, "inputs rounded to bf16/fp8/tf32?")):
-            a, b = make(problem, rs)
-            c, why = runs[-1](kernel, a, b, name)
+            c, a, b, why = runs[-1](kernel, seeded(make, problem, draw()), name)
             n += 1
             if c is None:
                 return fail(CheckResult(False, why))

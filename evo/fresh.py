@@ -419,7 +419,7 @@ class FreshInputs:
                 return (f"{what}s: call #{i}: {bad[i]} of {self.samples} sampled elements outside the fp32-accumulation "
                         f"bound, e.g. C[{int(r)},{int(c)}]={v:.6g} vs {ref:.6g} (fp16 accumulation, rounded inputs, "
                         f"or work skipped?)")
-            if abs(got[i] - expect[i]) > tol:
+            if not abs(got[i] - expect[i]) <= tol:  # NaN-safe: a non-finite expected value fails too
                 return (f"{what}s: call #{i}: checksum u^T C v = {got[i]:.6g}, expected {expect[i]:.6g} "
                         f"(tolerance {tol:.3g}): wrong or cached result")
         tight = "tight_bound" not in self.off
