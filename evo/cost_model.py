@@ -253,20 +253,59 @@ class HeldOut:
     first_ties: float = float("nan")  # the same with the prior's ties in the model's order (generation 0's picks)
 
 
-def instances(rows: list[Sample]) -> list[Sample]:
-    """One row per instance (family and parameters), timed at the median of its measurements: a search times an
-    instance once, so an instance measured in several sweeps is one candidate, not several (1020 of the 48153 H200
-    instances shipped with the table were measured 2-3 times, 2.3 % apart at the median, 10 % at the 90th
-    percentile; ranked as separate rows, one instance's repeats filled generation 0's six picks on 2048x12288x128)."""
+def instances(rows: list[Sample], families: list[Family] | None = None) -> list[Sample]:
+    """One row per instance (family and parameters, completed with the family's defaults where it is among
+    ``families``: a row measured before the family gained a parameter is the instance with its default), timed at the
+    median of its measurements. A search times an instance once, so an instance measured in several sweeps is one
+    candidate, not several (on the H200 measurements shipped with the table, 47311 instances in 49288 rows; repeats
+    read 2.3 % apart at the median, 10 % at the 90th percentile; ranked as separate rows, one instance's repeats
+    filled generation 0's six picks on 2048x12288x128)."""
+    known = {f.name: f for f in families or []}
     groups: dict[tuple, list[Sample]] = {}
     for s in rows:
-        groups.setdefault((s.family, json.dumps(s.params, sort_keys=True, default=str)), []).append(s)
+        f = known.get(s.family)
+        params = {**f.default_params(), **s.params} if f is not None else s.params
+        groups.setdefault((s.family, json.dumps(params, sort_keys=True, default=str)), []).append(replace(s, params=params))
     return [replace(g[0], time_us=statistics.median(s.time_us for s in g)) for g in groups.values()]
 
 
 def best_of_first(order: list[int], meas: list[float], first: int) -> float:
     """The fastest measured time among the first ``first`` of an order, over the fastest of all."""
     return min(meas[i] for i in order[:first]) / min(meas)
+
+
+@dataclass
+class Ranking:
+    """One held-out shape's measured instances, as a model fitted without them ranks them: the prior's estimate and
+    the model's prediction per instance (us), the prior's order, and generation 0's order (the prior's, its ties in
+    the model's order); orders are indices into rows."""
+
+    rows: list[Sample]
+    prior_us: list[float]
+    model_us: list[float]
+    by_prior: list[int]
+    gen0: list[int]
+
+    @property
+    def measured(self) -> list[float]:
+        return [r.time_us for r in self.rows]
+
+
+def rank_held_out(model: CostModel, rows: list[Sample], shape: str, ties: float) -> Ranking | None:
+    """The ranking of one shape's instances (evo.cost_model.instances) by a model that never saw the shape; None with
+    fewer than 3 the prior and the model can both size."""
+    p = parse_shape(shape)
+    pred = model.predict_us([(s.family, s.params) for s in rows], p)
+    prior = [model.prior.estimate(s.family, s.params, p) for s in rows]
+    keep = [i for i, (x, e) in enumerate(zip(pred, prior)) if x < INFEASIBLE and e is not None]
+    if len(keep) < 3:
+        return None
+    kept = [rows[i] for i in keep]
+    pm = [pred[i] for i in keep]
+    pp = [prior[i].us for i in keep]  # type: ignore[union-attr]
+    by_prior = sorted(range(len(kept)), key=lambda j: (pp[j], kept[j].family, str(sorted(kept[j].params.items()))))
+    gen0 = [by_prior[j] for j in order_ties([pp[i] for i in by_prior], [pm[i] for i in by_prior], ties)]
+    return Ranking(kept, pp, pm, by_prior, gen0)
 
 
 def evaluate_held_out(samples: list[Sample], families: list[Family], spec: GpuSpec, folds: int = 5,
@@ -285,23 +324,45 @@ def evaluate_held_out(samples: list[Sample], families: list[Family], spec: GpuSp
         hs = set(held)
         model = CostModel(families, spec, seed, prior=shared, cache=cache).fit([s for s in samples if s.shape not in hs])
         for shape in held:
-            rows = instances([s for s in samples if s.shape == shape and s.ok])
-            p = parse_shape(shape)
-            pred = model.predict_us([(s.family, s.params) for s in rows], p)
-            prior = [model.prior.estimate(s.family, s.params, p) for s in rows]
-            keep = [i for i, (x, e) in enumerate(zip(pred, prior)) if x < INFEASIBLE and e is not None]
-            if len(keep) < 3:
+            r = rank_held_out(model, instances([s for s in samples if s.shape == shape and s.ok], families), shape, ties)
+            if r is None:
                 continue
-            meas = [rows[i].time_us for i in keep]
-            pm = [pred[i] for i in keep]
-            pp = [prior[i].us for i in keep]  # type: ignore[union-attr]
-            by_prior = sorted(range(len(keep)), key=lambda j: (pp[j], rows[keep[j]].family, str(sorted(rows[keep[j]].params.items()))))
-            tied = [by_prior[j] for j in order_ties([pp[i] for i in by_prior], [pm[i] for i in by_prior], ties)]
-            out.append(HeldOut(shape, len(keep), spearman(pm, meas) if model.ready else float("nan"), spearman(pp, meas),
-                               compiles_saved(pm, meas) if model.ready else float("nan"), compiles_saved(pp, meas),
-                               best_of_first(by_prior, meas, first),
-                               best_of_first(tied, meas, first) if model.ready else float("nan")))
+            meas = r.measured
+            out.append(HeldOut(shape, len(r.rows), spearman(r.model_us, meas) if model.ready else float("nan"),
+                               spearman(r.prior_us, meas),
+                               compiles_saved(r.model_us, meas) if model.ready else float("nan"),
+                               compiles_saved(r.prior_us, meas), best_of_first(r.by_prior, meas, first),
+                               best_of_first(r.gen0, meas, first) if model.ready else float("nan")))
     return out
+
+
+def explain(samples: list[Sample], families: list[Family], spec: GpuSpec, shape: str, ties: float = 0.02,
+            first: int = 6, best: int = 4, seed: int = 0) -> str:
+    """Why generation 0 lands where it does on one shape: a model fitted on every other shape ranks the shape's
+    measured instances; the lines are generation 0's first picks and the fastest measured, each with the prior's
+    estimate, the model's prediction and the measured time (over the shape's best)."""
+    own = instances([s for s in samples if s.shape == shape and s.ok], families)
+    model = CostModel(families, spec, seed).fit([s for s in samples if s.shape != shape])
+    r = rank_held_out(model, own, shape, ties)
+    if r is None:
+        raise EvoError(f"{shape}: {len(own)} correct instance(s) measured; explaining generation 0 needs 3 or more")
+    if not model.ready:
+        raise EvoError(f"too few measurements of other shapes to fit a model ({model.rows} rows)")
+    meas = r.measured
+    top = min(meas)
+
+    def line(tag: str, i: int) -> str:
+        s = r.rows[i]
+        params = ", ".join(f"{k}={v}" for k, v in sorted(s.params.items()) if v not in (0, "0", None))
+        return (f"{tag:<7}{r.prior_us[i]:>9.2f}{r.model_us[i]:>9.2f}{meas[i]:>9.2f}{meas[i] / top:>7.3f}  "
+                f"{s.family} {params}")
+
+    head = f"{'':<7}{'prior':>9}{'model':>9}{'meas':>9}{'x best':>7}  instance (us; the model never saw {shape})"
+    lines = [f"{shape}: {len(r.rows)} instances measured, best {top:.2f} us; generation 0's first {first} "
+             f"(the prior's order, ties within {ties:.0%} in the model's), then the fastest {best} measured", head]
+    lines += [line(f"gen0 {j + 1}", i) for j, i in enumerate(r.gen0[:first])]
+    lines += [line(f"best {j + 1}", i) for j, i in enumerate(sorted(range(len(meas)), key=lambda i: meas[i])[:best])]
+    return "\n".join(lines)
 
 
 def _mean(xs: list[float]) -> float:
@@ -362,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--folds", type=int, default=5, help="shape folds without --per-shape (default 5)")
     ap.add_argument("--worst", type=int, default=0, metavar="N", help="also list the N shapes whose generation-0 picks "
                     "land farthest from their best measured kernel")
+    ap.add_argument("--explain", metavar="SHAPE", help="list one shape's generation-0 picks and its fastest measured "
+                    "instances, each with the prior's estimate and the prediction of a model fitted on every other shape")
     ap.add_argument("--save", metavar="FILE", help="write the GPU's measurements (correct and failed) merged into FILE, "
                     "e.g. kernels_out/<GPU>/measurements.csv.gz, where searches on a machine with an empty archive "
                     "train on them (evo.measurements), and skip the accuracy report")
@@ -412,6 +475,9 @@ def _print_report(samples: list[Sample], spec: GpuSpec, args: Any, cfg: Any, sou
     from .families import load_families
 
     first = max(1, cfg.search.fit_starts)
+    if args.explain:
+        print(explain(samples, load_families(), spec, parse_shape(args.explain).key, cfg.search.prior_ties, first))
+        return 0
     results = evaluate_held_out(samples, load_families(), spec, args.folds, args.per_shape,
                                 ties=cfg.search.prior_ties, first=first)
     ok = [s for s in samples if s.ok]

@@ -243,3 +243,45 @@ def test_an_instance_measured_twice_is_one_candidate_at_its_median(synthetic):
     res = evaluate_held_out(samples + twice[3:], fams, spec, folds=4)
     shape = next(r for r in res if r.shape == rows[0].shape)
     assert shape.n == len(instances([s for s in samples + twice[3:] if s.shape == rows[0].shape and s.ok]))
+
+
+def test_a_row_without_a_newer_parameter_is_the_instance_with_its_default():
+    """A row measured before its family gained a parameter (stored without it) is the same instance as a newer row
+    that gives the parameter its default: one candidate, at the median of both."""
+    from evo.cost_model import instances
+
+    fam = next(f for f in load_families() if f.name == "wgmma_sm90")
+    full = fam.default_params()
+    older = {k: v for k, v in full.items() if k != "DYN"}
+    rows = [Sample("4096x4096x1024", "old", fam.name, older, 50.0),
+            Sample("4096x4096x1024", "new", fam.name, dict(full), 52.0),
+            Sample("4096x4096x1024", "other", fam.name, {**full, "DYN": 1}, 55.0)]
+    out = instances(rows, [fam])
+    assert sorted(o.time_us for o in out) == [51.0, 55.0]
+    assert all(o.params["DYN"] in (0, 1) for o in out)
+    assert len(instances(rows)) == 3  # without the family, the stored parameters are the instance
+
+
+def test_cli_explains_one_shapes_generation_0(tmp_path, synthetic, capsys):
+    """--explain SHAPE: generation 0's first picks and the shape's fastest measured, each with the prior's estimate,
+    the held-out model's prediction and the measured time over the best; a shape without measurements is one line."""
+    from evo.cost_model import instances
+    from evo.measurements import save
+
+    _, _, samples = synthetic
+    f = tmp_path / "Fake_GPU" / "measurements.csv.gz"
+    f.parent.mkdir()
+    save(f, samples)
+    shape = "256x1024x8192"
+    assert main(["--measurements", str(f), "--explain", "256x1024x8192"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"{shape}: ")
+    gen0 = [x.split() for x in lines if x.startswith("gen0 ")]
+    best = [x.split() for x in lines if x.startswith("best ")]
+    assert len(gen0) == 6 and len(best) == 4
+    fastest = min(s.time_us for s in instances([s for s in samples if s.shape == shape]))
+    assert float(best[0][4]) == pytest.approx(fastest, abs=0.01) and best[0][5] == "1.000"
+    assert [float(b[4]) for b in best] == sorted(float(b[4]) for b in best)
+    assert all(float(g[5]) >= 1.0 for g in gen0)
+    assert main(["--measurements", str(f), "--explain", "100x100x100"]) == 2
+    assert "100x100x100: 0 correct instance(s)" in capsys.readouterr().err
