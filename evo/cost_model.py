@@ -343,21 +343,24 @@ def explain(samples: list[Sample], families: list[Family], spec: GpuSpec, shape:
     estimate, the model's prediction and the measured time (over the shape's best)."""
     own = instances([s for s in samples if s.shape == shape and s.ok], families)
     model = CostModel(families, spec, seed).fit([s for s in samples if s.shape != shape])
+    if not model.ready:
+        raise EvoError(f"too few measurements of other shapes to fit a model ({model.rows} rows)")
     r = rank_held_out(model, own, shape, ties)
     if r is None:
         raise EvoError(f"{shape}: {len(own)} correct instance(s) measured; explaining generation 0 needs 3 or more")
-    if not model.ready:
-        raise EvoError(f"too few measurements of other shapes to fit a model ({model.rows} rows)")
     meas = r.measured
     top = min(meas)
+    defaults = {f.name: f.default_params() for f in families}
 
     def line(tag: str, i: int) -> str:
         s = r.rows[i]
-        params = ", ".join(f"{k}={v}" for k, v in sorted(s.params.items()) if v not in (0, "0", None))
+        base = defaults.get(s.family, {})
+        params = ", ".join(f"{k}={v}" for k, v in sorted(s.params.items()) if base.get(k, object()) != v)
         return (f"{tag:<7}{r.prior_us[i]:>9.2f}{r.model_us[i]:>9.2f}{meas[i]:>9.2f}{meas[i] / top:>7.3f}  "
-                f"{s.family} {params}")
+                f"{s.family} {params or '(its defaults)'}")
 
-    head = f"{'':<7}{'prior':>9}{'model':>9}{'meas':>9}{'x best':>7}  instance (us; the model never saw {shape})"
+    head = (f"{'':<7}{'prior':>9}{'model':>9}{'meas':>9}{'x best':>7}  instance: the parameters other than its "
+            f"family's defaults (us; the model never saw {shape})")
     lines = [f"{shape}: {len(r.rows)} instances measured, best {top:.2f} us; generation 0's first {first} "
              f"(the prior's order, ties within {ties:.0%} in the model's), then the fastest {best} measured", head]
     lines += [line(f"gen0 {j + 1}", i) for j, i in enumerate(r.gen0[:first])]
