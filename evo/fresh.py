@@ -5,16 +5,17 @@ event window, before the L2 flush), on the device:
 
 * ``evo_fill`` writes new A and B values from a counter-based hash seeded per call (normal-ish,
   full fp16 mantissa): an input set never repeats, so nothing keyed on input values can replay;
-* C is poisoned with NaN;
-* the expected checksum ``(A^T u).(B^T v)`` with random +-1 vectors u, v is computed in fp64 (two
-  column sums and a dot: exact for fp16 data), and the fp64 reference of ``sample_rows`` random rows
-  and ``sample_cols`` random columns of C, with each element's bound.
+* C is poisoned with NaN.
 
-After every call: ``u^T C v`` in fp64, the sampled elements compared with their bound (a count of
-failures per call), and C copied to a snapshot buffer: the snapshot of a *checked* call is kept, the
-others overwrite a scratch one. Identical work, buffers and flush for every call; which 2-4 of the
-timed calls are compared in full, elementwise, is drawn at random and known to the host only. The
-full comparisons run after timing: the checked call's A and B are generated again from its seed.
+After every call, nothing of which existed while the kernel ran: ``u^T C v`` in fp64 with random +-1 vectors u, v;
+C copied to a snapshot buffer (the snapshot of a *checked* call is kept, the others overwrite a scratch one); A and
+B made again from the call's seeds, and from them the expected checksum ``(A^T u).(B^T v)`` (two column sums and
+a dot in fp64: exact for fp16 data) and the fp64 reference of ``sample_rows`` random rows and ``sample_cols``
+random columns of C with each element's bound, compared (a count of failures per call). The call's verdict (both
+checksums, the failures, the first failure) is copied to the host before anything else is launched, so no later
+call can rewrite it. Identical work, buffers and flush for every call; which 2-4 of the timed calls are compared
+in full, elementwise, is drawn at random and known to the host only. The full comparisons run after timing: the
+checked call's A and B are generated again from its seed.
 
 Per-element bound (check.ulps, check.acc_slack, check.trunc_slack): ``|C - ref| <= ulps * ulp16(ref) + acc *
 2^-24 * ||a_i|| * ||b_j||`` with ``acc = acc_slack + trunc_slack * sqrt(K / 16)`` (``acc_units``): the fp16 rounding
@@ -298,6 +299,17 @@ class CallLog:
     snapshot: int  # index of the kept snapshot, -1 for the scratch one
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """One call's checks, as copied to the host right after it: the expected and measured checksum, the sampled
+    elements outside their bound and the first of them (row, column, value, reference)."""
+
+    expect: float
+    got: float
+    bad: int
+    first: tuple[float, float, float, float]
+
+
 class FreshInputs:
     """The candidate's buffers during timing, refilled with new values before every call and checked after it.
 
@@ -334,6 +346,7 @@ class FreshInputs:
         self.vb = cupy.zeros(p.k, dtype=cupy.float64)
         self.sets = [self._seeds() for _ in range(3)]  # only used with fresh_inputs off
         self.log: list[CallLog] = []
+        self.verdicts: list[Verdict] = []  # on the host, one per call, taken before the next launch
         self.mod = kernels()
         self.f = {name: self.mod.get_function(name) for name in
                   ("evo_fill", "evo_colsum", "evo_dot", "evo_ctv", "evo_sample_ref", "evo_sample_cmp")}
@@ -343,7 +356,6 @@ class FreshInputs:
 
     # --- the three hooks around a call ------------------------------------------------------------
     def before(self) -> None:
-        p, f = self.p, self.f
         call = len(self.log)
         if call >= self.calls_max + 8:
             raise RuntimeError("FreshInputs: more calls than planned")
@@ -354,35 +366,41 @@ class FreshInputs:
         fill(self.a.arr, sa, self.sms)
         fill(self.b.arr, sb, self.sms)
         self.c.arr.fill(cupy.nan)
-        # expected checksum (A^T u).(B^T v), fp64
-        self.ua.fill(0)
-        self.vb.fill(0)
-        gk = ((p.k + 255) // 256, (p.m + 63) // 64)
-        f["evo_colsum"](gk, (256,), (self.a.arr, np.int32(p.m), np.int32(p.k), np.uint64(su), self.ua))
-        gk = ((p.k + 255) // 256, (p.n + 63) // 64)
-        f["evo_colsum"](gk, (256,), (self.b.arr, np.int32(p.n), np.int32(p.k), np.uint64(sv), self.vb))
-        f["evo_dot"]((1,), (256,), (self.ua, self.vb, np.int32(p.k), self.expect, np.int32(call)))
-        if self.samples:
-            warps = self.samples
-            f["evo_sample_ref"](((warps * 32 + 255) // 256,), (256,),
-                                (self.a.arr, self.b.arr, np.int32(p.m), np.int32(p.n), np.int32(p.k),
-                                 np.uint64(sa ^ sb), np.int32(self.rows), np.int32(self.cols), self.idx, self.ref,
-                                 self.bnd, np.float32(self.cfg.ulps), np.float32(self.acc)))
 
     def args(self) -> tuple[cupy.ndarray, cupy.ndarray, cupy.ndarray]:
         return self.a.arr, self.b.arr, self.c.arr
 
     def after(self) -> None:
+        """The call's checks, on data made after it ended, and its verdict copied to the host (synchronizes)."""
         p, f = self.p, self.f
         call = len(self.log) - 1
+        lg = self.log[call]
         f["evo_ctv"](((p.n + 255) // 256, (p.m + 63) // 64), (256,),
-                     (self.c.arr, np.int32(p.m), np.int32(p.n), np.uint64(self.log[call].seed_u),
-                      np.uint64(self.log[call].seed_v), self.got, np.int32(call)))
+                     (self.c.arr, np.int32(p.m), np.int32(p.n), np.uint64(lg.seed_u), np.uint64(lg.seed_v), self.got,
+                      np.int32(call)))
+        self.snaps[lg.snapshot].__setitem__(Ellipsis, self.c.arr)  # -1: the scratch snapshot
+        # A and B as the call was given them (whatever the kernel did to its buffers), then what C must be
+        fill(self.a.arr, lg.seed_a, self.sms)
+        fill(self.b.arr, lg.seed_b, self.sms)
+        self.ua.fill(0)
+        self.vb.fill(0)
+        gk = ((p.k + 255) // 256, (p.m + 63) // 64)
+        f["evo_colsum"](gk, (256,), (self.a.arr, np.int32(p.m), np.int32(p.k), np.uint64(lg.seed_u), self.ua))
+        gk = ((p.k + 255) // 256, (p.n + 63) // 64)
+        f["evo_colsum"](gk, (256,), (self.b.arr, np.int32(p.n), np.int32(p.k), np.uint64(lg.seed_v), self.vb))
+        f["evo_dot"]((1,), (256,), (self.ua, self.vb, np.int32(p.k), self.expect, np.int32(call)))
         if self.samples:
+            warps = self.samples
+            f["evo_sample_ref"](((warps * 32 + 255) // 256,), (256,),
+                                (self.a.arr, self.b.arr, np.int32(p.m), np.int32(p.n), np.int32(p.k),
+                                 np.uint64(lg.seed_a ^ lg.seed_b), np.int32(self.rows), np.int32(self.cols), self.idx,
+                                 self.ref, self.bnd, np.float32(self.cfg.ulps), np.float32(self.acc)))
             f["evo_sample_cmp"](((self.samples + 255) // 256,), (256,),
                                 (self.c.arr, np.int32(p.n), np.int64(self.samples), self.idx, self.ref, self.bnd,
                                  self.bad, self.info, np.int32(call)))
-        self.snaps[self.log[call].snapshot].__setitem__(Ellipsis, self.c.arr)  # -1: the scratch snapshot
+        self.verdicts.append(Verdict(float(self.expect[call:call + 1].get()[0]), float(self.got[call:call + 1].get()[0]),
+                                     int(self.bad[call:call + 1].get()[0]),
+                                     tuple(float(x) for x in self.info[4 * call:4 * call + 4].get())))
 
     # --- after timing -----------------------------------------------------------------------------
     def checksum_tol(self) -> float:
@@ -408,19 +426,19 @@ class FreshInputs:
         for buf in (self.a, self.b, self.c):
             if not buf.intact():
                 return f"{what}s: the kernel wrote outside its buffers (guard band modified)"
-        expect, got = self.expect[:n].get(), self.got[:n].get()
-        bad, info = self.bad[:n].get(), self.info[:4 * n].get()
+        if len(self.verdicts) < n:
+            return f"{what}s: call #{len(self.verdicts)} was never checked (its after-call hook did not run)"
         tol = self.checksum_tol()
-        for i in range(n):
-            if not np.isfinite(got[i]):
+        for i, v in enumerate(self.verdicts[:n]):
+            if not np.isfinite(v.got):
                 return f"{what}s: call #{i} left unwritten (NaN) or non-finite outputs (work skipped or deferred?)"
-            if bad[i]:
-                r, c, v, ref = info[4 * i:4 * i + 4]
-                return (f"{what}s: call #{i}: {bad[i]} of {self.samples} sampled elements outside the fp32-accumulation "
-                        f"bound, e.g. C[{int(r)},{int(c)}]={v:.6g} vs {ref:.6g} (fp16 accumulation, rounded inputs, "
+            if v.bad:
+                r, c, x, ref = v.first
+                return (f"{what}s: call #{i}: {v.bad} of {self.samples} sampled elements outside the fp32-accumulation "
+                        f"bound, e.g. C[{int(r)},{int(c)}]={x:.6g} vs {ref:.6g} (fp16 accumulation, rounded inputs, "
                         f"or work skipped?)")
-            if not abs(got[i] - expect[i]) <= tol:  # NaN-safe: a non-finite expected value fails too
-                return (f"{what}s: call #{i}: checksum u^T C v = {got[i]:.6g}, expected {expect[i]:.6g} "
+            if not abs(v.got - v.expect) <= tol:  # NaN-safe: a non-finite expected value fails too
+                return (f"{what}s: call #{i}: checksum u^T C v = {v.got:.6g}, expected {v.expect:.6g} "
                         f"(tolerance {tol:.3g}): wrong or cached result")
         tight = "tight_bound" not in self.off
         for call in self.checked:
