@@ -398,9 +398,10 @@ class FreshInputs:
             f["evo_sample_cmp"](((self.samples + 255) // 256,), (256,),
                                 (self.c.arr, np.int32(p.n), np.int64(self.samples), self.idx, self.ref, self.bnd,
                                  self.bad, self.info, np.int32(call)))
-        self.verdicts.append(Verdict(float(self.expect[call:call + 1].get()[0]), float(self.got[call:call + 1].get()[0]),
-                                     int(self.bad[call:call + 1].get()[0]),
-                                     tuple(float(x) for x in self.info[4 * call:4 * call + 4].get())))
+        row = cupy.concatenate((self.expect[call:call + 1], self.got[call:call + 1],  # one copy to the host
+                                self.bad[call:call + 1].astype(cupy.float64),
+                                self.info[4 * call:4 * call + 4].astype(cupy.float64))).get()
+        self.verdicts.append(Verdict(float(row[0]), float(row[1]), int(row[2]), tuple(float(x) for x in row[3:7])))
 
     # --- after timing -----------------------------------------------------------------------------
     def checksum_tol(self) -> float:

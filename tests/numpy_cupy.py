@@ -144,6 +144,7 @@ def module() -> types.ModuleType:
     for name in ("empty", "zeros", "ones", "full", "empty_like", "zeros_like"):
         setattr(cp, name, (lambda f: lambda *a, **k: _dev(f(*a, **k)))(getattr(np, name)))
     cp.asarray = lambda x, dtype=None: _dev(np.asarray(x, dtype=dtype))
+    cp.concatenate = lambda arrays, *a, **k: _dev(np.concatenate(arrays, *a, **k))
     cp.random = types.SimpleNamespace(RandomState=RandomState)
     cp.RawModule = RawModule
     cp.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(deviceSynchronize=lambda: None),
