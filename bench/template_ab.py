@@ -9,7 +9,9 @@ Every instance is checked on --check shapes (off-tile) and on the timed shapes (
 one that fails is reported and left out of the timing. Timing: the worker's side-by-side measurement (median of
 --reps L2-flushed calls, libraries and instances interleaved); each instance's line names its verdict against the
 best library, win / tie / loss beyond the noise band of the two spreads (evo.noise, at least dispatch.noise_floor).
---new-only times the current templates alone (a sweep of instances); --plan-only renders and lists, without a GPU. An instance may set a value outside its
+--new-only times the current templates alone (a sweep of instances); --plan-only renders and lists, without a GPU;
+--compile-only compiles into --cache-dir (no GPU), so that slow instances (CUTLASS: 30-45 s each of nvcc) are built
+on a CPU machine and the folder, inside the tree, travels to the GPU machine, whose run then compiles nothing. An instance may set a value outside its
 family's declared space (e.g. a parameter kept out of the search): the space is widened for this run only.
 """
 from __future__ import annotations
@@ -68,6 +70,9 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", metavar="SHAPE", help="one of --shapes: after timing, Nsight Compute metrics of every "
                     "checked instance, of cuBLAS and of the cuBLASLt autotune kernel on it (evo.profile)")
     ap.add_argument("--plan-only", action="store_true")
+    ap.add_argument("--compile-only", action="store_true", help="compile into --cache-dir and stop (no GPU): compiled "
+                    "on a CPU machine, the folder travels with the tree and the GPU machine's run finds every instance")
+    ap.add_argument("--cache-dir", default="/tmp/evo_ab_cache", help="the compile cache (default %(default)s)")
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
     from evo.errors import EvoError
@@ -92,7 +97,7 @@ def _main(argv: list[str] | None = None) -> int:
     from evo.config import load_config
     from evo.gpu.worker import GpuWorker, WorkerFault
 
-    cfg = load_config(overrides={"compile": {"cache_dir": "/tmp/evo_ab_cache"},
+    cfg = load_config(overrides={"compile": {"cache_dir": a.cache_dir},
                                  "paths": {"db": "/tmp/evo_ab.db", "out": "/tmp/evo_ab_out"}})
     comp = Compiler.from_config(cfg.compile)
     res = {r.hash: r for r in comp.compile_many([(ks, "sm_90a" if "sm_90a" in ks.meta.archs else ks.meta.archs[0])
@@ -101,6 +106,8 @@ def _main(argv: list[str] | None = None) -> int:
         r = res[ks.hash]
         print(f"compiled {label} [{ks.hash}]: {'ok' if r.ok else 'FAILED ' + r.error[:300]} ({r.registers} regs, "
               f"{r.spill_bytes} B spilled)", flush=True)
+    if a.compile_only:
+        return 0 if all(res[ks.hash].ok for _, ks in items) else 2
     w = GpuWorker(cfg)
     info = w.start()
     print(f"GPU: {info.name}, driver {info.driver}", flush=True)

@@ -2,6 +2,8 @@
 import shutil
 from pathlib import Path
 
+import pytest
+
 from bench import template_ab
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -89,3 +91,13 @@ def test_timing_lines_name_the_verdict_beyond_the_noise_band():
     assert template_ab.timing_line("new E", t(9.0, 0.02, "WRONG: rel err"), lib, True, 0.02).endswith("new E WRONG")
     assert " 1.111x " in template_ab.timing_line("new A", t(9.0, 0.02), lib, True, 0.02)
     assert "      -" in template_ab.timing_line("new F", t(9.0, 0.02), None, True, 0.02)
+
+
+@pytest.mark.nvcc
+def test_compile_only_fills_the_cache_it_is_given_without_a_gpu(tmp_path, capsys):
+    """Instances compiled on a CPU machine into --cache-dir: the folder a GPU machine's run then reuses."""
+    cache = tmp_path / "cache"
+    assert template_ab.main(["--family", "simt", "--new-only", "--compile-only", "--cache-dir", str(cache),
+                             "--shapes", "64x64x64", '{"BM": 64, "BN": 64}']) == 0
+    assert "compiled new BM64/BN64" in capsys.readouterr().out
+    assert list((cache / "sm_90a").glob("*.cubin")) and list((cache / "sm_90a").glob("*.json"))
