@@ -31,6 +31,9 @@ cooperative: "SCHEDULER == 1"   # stream-K's fix-up waits on the partials of pee
 
 #define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1   // cuTensorMapEncodeTiled: our forwarder below, no cudart
 #define CUTLASS_ENABLE_CUDA_HOST_ADAPTER 1         // workspace fills go to our recorder, not to the runtime
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1   // wgmma N of every multiple of 8 (80, 112, 144, 160, 176, ...): without it
+                                                   // CuTe's op selector falls back to the largest of 256/192/128/96/64/32/16
+                                                   // that divides TILE_N (144 -> m64n16: 2x slower, docs/perf-cutlass.md)
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
