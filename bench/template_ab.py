@@ -11,8 +11,9 @@ one that fails is reported and left out of the timing. Timing: the worker's side
 best library, win / tie / loss beyond the noise band of the two spreads (evo.noise, at least dispatch.noise_floor).
 --new-only times the current templates alone (a sweep of instances); --plan-only renders and lists, without a GPU;
 --compile-only compiles into --cache-dir (no GPU), so that slow instances (CUTLASS: 30-45 s each of nvcc) are built
-on a CPU machine and the folder, inside the tree, travels to the GPU machine, whose run then compiles nothing. An instance may set a value outside its
-family's declared space (e.g. a parameter kept out of the search): the space is widened for this run only.
+on a CPU machine and the folder, inside the tree, travels to the GPU machine, whose run then compiles nothing.
+An instance may set a value outside its family's declared space (e.g. a parameter kept out of the search): the space
+is widened for this run only.
 """
 from __future__ import annotations
 

@@ -140,7 +140,8 @@ def test_a_tile_width_off_the_basic_wgmma_list_gets_its_own_wgmma(tmp_path):
     64/32/16/8 exist, so a 144-wide tile ran as nine m64n16 wgmmas per k slice (2x slower, docs/perf-cutlass.md)."""
     import subprocess
 
-    from evo.compile import cutlass_include_dirs, find_nvcc
+    from evo.compile import Compiler
+    from evo.config import load_config
 
     fam = load_families(names=["cutlass_sm90"])[0]  # its own copy: admit() widens the space
     p = {**fam.default_params(), "SCHEDULE": 0, "TILE_M": 64, "TILE_N": 144, "CLUSTER_M": 1, "CLUSTER_N": 1,
@@ -148,10 +149,10 @@ def test_a_tile_width_off_the_basic_wgmma_list_gets_its_own_wgmma(tmp_path):
     fam.admit(p)
     cu = tmp_path / "k.cu"
     cu.write_text(fam.render(fam.complete(p)).text)
-    incs = [f"-I{d}" for d in cutlass_include_dirs()]
-    assert incs, "the nvidia-cutlass wheel's headers are not installed"
-    r = subprocess.run([find_nvcc(), "-ptx", "-arch=sm_90a", "-std=c++17", "-O3", "-DNDEBUG", *incs, "-o",
-                        str(tmp_path / "k.ptx"), str(cu)], capture_output=True, text=True, timeout=600)
+    comp = Compiler.from_config(load_config().compile)  # evo's own nvcc, flags and CUTLASS headers; PTX only
+    assert comp.include_dirs, "the nvidia-cutlass wheel's headers are not installed"
+    r = subprocess.run([comp.nvcc, "-ptx", "-arch=sm_90a", *comp.flags, *[f"-I{d}" for d in comp.include_dirs],
+                        "-o", str(tmp_path / "k.ptx"), str(cu)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     ptx = (tmp_path / "k.ptx").read_text()
     assert "wgmma.mma_async.sync.aligned.m64n144k16" in ptx and "m64n16k16" not in ptx
