@@ -2,14 +2,15 @@
 family: cutlass_sm90
 archs: [sm_90a]
 launch: host
-params: {CLUSTER_M: 1, CLUSTER_N: 2, DECOMP: 0, EPI: 1, RASTER: 0, SCHEDULE: 0, SCHEDULER: 0,
-  SPLITS: 1, STAGES: 0, SWAP_AB: 0, SWIZZLE: 1, TILE_K: 64, TILE_M: 64, TILE_N: 64}
+params: {CLUSTER_M: 1, CLUSTER_N: 1, DECOMP: 0, EPI: 1, RASTER: 0, SCHEDULE: 0, SCHEDULER: 0,
+  SPLITS: 1, STAGES: 0, SWAP_AB: 0, SWIZZLE: 1, TILE_K: 64, TILE_M: 64, TILE_N: 128}
 host_args: [RASTER, SWIZZLE, DECOMP, SPLITS]
 # estimates for the prior only: evo_host_params (CUTLASS's own scheduler) decides the launch
 block: ["256 if SCHEDULE == 0 else 384", 1, 1]
 grid: ["cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) if SCHEDULE == 0 else min(cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) * SPLITS, NUM_SMS // (CLUSTER_M * CLUSTER_N) * CLUSTER_M * CLUSTER_N)", 1, 1]
 smem: "(TILE_M + TILE_N) * TILE_K * 2 * STAGES + 16384 * EPI + 1024 if STAGES else 221184"   # auto stages fill it
 requires: "K % 8 == 0 and N % 8 == 0"   # 16-byte TMA strides of A, B (K) and C (N)
+cooperative: "SCHEDULER == 1"   # stream-K's fix-up waits on the partials of peer CTAs: the whole grid resident at once
 ---*/
 // CUTLASS 3.x SM90 GEMM (nvidia-cutlass headers): C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation,
 // built from the CollectiveBuilders: TMA + wgmma mainloop with a (TILE_M x TILE_N x TILE_K) tile, a thread-block
@@ -31,6 +32,9 @@ requires: "K % 8 == 0 and N % 8 == 0"   # 16-byte TMA strides of A, B (K) and C 
 
 #define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1   // cuTensorMapEncodeTiled: our forwarder below, no cudart
 #define CUTLASS_ENABLE_CUDA_HOST_ADAPTER 1         // workspace fills go to our recorder, not to the runtime
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1   // wgmma N of every multiple of 8 (80, 112, 144, 160, 176, ...): without it
+                                                   // CuTe's op selector falls back to the largest of 256/192/128/96/64/32/16
+                                                   // that divides TILE_N (144 -> m64n16: 2x slower, docs/perf-cutlass.md)
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
@@ -46,10 +50,10 @@ using namespace cute;
 namespace evo_cutlass {
 
 constexpr int TILE_M = 64;
-constexpr int TILE_N = 64;
+constexpr int TILE_N = 128;
 constexpr int TILE_K = 64;
 constexpr int CLUSTER_M = 1;
-constexpr int CLUSTER_N = 2;
+constexpr int CLUSTER_N = 1;
 constexpr int SCHEDULE = 0;     // 0 TMA warp-specialized, 1 cooperative, 2 ping-pong
 constexpr int EPI = 1;               // 1 TMA store epilogue, 0 no shared memory
 constexpr int STAGES = 0;         // 0: auto (fill shared memory)
