@@ -203,42 +203,11 @@ def test_split_owner_ptx(fam, tmp_path):
 SPLIT_RS_INSTANCES = [
     {"BM": 128, "BN": 256, "SPLIT_K": 4, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 4},
     {"BM": 128, "BN": 64, "SPLIT_K": 8, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 6, "SWAP_AB": 1},
-    # the partials added in L2 (SPLIT_RED): 6 splits of 96 columns, and transposed 8-column slices
-    {"BM": 128, "BN": 96, "SPLIT_K": 6, "SPLIT_RS": 1, "SPLIT_RED": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 6},
-    {"BM": 128, "BN": 64, "SPLIT_K": 8, "SPLIT_RS": 1, "SPLIT_RED": 1, "PERSISTENT": 0, "STAGES": 6, "SWAP_AB": 1},
 ]
 
 
-def test_split_reduce_in_l2_launch_and_constraints(fam):
-    # SPLIT_RED: the reduce-scatter's launch (one wave, cooperative) with one fp32 accumulator per tile in the
-    # workspace instead of one partial per split; only beside SPLIT_RS
-    p = {"BM": 128, "BN": 96, "SPLIT_K": 6, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 6}
-    shape = Problem(256, 1024, 8192)
-    rs, red = fam.render(p).launch(shape, num_sms=132), fam.render({**p, "SPLIT_RED": 1}).launch(shape, num_sms=132)
-    assert red.grid == rs.grid == (132, 1, 1) and red.cooperative and rs.cooperative
-    tiles, tile_bytes = 22, 128 * 96 * 4
-    assert rs.workspace - red.workspace == tiles * (6 - 1) * tile_bytes
-    assert fam.valid(fam.complete({**p, "SPLIT_RED": 1}))
-    assert not fam.valid(fam.complete({**p, "SPLIT_RED": 1, "SPLIT_RS": 0}))
-    assert not fam.valid(fam.complete({"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "SPLIT_RED": 1}))
-
-
 @pytest.mark.nvcc
-def test_split_reduce_in_l2_ptx(fam, tmp_path):
-    # every split adds its partial with vector reductions, arrives with the reduce-scatter's release, reads back its
-    # slice after the acquire poll; no partial stored per split, no sequentially consistent fence
-    from evo.testing.ptx import ptx_of
-
-    text = ptx_of(fam.render({"BM": 128, "BN": 128, "SPLIT_K": 8, "SPLIT_RS": 1, "SPLIT_RED": 1, "PERSISTENT": 0,
-                              "STAGES": 6}).text, tmp_path)
-    assert "red.global.add.v4.f32" in text
-    assert "red.release.gpu.global.inc.u32" in text and "ld.acquire.gpu.global.s32" in text
-    assert "fence.sc" not in text and "membar.gl" not in text
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("params", SPLIT_RS_INSTANCES, ids=["128x256-s4", "swap-128x64-s8", "red-128x96-s6",
-                                                            "red-swap-128x64-s8"])
+@pytest.mark.parametrize("params", SPLIT_RS_INSTANCES, ids=["128x256-s4", "swap-128x64-s8"])
 def test_split_reduce_scatter_compiles_clean(fam, tmp_path, params):
     from evo.compile import Compiler
     from evo.config import load_config

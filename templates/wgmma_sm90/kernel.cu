@@ -5,7 +5,7 @@ params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * (1 if SPLIT_RED else SPLIT_K) * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
 cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
@@ -35,9 +35,6 @@ tensor_maps:
 //   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
 // SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
 //   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
-// SPLIT_RED (with SPLIT_RS): each split adds its whole partial into the tile's one fp32 accumulator in the workspace
-//   with vector `red.add` (the adds done in L2, in no fixed order: not bitwise deterministic), arrives as SPLIT_RS,
-//   then reads back only its own column slice, stores it as C and zeroes it (the workspace is left as found).
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
 //   own slots, sums splits in order and stores its slice. No workspace, no ticket.
@@ -94,7 +91,6 @@ constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry a
 constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = {{SPLIT_RS}};      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_RED = {{SPLIT_RED}};    // SPLIT_RS: partials added in L2 (red.add.v4.f32) into one accumulator per tile
 constexpr int SPLIT_OWNER = {{SPLIT_OWNER}};  // 1: split SPLIT_K-1 reduces, its partial kept in registers
 constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each other split gives to the reducing split
@@ -170,7 +166,6 @@ static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT
 static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
                                 (BN / 8) % SPLIT_K == 0),
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
-static_assert(SPLIT_RED == 0 || SPLIT_RS == 1, "SPLIT_RED: the reduce-scatter's partials added in L2");
 static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
 static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
 static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
@@ -359,10 +354,6 @@ __device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
   int v;
   asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-// SPLIT_RED: four fp32 added in L2 (relaxed; the split's arrival releases them)
-__device__ __forceinline__ void red_add_f4(float4* p, float x, float y, float z, float w) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
 }
 // An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
 // later k ranges their k blocks
@@ -732,31 +723,6 @@ __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const flo
       for (int jj = 0; jj < RED_J; ++jj) {
         float* a = &acc[mt][4 * (S * RED_J + jj)];
         a[0] = sum[mt][jj].x; a[1] = sum[mt][jj].y; a[2] = sum[mt][jj].z; a[3] = sum[mt][jj].w;
-      }
-  }
-}
-
-// SPLIT_RED: split S's column slice of the tile's summed accumulator into this thread's fragments, then zeroed (the
-// next launch adds onto zeros). One instantiation per split, as rs_sum_slice.
-template <int S>
-__device__ __forceinline__ void red_take_slice(float (&acc)[MT][BN / 2], float4* base, int split, int tid) {
-  if constexpr (S < SPLIT_K) {
-    if (split != S) {
-      red_take_slice<S + 1>(acc, base, split, tid);
-      return;
-    }
-    float4 x[MT][RED_J];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int jj = 0; jj < RED_J; ++jj) x[mt][jj] = __ldcg(base + (mt * (BN / 8) + S * RED_J + jj) * 128 + tid);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int jj = 0; jj < RED_J; ++jj) {
-        __stcg(base + (mt * (BN / 8) + S * RED_J + jj) * 128 + tid, make_float4(0.f, 0.f, 0.f, 0.f));
-        float* a = &acc[mt][4 * (S * RED_J + jj)];
-        a[0] = x[mt][jj].x; a[1] = x[mt][jj].y; a[2] = x[mt][jj].z; a[3] = x[mt][jj].w;
       }
   }
 }
@@ -1299,10 +1265,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
-        // (SPLIT_RED: the tile's one accumulator, every split adding into it)
-        float4* mine = reinterpret_cast<float4*>(
-            parts + (SPLIT_RED ? static_cast<size_t>(w.tile) : static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
-            static_cast<size_t>(c) * WM * BN);
+        float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
+                                                 static_cast<size_t>(c) * WM * BN);
         // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
         // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
@@ -1312,10 +1276,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
           for (int j = 0; j < BN / 8; ++j)
-            if (SPLIT_RED)
-              red_add_f4(mine + (mt * (BN / 8) + j) * 128 + tid, acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2],
-                         acc[mt][4 * j + 3]);
-            else if (!owner && (!SPLIT_RS || j / RED_J != w.split))
+            if (!owner && (!SPLIT_RS || j / RED_J != w.split))
               __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
@@ -1344,11 +1305,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         consumer_sync();
         const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
                                                              static_cast<size_t>(c) * WM * BN);
-        if constexpr (SPLIT_RED != 0) {  // every split takes its column slice of the summed tile, zeroes it, stores it
-          red_take_slice<0>(acc, mine, w.split, tid);
-          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));
-          continue;
-        } else if constexpr (SPLIT_RS != 0) {  // every split sums its column slice in split order 0..SPLIT_K-1 and stores it
+        if constexpr (SPLIT_RS != 0) {  // every split sums its column slice in split order 0..SPLIT_K-1 and stores it
           rs_sum_slice<0>(acc, base, w.split, tid);
           store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));
           continue;
