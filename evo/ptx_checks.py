@@ -5,7 +5,8 @@ Two things no run on a GPU reliably shows:
 * **Publication without release ordering.** A global store (``st.global``/generic ``st``, a TMA store)
   followed, in a function's program order, by an *arrival* atomic (an integer ``atom``/``red`` on global
   memory: a split-K ticket, a semaphore) with no release between them (``membar.gl``/``.sys``,
-  ``fence.sc|acq_rel.gpu|sys``, or the atomic / a store itself ``.release``/``.acq_rel``) lets another
+  ``fence.sc|acq_rel.gpu|sys``, or the atomic / a store itself ``.release``/``.acq_rel`` at gpu or system
+  scope) lets another
   CTA see the arrival before the data: it may read stale partials (most often through the read-only
   cache). It passes on most runs, so only a static rule rejects it. Floating-point atomics (data
   accumulated in L2) are not arrivals. A loop's back edge is not followed: the scan is linear.
@@ -63,8 +64,12 @@ def _is_global_store(op: str) -> bool:
 
 
 def _is_release(op: str) -> bool:
+    """A release another CTA's acquire can pair with: .release/.acq_rel at .gpu or .sys scope (an atomic's or a
+    store's default scope is .gpu) on global (or generic) memory. One at .cta or .cluster scope, or on a CTA's shared
+    memory, which no other CTA's acquire reads, orders nothing for the CTAs that read the partials."""
     q = _qualifiers(op)
-    return bool(q & {"release", "acq_rel"})
+    local = q & {"shared", "local"} or any(x.startswith("shared::") for x in q)
+    return bool(q & {"release", "acq_rel"}) and not q & {"cta", "cluster"} and not local
 
 
 def _is_arrival(op: str) -> bool:

@@ -50,6 +50,19 @@ def test_a_release_atomic_orders_it(atom):
     assert publication_races(_fn(RACE.replace("atom.global.add.u32 \t%r1, [%rd2], 1;", atom))) == []
 
 
+@pytest.mark.parametrize("atom", ["atom.release.cta.global.add.u32 \t%r1, [%rd2], 1;",
+                                  "atom.acq_rel.cluster.global.add.u32 \t%r1, [%rd2], 1;",
+                                  "red.release.cta.global.add.u32 \t[%rd2], 1;"])
+def test_a_cta_or_cluster_scope_release_atomic_is_not_enough(atom):
+    # a release another CTA's acquire never pairs with: the partials may still be unseen at the arrival
+    assert len(publication_races(_fn(RACE.replace("atom.global.add.u32 \t%r1, [%rd2], 1;", atom)))) == 1
+    store = "\tst.release.cta.global.u32 \t[%rd3], %r2;\n\tatom.global.add.u32 \t%r1, [%rd2], 1;\n"
+    assert len(publication_races(_fn("\tst.global.f32 \t[%rd1], %f1;\n" + store))) == 1
+    # nor a release on the CTA's own shared memory
+    shared = "\tatom.release.gpu.shared::cta.add.u32 \t%r3, [%r4], 1;\n\tatom.global.add.u32 \t%r1, [%rd2], 1;\n"
+    assert len(publication_races(_fn("\tst.global.f32 \t[%rd1], %f1;\n" + shared))) == 1
+
+
 def test_cta_scope_fence_is_not_enough():
     body = RACE.replace("\tbar.sync \t0;\n", "\tmembar.cta;\n")
     assert len(publication_races(_fn(body))) == 1
