@@ -203,48 +203,11 @@ def test_split_owner_ptx(fam, tmp_path):
 SPLIT_RS_INSTANCES = [
     {"BM": 128, "BN": 256, "SPLIT_K": 4, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 4},
     {"BM": 128, "BN": 64, "SPLIT_K": 8, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 6, "SWAP_AB": 1},
-    # k blocks claimed at run time (SPLIT_POOL): a quarter of K after static ranges one block a claim, and all of it in
-    # chunks of 4 (the last one short where 4 does not divide the k blocks; splits may get none)
-    {"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 7, "SPLIT_POOL": 2,
-     "POOL_CH": 1},
-    {"BM": 128, "BN": 64, "SPLIT_K": 8, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 6, "SWAP_AB": 1, "SPLIT_POOL": 8},
 ]
 
 
-def test_split_pool_launch_and_constraints(fam):
-    # SPLIT_POOL: the reduce-scatter's launch (one wave, cooperative) with a claim count per tile beside its arrival
-    # count; only with SPLIT_RS
-    p = {"BM": 128, "BN": 96, "SPLIT_K": 6, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 6}
-    shape = Problem(256, 1024, 8192)
-    rs, pool = fam.render(p).launch(shape, num_sms=132), fam.render({**p, "SPLIT_POOL": 2}).launch(shape, num_sms=132)
-    assert pool.grid == rs.grid == (132, 1, 1) and pool.cooperative and rs.cooperative
-    tiles = 22
-    assert rs.workspace == 256 + tiles * 6 * 128 * 96 * 4 and pool.workspace == rs.workspace  # 2 x 22 counts in 256 B
-    big = Problem(1024, 4096, 8192)  # 256 tiles of 128 x 128 in 2 splits: 1 KB of arrival counts, 2 KB with claims
-    q = {"BM": 128, "BN": 128, "SPLIT_K": 2, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 6}
-    assert (fam.render({**q, "SPLIT_POOL": 4}).launch(big, num_sms=1024).workspace
-            - fam.render(q).launch(big, num_sms=1024).workspace) == 1024
-    assert fam.valid(fam.complete({**p, "SPLIT_POOL": 2}))
-    assert not fam.valid(fam.complete({**p, "SPLIT_POOL": 2, "SPLIT_RS": 0}))
-    assert not fam.valid(fam.complete({"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "SPLIT_POOL": 4}))
-
-
 @pytest.mark.nvcc
-def test_split_pool_ptx(fam, tmp_path):
-    # the claims: a wrapping increment per k block at gpu scope (its release keeps the publication gate exact: the
-    # claim follows the epilogue's stores in program order), the reduce-scatter's barrier unchanged, no SC fence
-    from evo.testing.ptx import ptx_of
-
-    text = ptx_of(fam.render({"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0,
-                              "STAGES": 7, "SPLIT_POOL": 2}).text, tmp_path)
-    assert "atom.release.gpu.global.inc.u32" in text
-    assert "red.release.gpu.global.inc.u32" in text and "ld.acquire.gpu.global.s32" in text
-    assert "fence.sc" not in text and "membar.gl" not in text
-
-
-@pytest.mark.nvcc
-@pytest.mark.parametrize("params", SPLIT_RS_INSTANCES, ids=["128x256-s4", "swap-128x64-s8", "pool2-128x64-s4",
-                                                            "pool8-swap-128x64-s8"])
+@pytest.mark.parametrize("params", SPLIT_RS_INSTANCES, ids=["128x256-s4", "swap-128x64-s8"])
 def test_split_reduce_scatter_compiles_clean(fam, tmp_path, params):
     from evo.compile import Compiler
     from evo.config import load_config

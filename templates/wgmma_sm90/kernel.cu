@@ -5,7 +5,7 @@ params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * (8 if SPLIT_POOL else 4), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
 cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
@@ -35,12 +35,6 @@ tensor_maps:
 //   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
 // SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
 //   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
-// SPLIT_POOL (with SPLIT_RS): the last SPLIT_POOL / 8 of K's blocks are a pool the tile's splits claim POOL_CH k
-//   blocks at a time from a second count per tile (`atom.inc`, wrapping to 0 with the launch's last claim), after
-//   each split's static range of the rest: a split whose loads land faster streams more, so the tile's splits end
-//   together and the reduce-scatter waits less for the slowest. The producer claims a chunk ahead (the claim leaves
-//   once POOL_CH k blocks or fewer are left to issue); once a claim comes back empty it arms the next stage with no
-//   bytes and marks it the end (pool_end), where the consumers stop.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
 //   own slots, sums splits in order and stores its slice. No workspace, no ticket.
@@ -103,8 +97,6 @@ constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each othe
 constexpr int EPI_WIDE = {{EPI_WIDE}};        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int DYN = {{DYN}};                  // eighths of the units dealt out at run time (claimed from a workspace counter)
 constexpr int STREAMK = {{STREAMK}};          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
-constexpr int SPLIT_POOL = {{SPLIT_POOL}};      // SPLIT_RS: eighths of K's blocks (the last ones) claimed at run time by the tile's splits
-constexpr int POOL_CH = {{POOL_CH}};            // SPLIT_POOL: k blocks per claim (the next claim leaves as a chunk's first block does)
 constexpr int EARLY_STORE = {{EARLY_STORE}};  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -174,8 +166,6 @@ static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT
 static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
                                 (BN / 8) % SPLIT_K == 0),
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
-static_assert(SPLIT_POOL == 0 || (SPLIT_RS == 1 && SPLIT_POOL <= 8),
-              "SPLIT_POOL: the reduce-scatter's splits (one unit per CTA) claim up to all of K's blocks");
 static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
 static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
 static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
@@ -467,8 +457,6 @@ EVO_WGMMA(224, 14, 112, 113, 114)
 EVO_WGMMA(256, 16, 128, 129, 130)
 
 // ---------------------------------------------------------------- work decomposition
-// SPLIT_POOL: the k blocks of the pool, the last ones of K (the splits' static ranges divide the rest)
-__device__ __forceinline__ int pool_blocks(int K) { return cdiv(K, BK) * SPLIT_POOL / 8; }
 struct Work {
   int tile, split;  // linear tile id, K slice id
   int m0, n0;       // top-left element of the tile (kernel view)
@@ -565,7 +553,7 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Str
   const int col = div_small(in_group, gm);
   w.m0 = (first_m + in_group - col * gm) * BM;
   w.n0 = (col * CLUSTER + r) * BN;
-  const int kblocks = cdiv(K, BK) - (SPLIT_POOL ? pool_blocks(K) : 0);  // (SPLIT_POOL: the rest is claimed)
+  const int kblocks = cdiv(K, BK);
   // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
   // so their partials are published by the time its longer main loop ends
   const int per = (SPLIT_OWNER && SPLIT_SKEW) ? max(cdiv(kblocks, SPLIT_K) - SPLIT_SKEW, 0) : cdiv(kblocks, SPLIT_K);
@@ -621,14 +609,6 @@ __device__ __forceinline__ unsigned claim_unit(unsigned* counter) {
 // DYN: the counter back to zero for the next launch (which the stream orders after this one)
 __device__ __forceinline__ void reset_claims(unsigned* counter) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(counter) : "memory");
-}
-// SPLIT_POOL: k blocks in the pool (the last ones of K) and the claim of the next chunk: a launch's claims on a tile
-// are the pool's chunks and one empty claim per split, so `atom.inc` wrapping at their count returns 0 .. last and leaves
-// the counter at 0 for the next launch. The result is waited for only where it is used (a k block later).
-__device__ __forceinline__ int claim_chunk(unsigned* counter, int pool) {
-  unsigned r;
-  asm volatile("atom.release.gpu.global.inc.u32 %0, [%1], %2;" : "=r"(r) : "l"(counter), "r"(static_cast<unsigned>(cdiv(pool, POOL_CH) + SPLIT_K - 1)) : "memory");
-  return static_cast<int>(r);
 }
 
 // Epilogue of one consumer: its 64-row slices of the tile, registers -> smem (fp16) -> C.
@@ -890,7 +870,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  __shared__ int pool_end[SPLIT_POOL ? STAGES : 1];  // SPLIT_POOL: stage s carries no k block: the unit's last stage
   // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
@@ -915,9 +894,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   Work pw{};
   int panel_m0 = -1;          // PANEL: the row block whose panel the producer loaded last
   bool pnew = false;          // PANEL: the current unit's k blocks bring the panel's (a new row block)
-  bool pdone = false;         // DYN: the producer has read the queue's end (-1); SPLIT_POOL: the pool is empty
-  int pclaim = 0;             // SPLIT_POOL: the claim taken ahead (its pool k block, once pasked)
-  bool pasked = false;
+  bool pdone = false;         // DYN: the producer has read the queue's end (-1)
   int pi = 0, sq = 0;         // DYN scheduler: static units handed out; the queue slot the next unit goes to
   uint32_t sqphase = 0;
   int pq = 0;                 // DYN producer: the queue slot it reads next
@@ -953,24 +930,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   const uint32_t prank = CLUSTER > 1 ? cluster_rank() : 0;  // CLUSTER > 1: which half of the A tile we load
   // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
   auto produce_next = [&]() -> bool {
-    if (SPLIT_POOL && pdone) return false;
     while (!phave || pkb >= pw.kb1) {
-      if (SPLIT_POOL && phave) {  // the static range is done: the pool's k blocks, one per claim (one unit per CTA)
-        const int pool = pool_blocks(K);
-        unsigned* counter = reinterpret_cast<unsigned*>(workspace) + cdiv(Mk, BM) * cdiv(Nk, BN) + pw.tile;
-        if (!pasked) pclaim = claim_chunk(counter, pool);  // (an empty static range)
-        pasked = false;
-        if (pclaim >= cdiv(pool, POOL_CH)) {  // none left: the next stage, armed with no bytes, marks the end for the consumers
-          mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);
-          pool_end[ps] = 1;
-          mbar_arrive(smem_u32(&full_bar[ps]));
-          pdone = true;
-          return false;
-        }
-        pkb = cdiv(K, BK) - pool + pclaim * POOL_CH;
-        pw.kb1 = min(pkb + POOL_CH, cdiv(K, BK));
-        break;
-      }
       if (DYN) {
         if (pdone) return false;
         pu = producer_fetch_unit();
@@ -995,7 +955,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       tma_load_2d(panel + pkb * PANEL_KB_BYTES, map_rows, pf, pkb * BK, pw.m0);
     }
     mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
-    if (SPLIT_POOL) pool_end[ps] = 0;  // (published by the arrival below, read after the consumers' wait)
     const uint32_t full = smem_u32(&full_bar[ps]);
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
     const uint32_t a_dst = tiles + ps * STAGE_BYTES;
@@ -1007,11 +966,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     }
     tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, pkb * BK, pw.n0);
     ++pkb;
-    if (SPLIT_POOL && !pasked && pkb + POOL_CH >= pw.kb1) {  // POOL_CH k blocks or fewer left to issue: the next claim
-      unsigned* counter = reinterpret_cast<unsigned*>(workspace) + cdiv(Mk, BM) * cdiv(Nk, BN) + pw.tile;
-      pclaim = claim_chunk(counter, pool_blocks(K));
-      pasked = true;
-    }
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;
   };
@@ -1105,7 +1059,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     auto is_unit = [&](int v) { return DYN ? v >= 0 : v < u_end; };
     for (int u = DYN ? fetch_unit() : unit_first(units, sk); is_unit(u); u = next_of(u), have_next = false, ++j) {
       const Work w = get_work(u, Mk, Nk, K, sk);
-      int nk = w.kb1 - w.kb0;  // (SPLIT_POOL: the static range; the k loop counts the pool's blocks in)
+      const int nk = w.kb1 - w.kb0;
       const bool fresh = PANEL && w.m0 != cpanel_m0;  // a new row block: its panel lands k block by k block
       if (fresh) {
         cpanel_phase = cpanel_m0 < 0 ? 0 : cpanel_phase ^ 1;
@@ -1119,7 +1073,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         while (s >= STAGES) { s -= STAGES; phase ^= 1; }
         continue;
       }
-      if (!EARLY_STORE && (SPLIT_POOL || nk == 0)) {  // empty K slice (SPLIT_K > k blocks): the partial is zero (EARLY_STORE: no split-K)
+      if (!EARLY_STORE && nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero (EARLY_STORE: no split-K)
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -1175,13 +1129,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         }
       } else {
         // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
-        // (SPLIT_POOL: until the stage marked the end; the k blocks done so far are the unit's)
-        for (int i = 0; SPLIT_POOL || i < (EARLY_STORE ? nk - 1 : nk); ++i) {
+        for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
           mbar_wait(smem_u32(&full_bar[s]), phase);
-          if (SPLIT_POOL && pool_end[s]) {
-            nk = i;
-            break;
-          }
           panel_wait(i);
           const uint32_t a_base = a_at(s, i), b_base = b_at(s);
           wgmma_fence();
@@ -1313,7 +1262,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * (SPLIT_POOL ? 8 : 4) + 255) / 256) * 64;  // (SPLIT_POOL: the claim counts too)
+        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
