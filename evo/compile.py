@@ -25,6 +25,7 @@ from typing import Callable, Iterable
 from .config import CompileConfig
 from .errors import EvoError
 from .kernel import KernelSource
+from .ptx_checks import RULES as PTX_RULES
 from .records import CompileResult
 
 _REGS = re.compile(r"Used (\d+) registers")
@@ -77,7 +78,7 @@ class Compiler:
         headers = (f"|headers={self.headers}@{';'.join(self.include_dirs)}"
                    if _USES_HEADERS.search(ks.text) else "")
         h = hashlib.sha256((f"{ks.code_hash}|{arch}|{' '.join(self.flags)}|{self.reject_spills}"
-                            + ("" if self.ptx_checks else "|no-ptx-checks")
+                            + (f"|ptx-rules={PTX_RULES}" if self.ptx_checks else "|no-ptx-checks")
                             + ("|host-so" if ks.meta.launch == "host" else "") + headers).encode())
         return h.hexdigest()[:20]
 

@@ -291,11 +291,13 @@ def test_class6_state_does_not_survive_a_phase(gpu):
 
 
 @pytest.mark.nvcc
-def test_class7_unfenced_split_k_refused_at_compile(tmp_path):
+@pytest.mark.parametrize("name", ["splitk_no_fence.cu", "splitk_arrive_next_turn.cu", "splitk_arrive_in_call.cu"])
+def test_class7_unfenced_split_k_refused_at_compile(tmp_path, name):
+    # in program order; along a loop's back edge (the arrival at the top of the next turn); inside a callee
     from evo.config import load_config
 
     comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
-    r = comp.compile(KernelSource.parse((CHEATS / "splitk_no_fence.cu").read_text()), "sm_90a")
+    r = comp.compile(KernelSource.parse((CHEATS / name).read_text()), "sm_90a")
     assert not r.ok and "publication race" in r.error, r.error
 
 

@@ -97,6 +97,8 @@ def test_clean_kernel_has_no_findings():
 
 @pytest.mark.nvcc
 @pytest.mark.parametrize("name,words", [("splitk_no_fence.cu", "publication race"),
+                                        ("splitk_arrive_next_turn.cu", "publication race"),  # along a back edge
+                                        ("splitk_arrive_in_call.cu", "publication race"),    # inside a callee
                                         ("state_in_globals.cu", "module-scope state")])
 def test_compile_gate_rejects_the_cheats(tmp_path, name, words, monkeypatch):
     from evo.compile import Compiler
@@ -114,3 +116,114 @@ def test_compile_gate_rejects_the_cheats(tmp_path, name, words, monkeypatch):
         comp.key(KernelSource.parse((CHEATS / name).read_text()), "sm_90a")
     r = off.compile(KernelSource.parse((CHEATS / name).read_text()), "sm_90a")
     assert r.ok, r.error
+
+
+def test_a_store_at_a_loops_end_reaches_the_arrival_at_its_top():
+    # a persistent loop that arrives for the last unit's partial at the top of the next iteration: the store comes
+    # after the arrival in the text, before it along the back edge
+    loop = """$L__BB0_1:
+\tatom.global.add.u32 \t%r1, [%rd2], 1;
+\tst.global.f32 \t[%rd1], %f1;
+\t@%p1 bra \t$L__BB0_1;
+"""
+    f = publication_races(_fn(loop))
+    assert len(f) == 1 and "atom.global.add.u32" in f[0].detail
+    fenced = loop.replace("\t@%p1 bra", "\tfence.acq_rel.gpu;\n\t@%p1 bra")
+    assert publication_races(_fn(fenced)) == []
+    # a branch that skips the fence is a path without it
+    skip = """\tst.global.f32 \t[%rd1], %f1;
+\t@%p1 bra \t$L__BB0_2;
+\tmembar.gl;
+$L__BB0_2:
+\tred.global.add.u32 \t[%rd2], 1;
+"""
+    assert len(publication_races(_fn(skip))) == 1
+    assert publication_races(_fn(skip.replace("\t@%p1 bra \t$L__BB0_2;\n", ""))) == []
+    # a return before the arrival ends that path
+    ret = "\tst.global.f32 \t[%rd1], %f1;\n\tret;\n$L__BB0_3:\n\tatom.global.add.u32 \t%r1, [%rd2], 1;\n"
+    assert publication_races(_fn(ret)) == []
+
+
+def test_labels_of_inlined_asm_resolve_in_their_own_braces():
+    # two inlined copies of an asm block with the same local label: each branch loops in its own copy. Resolved to the
+    # other copy's label, the first loop's store would reach the second loop's arrival without the fence between.
+    body = """\t{
+\tWAIT:
+\tmembar.gl;
+\tst.global.f32 \t[%rd1], %f1;
+\t@%p1 bra \tWAIT;
+\t}
+\tmembar.gl;
+\t{
+\tWAIT:
+\tatom.global.add.u32 \t%r1, [%rd2], 1;
+\t@%p2 bra \tWAIT;
+\t}
+\tst.shared.v4.u32 \t[%r1], {%r2, %r3, %r4, %r5};
+"""
+    assert publication_races(_fn(body)) == []
+    assert len(publication_races(_fn(body.replace("\t}\n\tmembar.gl;\n\t{", "\t}\n\t{")))) == 1
+
+
+_CALLEES = """.func arrive(
+\t.param .b64 arrive_param_0
+)
+{
+\t.reg .b32 %r<3>;
+\t.reg .b64 %rd<3>;
+\tatom.global.add.u32 \t%r1, [%rd1], 1;
+\tret;
+}
+.func publish(
+\t.param .b64 publish_param_0
+)
+{
+\t.reg .b64 %rd<3>;
+\tst.global.f32 \t[%rd1], %f1;
+\tret;
+}
+.func release(
+\t.param .b64 release_param_0
+)
+{
+\tfence.acq_rel.gpu;
+\tret;
+}
+"""
+
+
+def _with_callees(body: str) -> str:
+    return _fn(body).replace(".visible .entry evo_gemm(", _CALLEES + ".visible .entry evo_gemm(")
+
+
+def test_calls_count_as_what_the_callee_does():
+    # nvcc writes a call over several lines, the callee on the second
+    call = "\t{ // callseq 0, 0\n\t.param .b64 param0;\n\tcall.uni \n\t{name}, \n\t(\n\tparam0\n\t);\n\t} // callseq 0\n"
+    arrive, publish, release = (call.replace("{name}", n) for n in ("arrive", "publish", "release"))
+    store, atom = "\tst.global.f32 \t[%rd1], %f1;\n", "\tatom.global.add.u32 \t%r1, [%rd2], 1;\n"
+    f = publication_races(_with_callees(store + arrive))  # the arrival inside the callee
+    assert len(f) == 1 and f[0].function == "evo_gemm" and "arrive" in f[0].detail
+    assert len(publication_races(_with_callees(publish + atom))) == 1  # the callee's store, the caller's arrival
+    assert publication_races(_with_callees(store + release + atom)) == []  # the callee's fence
+    assert publication_races(_with_callees(arrive + store)) == []
+    assert publication_races(_with_callees(store + "\tfence.acq_rel.gpu;\n" + arrive)) == []
+    # an external callee (printf) does nothing to the rule
+    ext = ".extern .func  (.param .b32 func_retval0) vprintf\n(\n\t.param .b64 vprintf_param_0\n)\n;\n"
+    printf = "\tcall.uni (retval0), \n\tvprintf, \n\t(\n\tparam0\n\t);\n"
+    assert len(publication_races(ext + _fn(store + printf + atom))) == 1
+    assert publication_races(ext + _fn(store + "\tmembar.gl;\n" + printf + atom)) == []
+
+
+def test_a_result_cached_under_older_rules_is_not_replayed(tmp_path, monkeypatch):
+    # the compile cache's key names the rules' version: a kernel that passed older rules is compiled and gated again
+    import evo.compile as compile_mod
+    from evo.compile import Compiler
+    from evo.config import load_config
+    from evo.kernel import KernelSource
+
+    monkeypatch.delenv("EVO_TEST_DEFENCES_OFF", raising=False)
+    comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
+    ks = KernelSource.parse((CHEATS / "splitk_no_fence.cu").read_text())
+    now = comp.key(ks, "sm_90a")
+    monkeypatch.setattr(compile_mod, "PTX_RULES", "1")
+    assert comp.key(ks, "sm_90a") != now
