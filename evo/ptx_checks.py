@@ -156,24 +156,11 @@ def _flow(name: str, text: str, base: int, line_of) -> _Flow:
             if t:
                 entries.append(("call", t.group(1), line_of(pos), " ".join(stmt.split())))
             continue
-        a = _ATOM.match(line)
-        if a:
-            op = a.group(1)
-            if _is_release(op):
-                entries.append(("fence",))
-            elif _is_arrival(op):
-                entries.append(("arrival", line_of(pos), " ".join(line.split())))
-            continue
-        st = _STORE.match(line)
-        if st:
-            op = st.group(1)
-            if _is_release(op):
-                entries.append(("fence",))
-            elif _is_global_store(op):
-                entries.append(("store", line_of(pos), " ".join(line.split())))
-            continue
-        if _TMA_STORE.match(line):
-            entries.append(("store", line_of(pos), " ".join(line.split())))
+        kind = _memory_kind(line)
+        if kind == "fence":
+            entries.append(("fence",))
+        elif kind is not None:
+            entries.append((kind, line_of(pos), " ".join(line.split())))
     # blocks: a new one at every label and after every transfer of control
     leaders = {0} | {k for k, e in enumerate(entries) if e[0] == "label"}
     leaders |= {k + 1 for k, e in enumerate(entries) if e[0] in ("bra", "brx", "ret")}
@@ -206,6 +193,16 @@ def _flow(name: str, text: str, base: int, line_of) -> _Flow:
         ins.append(body)
         succ.append(out)
     return _Flow(name, ins, succ)
+
+
+def _memory_kind(line: str) -> str | None:
+    """"fence" (a release: a release atomic or store counts as one), "arrival", "store" (global, TMA) or None."""
+    for rx, kind, counts in ((_ATOM, "arrival", _is_arrival), (_STORE, "store", _is_global_store)):
+        m = rx.match(line)
+        if m:
+            op = m.group(1)
+            return "fence" if _is_release(op) else kind if counts(op) else None
+    return "store" if _TMA_STORE.match(line) else None
 
 
 @dataclass(frozen=True)
