@@ -82,7 +82,7 @@ def _is_arrival(op: str) -> bool:
     return bool(_INT_TYPE.search(op))
 
 
-_LABEL = re.compile(r"^\s*([$\w]+):\s*$")
+_LABEL = re.compile(r"^\s*([$\w]+):(?!:)(.*)$")  # (inlined asm may put an instruction after its label)
 _BRA = re.compile(r"^\s*(@!?%\w+\s+)?bra(?:\.uni)?\s+([$\w]+)\s*;")
 _BRX = re.compile(_PRED + r"brx\.idx\b")
 _RET = re.compile(r"^\s*(@!?%\w+\s+)?(?:ret|exit)(?:\.uni)?\s*;")
@@ -108,7 +108,7 @@ EXIT = -1
 def _flow(name: str, text: str, base: int, line_of) -> _Flow:
     """The function's blocks. Labels are scoped by braces (inlined asm brings its own `{ ... }` with labels that
     repeat from copy to copy); a branch goes to the label of its innermost enclosing scope that has it."""
-    entries: list[tuple] = []  # ("label", key) | ("bra", name, scopes, conditional) | ("brx",) | ("ret", conditional) | ins
+    entries: list[tuple] = []  # ("label",) | ("bra", name, scopes, conditional) | ("brx",) | ("ret", conditional) | ins
     labels: dict[tuple[int, str], int] = {}  # (scope, label) -> index in entries
     scopes, next_scope = [0], 1
     lines = list(re.finditer(r"[^\n]*", text))
@@ -131,7 +131,9 @@ def _flow(name: str, text: str, base: int, line_of) -> _Flow:
         if lab:
             labels[(scopes[-1], lab.group(1))] = len(entries)
             entries.append(("label",))
-            continue
+            line = lab.group(2)
+            if not line.strip():
+                continue
         b = _BRA.match(line)
         if b:
             entries.append(("bra", b.group(2), tuple(scopes), b.group(1) is not None))

@@ -163,6 +163,11 @@ def test_labels_of_inlined_asm_resolve_in_their_own_braces():
 """
     assert publication_races(_fn(body)) == []
     assert len(publication_races(_fn(body.replace("\t}\n\tmembar.gl;\n\t{", "\t}\n\t{")))) == 1
+    # a label with its instruction on the same line
+    same_line = body.replace("\tWAIT:\n\tatom.global", "\tWAIT: atom.global")
+    assert publication_races(_fn(same_line)) == []
+    looped = "$L__BB0_1: atom.global.add.u32 \t%r1, [%rd2], 1;\n\tst.global.f32 \t[%rd1], %f1;\n\t@%p1 bra \t$L__BB0_1;\n"
+    assert len(publication_races(_fn(looped))) == 1
 
 
 _CALLEES = """.func arrive(
