@@ -277,14 +277,17 @@ def publication_races(text: str) -> list[Finding]:
     unreleased stores), an external callee as nothing."""
     line_of = _line_index(text)
     flows = [_flow(name, text[start:end], start, line_of) for name, start, end in _functions(text)]
+    # summaries of the functions some call names (none in most kernels: everything inlined)
+    called = {e[1] for f in flows for block in f.ins for e in block if e[0] == "call"}
+    callees = [f for f in flows if f.name in called]
     summaries: dict[str, _Summary] = {}
-    for _ in range(len(flows) + 1):  # the call graph's depth at most (a recursive cycle stops here)
+    for _ in range(len(callees) + 1):  # the call graph's depth at most (a recursive cycle stops here)
         changed = False
-        for f in flows:
+        for f in callees:
             hits, through = _run(f, (None, _MARK), summaries)
-            _, out = _run(f, (None, None), summaries)
+            _, own = _run(f, (None, None), summaries)
             arrives = next(((h[1], h[2]) for h in hits if h[0] == _MARK), None)
-            s = _Summary(arrives, through[1] is not None, out[0])
+            s = _Summary(arrives, through[1] is not None, own[0])
             if summaries.get(f.name) != s:
                 summaries[f.name] = s
                 changed = True
@@ -294,8 +297,6 @@ def publication_races(text: str) -> list[Finding]:
     for f in flows:
         hits, _ = _run(f, (None, None), summaries)
         for store, line, detail in sorted(hits, key=lambda h: (h[1], h[0][0])):
-            if store is _MARK:
-                continue
             if any(x.line == line and x.function == f.name for x in out):
                 continue  # one finding per arrival
             out.append(Finding("publication", f.name, line, f"{detail} after line {store[0]}: {store[1]}"))
