@@ -199,41 +199,15 @@ def test_split_owner_ptx(fam, tmp_path):
 
 
 # Reduce-scatter instances compiled here and checked on the GPU by tests/test_gpu_pipeline.py (the family's CI
-# instances stay at five): 128 accumulators per thread, and 8 splits with transposed slices; the eager ones
-# (SPLIT_RS 2: each partner's chunks loaded as it arrives), split-major, 4 splits and 8 with transposed slices
+# instances stay at five): 128 accumulators per thread, and 8 splits with transposed slices
 SPLIT_RS_INSTANCES = [
     {"BM": 128, "BN": 256, "SPLIT_K": 4, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 4},
     {"BM": 128, "BN": 64, "SPLIT_K": 8, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 6, "SWAP_AB": 1},
-    {"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_RS": 2, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 7},
-    {"BM": 128, "BN": 64, "SPLIT_K": 8, "SPLIT_RS": 2, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8, "SWAP_AB": 1},
 ]
 
 
-def test_split_reduce_scatter_eager_launch_and_constraints(fam):
-    # SPLIT_RS 2: the same one-wave launch as 1, one arrival flag per tile per split in the workspace (the partials
-    # after them), and the partners' chunks in registers beside at most 64 accumulators per thread
-    shape = Problem(512, 2048, 4096)
-    for p in SPLIT_RS_INSTANCES[2:]:
-        q = fam.complete(p)
-        assert fam.valid(q), p
-        eager, rs1 = fam.render(q).launch(shape, num_sms=132), fam.render({**q, "SPLIT_RS": 1}).launch(shape, num_sms=132)
-        assert (eager.grid, eager.cooperative) == (rs1.grid, True), p
-        tiles = (2048 if p.get("SWAP_AB") else 512) // 128 * ((512 if p.get("SWAP_AB") else 2048) // 64)
-        flags = -(-tiles * 4 * p["SPLIT_K"] // 256) * 256
-        assert eager.workspace - rs1.workspace == flags - (-(-tiles * 4 // 256) * 256), p
-    p = {"BM": 128, "BN": 256, "SPLIT_K": 4, "SPLIT_RS": 2, "PERSISTENT": 0, "STAGES": 4}  # 128 accumulators per thread
-    assert not fam.valid(fam.complete(p))
-    assert fam.valid(fam.complete({**p, "SPLIT_RS": 1}))
-    assert not fam.valid(fam.complete({**p, "BM": 256, "BN": 128}))
-    assert fam.valid(fam.complete({**p, "BM": 256, "BN": 64, "STAGES": 5}))  # two consumers' 128 x 64: 64
-    assert fam.valid(fam.complete({**p, "BM": 64, "BN": 128, "CONSUMERS": 1, "STAGES": 6}))
-    assert not fam.valid(fam.complete({**p, "BN": 64, "STAGES": 6, "SPLIT_K": 3}))  # 8 column chunks over 3 splits
-    assert not fam.valid(fam.complete({**p, "BN": 64, "STAGES": 6, "PERSISTENT": 1}))
-
-
 @pytest.mark.nvcc
-@pytest.mark.parametrize("params", SPLIT_RS_INSTANCES,
-                         ids=["128x256-s4", "swap-128x64-s8", "eager-128x64-s4", "eager-swap-128x64-s8"])
+@pytest.mark.parametrize("params", SPLIT_RS_INSTANCES, ids=["128x256-s4", "swap-128x64-s8"])
 def test_split_reduce_scatter_compiles_clean(fam, tmp_path, params):
     from evo.compile import Compiler
     from evo.config import load_config
@@ -256,22 +230,6 @@ def test_split_reduce_scatter_ptx(fam, tmp_path):
     assert "red.release.gpu.global.inc.u32" in text
     assert "atom." not in text and "st.release" not in text
     assert "fence.sc" not in text and "membar.gl" not in text
-
-
-@pytest.mark.nvcc
-def test_split_reduce_scatter_eager_ptx(fam, tmp_path):
-    # SPLIT_RS 2: a release arrival on the split's own flag (wrapping at FLAG_WRAP), relaxed polls of the flags and one
-    # acq_rel fence after them (the acquire); no acquire loads, no ticket, no sequentially consistent fence; the PTX
-    # gate finds nothing
-    from evo.ptx_checks import check_ptx
-    from evo.testing.ptx import ptx_of
-
-    text = ptx_of(fam.render(fam.complete(SPLIT_RS_INSTANCES[3])).text, tmp_path)
-    assert "red.release.gpu.global.inc.u32" in text and "ld.relaxed.gpu.global.s32" in text
-    assert text.count("fence.acq_rel.gpu") == 1
-    assert "ld.acquire" not in text and "atom." not in text and "st.release" not in text
-    assert "fence.sc" not in text and "membar.gl" not in text
-    assert check_ptx(text) == []
 
 
 # Every split-K reduce path with the register budget it runs under: the last arrival (RU divides SPLIT_K), the

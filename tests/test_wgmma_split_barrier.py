@@ -4,14 +4,7 @@ says completes the launch. The wrap bound, the count's step and the `done` expre
 and evaluated here with 32-bit unsigned arithmetic over launches from a fresh (zeroed) workspace and across the
 wrap, each split's read placed anywhere before its own arrival: every split must see its `done` value once all
 have arrived and never before (early: a split reads partials not yet written; never: the launch hangs). That the
-kernel sums correctly with it is proven on a GPU (tests/test_gpu_pipeline.py).
-
-SPLIT_RS = 2 (eager) gives each split of a tile its own flag, stepped once per launch by its split alone
-(`red.release.gpu.inc` that wraps at FLAG_WRAP); a split's poller reads its own flag before arriving and derives
-`done`, the value a partner's flag takes on that partner's arrival in this launch. The wrap, the step and `done` are
-read from the template likewise: at every point of a launch a split's `done` must equal a partner's flag exactly when
-that partner has arrived (early: its partial read before written; never: a hang), and every flag must end the
-launch equal to the others (what the next launch's reads assume)."""
+kernel sums correctly with it is proven on a GPU (tests/test_gpu_pipeline.py)."""
 import random
 import re
 from pathlib import Path
@@ -73,69 +66,3 @@ def test_every_split_released_exactly_when_the_last_arrives(split_k, start):
                 early = [d for d in done.values() if d == count]
                 assert not early, f"released before the last arrival (count {count}, {arrived} of {split_k} arrived)"
         assert all(d == count for d in done.values()), f"a split waits for {done} but the count is {count}: a hang"
-
-
-def _flag_protocol():
-    """(wrap, step(flag), done(seen)) of SPLIT_RS = 2's per-split flags from the template's text."""
-    src = KERNEL.read_text()
-    wrap = re.search(r"constexpr unsigned FLAG_WRAP = (.+?);", src)
-    inc = re.search(r'flag_release_gpu\(int\* p\) \{[^\n]*\n\s*asm volatile\("red\.release\.gpu\.global\.inc\.u32 \[%0\], %1;" '
-                    r'::"l"\(p\), "r"\((.+?)\)', src)
-    done = re.search(r"flag_done = (seen .+?);", src)
-    assert wrap and inc and done, "the SPLIT_RS = 2 flags' lines not found in the template"
-    # the poller reads its own flag before arriving on it and compares each partner's flag with `done`
-    assert re.search(r"const unsigned seen = static_cast<unsigned>\(ld_relaxed_gpu\(flags \+ w\.split\)\);", src)
-    assert re.search(r"flag_release_gpu\(flags \+ w\.split\);", src)
-    assert re.search(r"static_cast<unsigned>\(f\[sp\]\) == done", src)
-
-    def ev(expr: str, **env) -> int:
-        py = re.sub(r"\b(\d+)u\b", r"\1", expr)
-        t = re.fullmatch(r"(.+?) \? (.+?) : (.+)", py)  # C's conditional
-        if t:
-            py = f"({t.group(2)}) if ({t.group(1)}) else ({t.group(3)})"
-        return eval(py, {}, env) & U32  # noqa: S307 - our template
-
-    flag_wrap = ev(wrap.group(1))
-    b = ev(inc.group(1), FLAG_WRAP=flag_wrap)
-
-    def step(flag: int) -> int:  # PTX red.inc: (old >= b) ? 0 : old + 1
-        return 0 if flag >= b else flag + 1
-
-    def done_of(seen: int) -> int:
-        return ev(done.group(1), seen=seen, FLAG_WRAP=flag_wrap)
-
-    return flag_wrap, step, done_of
-
-
-@pytest.mark.parametrize("split_k", [2, 3, 4, 8, 16])
-@pytest.mark.parametrize("start", ["fresh", "before the wrap"])
-def test_eager_flags_show_each_partner_exactly_from_its_arrival(split_k, start):
-    flag_wrap, step, done_of = _flag_protocol()
-    assert flag_wrap >= 2
-    e = 0 if start == "fresh" else flag_wrap - 3
-    flags = [e] * split_k
-    rng = random.Random(100 + split_k)
-    for _launch in range(8):  # the wrap falls inside these launches
-        assert len(set(flags)) == 1, f"the flags differ at a launch's start: {flags}"
-        # a random interleaving of every split's read of its own flag and its arrival, the read first
-        order = [(s, "read") for s in range(split_k)] + [(s, "arrive") for s in range(split_k)]
-        rng.shuffle(order)
-        for s in range(split_k):
-            r, a = order.index((s, "read")), order.index((s, "arrive"))
-            if r > a:
-                order[r], order[a] = order[a], order[r]
-        done, arrived = {}, set()
-        for s, kind in order:
-            if kind == "read":
-                done[s] = done_of(flags[s])
-            else:
-                flags[s] = step(flags[s])
-                arrived.add(s)
-            for poller, d in done.items():
-                for partner in range(split_k):
-                    if partner != poller:
-                        assert (flags[partner] == d) == (partner in arrived), (
-                            f"split {poller} waits for {d}; partner {partner}'s flag is {flags[partner]}, "
-                            f"{'arrived' if partner in arrived else 'not arrived'}")
-        assert len(arrived) == split_k
-    assert start == "fresh" or flags[0] < e, "the launches did not cross the wrap"

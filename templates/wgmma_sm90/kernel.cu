@@ -5,7 +5,7 @@ params: {{PARAMS}}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (SPLIT_K if SPLIT_RS == 2 else 1), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
 cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
@@ -35,8 +35,6 @@ tensor_maps:
 //   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
 // SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
 //   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
-//   SPLIT_RS = 2 (eager, <= 64 accumulators): a flag per split, not the count; a split loads each partner's chunks as
-//   soon as its flag shows it arrived (the slowest's alone remain at its arrival); same sum order, bitwise as 1.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
 //   own slots, sums splits in order and stores its slice. No workspace, no ticket.
@@ -92,7 +90,7 @@ constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A t
 constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = {{SPLIT_RS}};      // 1: a tile's K splits wait for each other and each sums its column slice; 2: each partner's chunks loaded as it arrives
+constexpr int SPLIT_RS = {{SPLIT_RS}};      // 1: a tile's K splits wait for each other and each sums its column slice
 constexpr int SPLIT_OWNER = {{SPLIT_OWNER}};  // 1: split SPLIT_K-1 reduces, its partial kept in registers
 constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each other split gives to the reducing split
@@ -168,7 +166,6 @@ static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT
 static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
                                 (BN / 8) % SPLIT_K == 0),
               "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
-static_assert(SPLIT_RS != 2 || MT * BN <= 128, "eager reduce-scatter: the partners' chunks beside <= 64 accumulators");
 static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
 static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
 static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
@@ -177,9 +174,6 @@ static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL ==
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
 // split-K: one counter per tile in the workspace (SPLIT_RS: +SPLIT_K per launch, wrapped by `red.inc` at RS_WRAP)
 constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
-// SPLIT_RS = 2: a flag per tile per split instead (+1 per launch by its split, wrapped at FLAG_WRAP)
-constexpr unsigned FLAG_WRAP = 1u << 20;
-constexpr int RS_COUNTERS = SPLIT_RS == 2 ? SPLIT_K : 1;  // counter ints per tile
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
 constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
@@ -361,11 +355,6 @@ __device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
   asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void flag_release_gpu(int* p) {  // SPLIT_RS = 2's arrival on its split's flag
-  asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(FLAG_WRAP - 1) : "memory");
-}
-// after relaxed (strong) reads, an acquire pattern of the PTX memory model
-__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 // An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
 // later k ranges their k blocks
 __device__ __forceinline__ void add_release_gpu(int* p, int v) {
@@ -738,71 +727,6 @@ __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const flo
   }
 }
 
-// SPLIT_RS = 2: rs_sum_slice's additions over the gathered x (ours from acc): bitwise its sum
-template <int S>
-__device__ __forceinline__ void rs_sum_gathered(float (&acc)[MT][BN / 2], const float4 (&x)[SPLIT_K][MT][RED_J],
-                                                int split) {
-  if constexpr (S < SPLIT_K) {
-    if (split != S) return rs_sum_gathered<S + 1>(acc, x, split);
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int jj = 0; jj < RED_J; ++jj) {
-        float* a = &acc[mt][4 * (S * RED_J + jj)];
-        float4 t;
-#pragma unroll
-        for (int sp = 0; sp < SPLIT_K; ++sp) {
-          const float4 v = sp == S ? make_float4(a[0], a[1], a[2], a[3]) : x[sp][mt][jj];
-          if (sp == 0) t = v;
-          else { t.x += v.x; t.y += v.y; t.z += v.z; t.w += v.w; }
-        }
-        a[0] = t.x; a[1] = t.y; a[2] = t.z; a[3] = t.w;
-      }
-  }
-}
-// SPLIT_RS = 2: the partners' chunks of our slice, each loaded once its partner has arrived, then summed in order.
-// Per round: thread 128 polls every flag (relaxed loads in flight together) until partners not yet loaded show `done`,
-// fences (acquire) and posts them in s_ready[round & 1]; after a barrier every thread loads their chunks (x[split]
-// unused). Two slots: round r + 2 rewrites r's only past round r + 1's barrier, which every thread reaches after
-// reading it. One loop for every split: per-split copies (as the sum's) spilled 392-2384 bytes at 8 splits.
-__device__ __forceinline__ void rs_gather_slice(float (&acc)[MT][BN / 2], const float4* base, const int* flags,
-                                                unsigned done, unsigned* s_ready, int split, int tid) {
-  const float4* slice = base + split * RED_J * 128 + tid;
-  float4 x[SPLIT_K][MT][RED_J];
-  unsigned have = 1u << split;
-#pragma unroll 1
-  for (int round = 0; have != (1u << SPLIT_K) - 1; ++round) {
-    if (threadIdx.x == 128) {
-      unsigned ready;
-      while (true) {
-        int f[SPLIT_K];
-#pragma unroll
-        for (int sp = 0; sp < SPLIT_K; ++sp) f[sp] = ld_relaxed_gpu(flags + sp);
-        ready = 0;
-#pragma unroll
-        for (int sp = 0; sp < SPLIT_K; ++sp)
-          if (static_cast<unsigned>(f[sp]) == done) ready |= 1u << sp;
-        ready &= ~have;
-        if (ready) break;
-        __nanosleep(32);
-      }
-      fence_acq_rel_gpu();
-      s_ready[round & 1] = ready;
-    }
-    consumer_sync();
-    const unsigned ready = s_ready[round & 1];
-#pragma unroll
-    for (int sp = 0; sp < SPLIT_K; ++sp)
-      if (ready >> sp & 1u)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int jj = 0; jj < RED_J; ++jj) x[sp][mt][jj] = __ldcg(slice + sp * BM * BN / 4 + (mt * (BN / 8) + jj) * 128);
-    have |= ready;
-  }
-  rs_sum_gathered<0>(acc, x, split);
-}
-
 // SPLIT_CLUSTER: this thread's fragments of the n8 chunks owned by cluster rank `rank` straight to C (bounds-checked; a half2 per
 // row where C's rows allow, single halves transposed with SWAP_AB). The slice is 1/SPLIT_K of a small output.
 __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __half* C, int Mk, int Nk, int row0,
@@ -943,7 +867,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
   __shared__ alignas(8) uint64_t panel_full[PANEL_KBS], panel_empty;  // PANEL: k block kb of the row panel has landed / the panel is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
-  __shared__ unsigned s_ready[2];  // SPLIT_RS = 2: the partners a round loads
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
@@ -1339,7 +1262,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 * RS_COUNTERS + 255) / 256) * 64;
+        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
@@ -1349,13 +1272,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
         // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
-        // SPLIT_RS = 2: our own flag (only we step it) read before we arrive: its value after an arrival this launch
-        int* flags = counters + static_cast<size_t>(w.tile) * RS_COUNTERS;
-        unsigned flag_done = 0;
-        if (SPLIT_RS == 2 && threadIdx.x == 128) {
-          const unsigned seen = static_cast<unsigned>(ld_relaxed_gpu(flags + w.split));
-          flag_done = seen + 1 == FLAG_WRAP ? 0u : seen + 1;
-        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -1364,14 +1280,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
               __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
-        const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
-                                                             static_cast<size_t>(c) * WM * BN);
-        if constexpr (SPLIT_RS == 2) {  // arrive, then each partner's chunks as it arrives
-          if (threadIdx.x == 128) flag_release_gpu(flags + w.split);
-          rs_gather_slice(acc, base, flags, flag_done, s_ready, w.split, tid);
-          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));
-          continue;
-        }
         if (threadIdx.x == 128) {
           int* arrivals = counters + w.tile;
           if (SPLIT_RS) {
@@ -1395,6 +1303,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           }
         }
         consumer_sync();
+        const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
+                                                             static_cast<size_t>(c) * WM * BN);
         if constexpr (SPLIT_RS != 0) {  // every split sums its column slice in split order 0..SPLIT_K-1 and stores it
           rs_sum_slice<0>(acc, base, w.split, tid);
           store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));
