@@ -1,7 +1,7 @@
 """Where a grid's CTAs land, launched singly and as thread-block clusters: SM per blockIdx, and start skew.
 
     python -m bench.cluster_placement [--grid 132] [--smem-kb 200] [--threads 384] [--spin-us 20] [--policy 0,1,2]
-        [--cluster 2]
+        [--cluster 2] [--grid2d 8,16]
 
 One kernel, compiled twice (plain and with __cluster_dims__(--cluster, 1, 1); 16 is non-portable), takes --smem-kb of dynamic shared memory
 (so one CTA fits an SM, as a GEMM's ring does), records %smid and %globaltimer at entry and spins --spin-us. Prints,
@@ -10,6 +10,10 @@ the clusters also the SMs of each cluster (a cluster runs inside one GPC, so the
 floor-swept) and cuOccupancyMaxActiveClusters (how many such clusters the GPU holds at once).
 --policy: the cluster launch again under each cluster scheduling policy preference (the function attribute
 CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE: 0 default, 1 spread, 2 load balancing).
+
+--grid2d: the plain kernel on 2-D grids, CTAs read in linear order (x fastest), against the 1-D launch. On an H100
+(docs/perf-hopper.md Run 100) 16 x 8 and 8 x 16 grids of 128 CTAs land where the 1-D grid's do, but for the order
+within the first 8 CTAs (8 x 16: 120 of 128 on the same SM).
 
 On an H100 (docs/perf-hopper.md Run 19): a plain launch deals consecutive blockIdx out two at a time over the GPCs
 (SMs 0, 1, 16, 17, 32, 33, ...); a cluster launch fills one GPC with consecutive clusters (SMs 0, 1, 2, ..., 15).
@@ -32,7 +36,8 @@ _SRC = r"""
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));                                                          \
     smem[threadIdx.x] = 1;                                                                                   \
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long)spin); \
-    if (threadIdx.x == 0) { out[blockIdx.x * 2] = t0; out[blockIdx.x * 2 + 1] = sm; }                        \
+    const unsigned b = blockIdx.x + blockIdx.y * gridDim.x; /* linear: a 2-D grid's x fastest */            \
+    if (threadIdx.x == 0) { out[b * 2] = t0; out[b * 2 + 1] = sm; }                                          \
   }
 PROBE(evo_place_plain, )
 PROBE(evo_place_pair, __cluster_dims__(EVO_CLUSTER, 1, 1))
@@ -71,22 +76,27 @@ def max_active_clusters(cluster: int, grid: int, threads: int, smem: int) -> int
 
 
 def place(grid: int, smem: int, threads: int, spin_ns: int, policies: tuple[int, ...] = (),
-          cluster: int = 2) -> dict[str, tuple[list[int], float]]:
+          cluster: int = 2, grid2d: tuple[int, ...] = ()) -> dict[str, tuple[list[int], float]]:
     """{launch kind: (SM of each blockIdx, last CTA's start after the first's, us)}, the third of three launches;
     "pair" is the launch in clusters of `cluster` CTAs; with policies, that kernel once more under each cluster
-    scheduling policy ("pair/spread", ...)."""
+    scheduling policy ("pair/spread", ...); for each x in grid2d, the plain kernel on an x by grid / x grid
+    ("plain/2-D x by y", CTAs in linear order: blockIdx.x + blockIdx.y * gridDim.x)."""
     import cupy
     import numpy as np
 
     out = {}
-    for kind, policy in [("plain", None), ("pair", None)] + [("pair", p) for p in policies]:
+    runs = [("plain", None, (grid, 1)), ("pair", None, (grid, 1))] + [("pair", p, (grid, 1)) for p in policies]
+    runs += [("plain", None, (x, grid // x)) for x in grid2d]
+    for kind, policy, dims in runs:
         fn = probe(kind, cluster, smem)
         if policy is not None:
             cupy.cuda.driver.funcSetAttribute(fn.kernel.ptr, POLICY_ATTR, policy)
             kind = f"pair/{POLICIES[policy]}"
+        if dims[1] > 1:
+            kind = f"plain/2-D {dims[0]} by {dims[1]}"
         buf = cupy.zeros(2 * grid, dtype=cupy.uint64)
         for _ in range(3):
-            fn((grid,), (threads,), (buf, np.int64(spin_ns)), shared_mem=smem)
+            fn(dims, (threads,), (buf, np.int64(spin_ns)), shared_mem=smem)
         cupy.cuda.runtime.deviceSynchronize()
         rec = buf.get().reshape(grid, 2).astype(np.int64)
         out[kind] = ([int(x) for x in rec[:, 1]], float(rec[:, 0].max() - rec[:, 0].min()) / 1000.0)
@@ -102,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spin-us", type=float, default=20.0)
     ap.add_argument("--policy", default="", help="comma list of cluster scheduling policies to launch the pairs under")
     ap.add_argument("--cluster", type=int, default=2, choices=(2, 4, 8, 16), help="CTAs per cluster")
+    ap.add_argument("--grid2d", default="", help="comma list of x: the plain kernel again on an x by grid / x grid")
     a = ap.parse_args(argv)
     from evo.errors import EvoError
 
@@ -111,14 +122,23 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(a.policy)
     except ValueError:
         raise EvoError(f"--policy takes a comma list of {sorted(POLICIES)}, not {a.policy!r}") from None
+    grid = a.grid - a.grid % a.cluster
+    try:
+        grid2d = tuple(int(x) for x in a.grid2d.split(",") if x)
+        if any(x < 1 or x >= grid or grid % x for x in grid2d):
+            raise ValueError(a.grid2d)
+    except ValueError:
+        raise EvoError(f"--grid2d takes a comma list of divisors of the grid ({grid}) below it, not {a.grid2d!r}") from None
     from evo.gpu.device import require_gpu
 
     require_gpu()
-    grid = a.grid - a.grid % a.cluster
-    for kind, (sms, skew) in place(grid, a.smem_kb * 1024, a.threads, int(a.spin_us * 1000), policies,
-                                      a.cluster).items():
+    placed = place(grid, a.smem_kb * 1024, a.threads, int(a.spin_us * 1000), policies, a.cluster, grid2d)
+    for kind, (sms, skew) in placed.items():
         print(f"{kind}: {len(set(sms))} SMs for {len(sms)} CTAs, last CTA started {skew:.2f} us after the first")
         print(f"  SM of blockIdx 0..23: {sms[:24]}")
+        if kind.startswith("plain/2-D"):
+            same = sum(x == y for x, y in zip(sms, placed["plain"][0]))
+            print(f"  on the 1-D launch's SM, linear blockIdx by linear blockIdx: {same} of {len(sms)}")
         if kind.startswith("pair"):
             groups = [sorted(sms[i:i + a.cluster]) for i in range(0, len(sms), a.cluster)]
             print(f"  SMs of each cluster of {a.cluster}: {groups}")

@@ -131,3 +131,5 @@ def test_phase_trace_and_cluster_placement_without_a_gpu():
     one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64x64", "{}"), "no CUDA GPU")
     one_line(run("bench.cluster_placement", "--policy", "1"), "no CUDA GPU")
     one_line(run("bench.cluster_placement", "--policy", "7"), "--policy takes a comma list")
+    one_line(run("bench.cluster_placement", "--grid2d", "7"), "--grid2d takes a comma list")
+    one_line(run("bench.cluster_placement", "--grid2d", "132"), "--grid2d takes a comma list")
