@@ -22,17 +22,30 @@ def truth(family: str, params: dict, est_us: float, rng: random.Random) -> float
     return t * rng.uniform(0.97, 1.03)
 
 
-@pytest.fixture(scope="module")
-def synthetic():
-    fams = [f for f in load_families() if f.name in ("wgmma_sm90", "mma_sm80", "wgmma_skinny_sm90")]
-    spec = GpuSpec()
-    prior = Prior(fams, spec, sample=40, seed=1)
+def truth_stores(family: str, params: dict, est_us: float, rng: random.Random) -> float:
+    """`truth`, and ordinary C stores (EPI 0) lose 25 %: a cost the prior does not see and its first picks often
+    carry, so they miss each shape's best by more than the noise."""
+    return truth(family, params, est_us, rng) * (1.25 if params.get("EPI") == 0 else 1.0)
+
+
+def families():
+    return [f for f in load_families() if f.name in ("wgmma_sm90", "mma_sm80", "wgmma_skinny_sm90")]
+
+
+def archive(seed: int, measure=truth) -> list[Sample]:
+    """The prior's first 60 candidates of a 40-instance sample per shape (the sample drawn with `seed`), measured."""
+    prior = Prior(families(), GpuSpec(), sample=40, seed=seed)
     rng = random.Random(0)
     samples = []
     for shape in SHAPES:
         for r in prior.rank(parse_shape(shape))[:60]:
-            samples.append(Sample(shape, f"{shape}-{len(samples)}", r.family, r.params, truth(r.family, r.params, r.est.us, rng)))
-    return fams, spec, samples
+            samples.append(Sample(shape, f"{shape}-{len(samples)}", r.family, r.params, measure(r.family, r.params, r.est.us, rng)))
+    return samples
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    return families(), GpuSpec(), archive(1)
 
 
 def test_spearman_and_compiles_saved():
@@ -112,15 +125,23 @@ def test_likely_failures_rank_last(synthetic):
     assert min(bad) > sorted(good)[len(good) // 2]
 
 
-def test_generation_zeros_ties_in_the_models_order(synthetic):
-    """The best of the prior's first few picks, against the same picks with the prior's ties (here a generous 30 %)
-    in the held-out model's order: the model knows ping-pong wins and mma_sm80 loses, the prior does not."""
-    fams, spec, samples = synthetic
+@pytest.mark.parametrize("seed", [1, 2])
+def test_generation_zeros_ties_in_the_models_order(seed):
+    """The best of the prior's first three picks, against the same picks with the prior's ties (here a generous 30 %)
+    in the held-out model's order, on an archive where the prior's picks miss the best by more than the +-3 % noise
+    (ordinary stores 25 % slower than it thinks): the model, fitted on the other shapes, has learned it and closes most
+    of the gap, on two samples of the space. (On `truth` alone the prior's first picks already hold the best on most
+    shapes and the model's order won 7 of 12 samples: no property to test there; docs/perf-search.md.)"""
+    fams, spec, samples = families(), GpuSpec(), archive(seed, truth_stores)
     res = evaluate_held_out(samples, fams, spec, folds=4, ties=0.3, first=3)
     assert all(r.first_prior >= 1.0 and r.first_ties >= 1.0 for r in res)
     prior = sum(r.first_prior for r in res) / len(res)
     ties = sum(r.first_ties for r in res) / len(res)
-    assert ties < prior, (ties, prior)
+    assert ties < prior - 0.03, (ties, prior)  # measured 1.005 / 1.000 against 1.081 / 1.064 (seeds 1, 2)
+
+
+def test_no_tie_tolerance_keeps_the_priors_order(synthetic):
+    fams, spec, samples = synthetic
     off = evaluate_held_out(samples, fams, spec, folds=4, ties=0.0, first=3)
     assert [r.first_ties for r in off] == [r.first_prior for r in off]  # no tolerance: the prior's own order
 
