@@ -36,7 +36,7 @@ from .stats import geomean
 # estimate's tile_m, tile_n) has one (tests/test_cost_model.py). Adding wgmma_sm90's split, store and scheduling
 # switches, mma_small_sm80's and wgmma_skinny_sm90's, and the estimate's ring term: held-out Spearman 0.949 -> 0.953
 # on the shipped H200 measurements, 0.902 -> 0.913 on the H100's (docs/perf-search.md)
-PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "EPI_RING", "GROUP_M", "KI", "MC",
+PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "GROUP_M", "KI", "MC",
                   "NC", "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
                   "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP", "SPLITS",
                   "CLUSTER", "DYN", "EARLY_STORE", "EPI_HINT", "EPI_WIDE", "PANEL", "SPLIT_CLUSTER", "SPLIT_MAJOR",

@@ -51,21 +51,6 @@ def test_launch_rules(fam):
     assert fam.render({"BM": 128, "BN": 128, "PINGPONG": 1}).launch(Problem(4096, 4096, 1024), num_sms=132).grid == (132, 1, 1)
 
 
-def test_epi_ring_stages_c_in_the_drained_ring(fam):
-    """EPI_RING: one tile per CTA and one consumer, so C's staging moves into the ring and a ninth 64 x 128 stage fits
-    beside the TMA store (CUTLASS's auto stage count for that tile); nothing else may share the ring at the epilogue."""
-    base = {"BM": 64, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 9, "EPI": 1, "GROUP": 4}
-    assert not fam.valid(fam.complete(base))  # 9 stages + a staging buffer of its own: too large
-    ring = fam.complete({**base, "EPI_RING": 1})
-    assert fam.valid(ring)
-    l = fam.render(ring).launch(Problem(512, 2048, 4096), num_sms=132)
-    assert l.smem == 9 * (64 + 128) * 128 + 1024 and l.grid == (128, 1, 1)
-    assert "constexpr int EPI_RING = 1;" in fam.render(ring).text
-    for q in ({"PERSISTENT": 1}, {"CONSUMERS": 2, "BM": 128, "STAGES": 6}, {"SPLIT_K": 2, "EPI": 0},
-              {"PINGPONG": 1, "CONSUMERS": 2, "BM": 128, "STAGES": 5}):
-        assert not fam.valid(fam.complete({**base, "EPI_RING": 1, **q})), q
-
-
 def test_constraints_reject_oversized(fam):
     assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "STAGES": 5}))  # smem ring too large
     assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "CONSUMERS": 1}))  # 256 accumulators / thread
@@ -262,7 +247,6 @@ SPLIT_PATH_INSTANCES = [
 # Early slice stores: every path to the epilogue ends with one wgmma group per slice, so ptxas keeps the wgmmas
 # asynchronous while slice 0 is staged (a loop whose last iteration issued the groups serialized them: C7514).
 EARLY_STORE_PATH_INSTANCES = [
-    {"BM": 64, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 9, "EPI": 1, "GROUP": 4, "EPI_RING": 1},  # C staged in the ring
     {"BM": 256, "BN": 128, "STAGES": 6, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 2},
     {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_HINT": 1, "EARLY_STORE": 1},
     {"BM": 128, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 4, "EPI": 1, "EARLY_STORE": 2},

@@ -193,21 +193,6 @@ def test_split_reduce_scatter_correct_on_gpu(gpu):
     assert ran >= 8 and not failures, "\n".join(failures)
 
 
-EPI_RING_INSTANCES = [  # wgmma_sm90: C staged in the drained ring (one tile per CTA, one consumer)
-    {"BM": 64, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 9, "EPI": 1, "GROUP": 4, "EPI_RING": 1},
-    {"BM": 128, "BN": 64, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 9, "EPI": 2, "EPI_RING": 1},
-    {"BM": 64, "BN": 96, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 11, "EPI_RING": 1, "SWAP_AB": 1},  # ordinary stores
-]
-
-
-def test_epi_ring_correct_on_gpu(gpu):
-    """C staged at the ring's start once the CTA's one tile is drained: off-tile shapes, one k block, 64 x 32 boxes,
-    the ordinary stores of swap-AB; the checker launches each several times."""
-    ran, failures = check_instances(gpu, "wgmma_sm90", EPI_RING_INSTANCES,
-                                    ("200x136x72", "130x260x4104", "77x200x64", "1000x1000x1000", "512x2048x4096"))
-    assert ran >= 12 and not failures, "\n".join(failures)
-
-
 SKINNY_REDUCE_INSTANCES = [  # wgmma_skinny_sm90: K ranks sending their slices (PUSH 1) or reading the peers' (PUSH 0)
     {"BM": 64, "BN": 48, "CLK": 16, "CONSUMERS": 1, "G": 1, "STAGES": 8, "PUSH": 1},
     {"BM": 64, "BN": 48, "CLK": 16, "CONSUMERS": 1, "G": 1, "STAGES": 8, "PUSH": 0},
