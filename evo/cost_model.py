@@ -39,7 +39,7 @@ from .stats import geomean
 PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "GROUP_M", "KI", "MC",
                   "NC", "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
                   "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP", "SPLITS",
-                  "CLUSTER", "DYN", "EARLY_STORE", "EPI_HINT", "EPI_WIDE", "PANEL", "SPLIT_CLUSTER", "SPLIT_MAJOR",
+                  "CLUSTER", "RING_SPLIT", "DYN", "EARLY_STORE", "EPI_HINT", "EPI_WIDE", "PANEL", "SPLIT_CLUSTER", "SPLIT_MAJOR",
                   "SPLIT_OWNER", "SPLIT_RS", "SPLIT_SKEW", "STREAMK", "PUSH", "OCC", "RED", "WARPS_K")
 MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
 MIN_FAILS = 20  # failures needed before a classifier of "will it compile and be correct" is fitted

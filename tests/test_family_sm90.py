@@ -51,6 +51,18 @@ def test_launch_rules(fam):
     assert fam.render({"BM": 128, "BN": 128, "PINGPONG": 1}).launch(Problem(4096, 4096, 1024), num_sms=132).grid == (132, 1, 1)
 
 
+def test_ring_split_keeps_the_ring_and_needs_a_row_tile_in_it(fam):
+    """RING_SPLIT lays the ring out as A's stages, then B's (CUTLASS's layout): the same bytes, so the same launch; with
+    a panel the ring holds B only and there is nothing to split."""
+    base = {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1}
+    split = fam.complete({**base, "RING_SPLIT": 1})
+    assert fam.valid(split) and "constexpr int RING_SPLIT = 1;" in fam.render(split).text
+    p = Problem(4096, 4096, 1024)
+    assert fam.render(split).launch(p, num_sms=132) == fam.render(fam.complete(base)).launch(p, num_sms=132)
+    panel = {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "PANEL": 1, "GROUP": 1}
+    assert fam.valid(fam.complete(panel)) and not fam.valid(fam.complete({**panel, "RING_SPLIT": 1}))
+
+
 def test_constraints_reject_oversized(fam):
     assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "STAGES": 5}))  # smem ring too large
     assert not fam.valid(fam.complete({"BM": 128, "BN": 256, "CONSUMERS": 1}))  # 256 accumulators / thread
@@ -253,6 +265,17 @@ EARLY_STORE_PATH_INSTANCES = [
     {"BM": 256, "BN": 64, "CONSUMERS": 1, "PANEL": 1, "GROUP": 1, "STAGES": 6, "EPI": 4, "EARLY_STORE": 2},
 ]
 
+# The split ring (A's stages, then B's) on the paths that address it differently: pairs multicasting half a row tile,
+# swap-AB, the one-wave reduce-scatter, a cooperative tile with two consumers' row offsets.
+RING_SPLIT_PATH_INSTANCES = [
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2, "RING_SPLIT": 1},
+    {"BM": 128, "BN": 64, "SWAP_AB": 1, "SPLIT_K": 8, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8,
+     "RING_SPLIT": 1},
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8, "GROUP": 16,
+     "RING_SPLIT": 1},
+    {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},
+]
+
 
 @pytest.mark.nvcc
 def test_starts_and_split_paths_compile_without_spills(fam, tmp_path):
@@ -263,7 +286,7 @@ def test_starts_and_split_paths_compile_without_spills(fam, tmp_path):
     from evo.config import load_config
 
     comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
-    paths = list(fam.starts) + SPLIT_PATH_INSTANCES + EARLY_STORE_PATH_INSTANCES
+    paths = list(fam.starts) + SPLIT_PATH_INSTANCES + EARLY_STORE_PATH_INSTANCES + RING_SPLIT_PATH_INSTANCES
     items = [(fam.render(fam.complete(p)), "sm_90a") for p in paths]
     bad = [f"{ks.meta.params}: {r.error or f'{r.spill_bytes} B spilled, {r.stack_bytes} B stack'}"
            for (ks, _), r in zip(items, comp.compile_many(items, 0))

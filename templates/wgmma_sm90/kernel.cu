@@ -97,6 +97,7 @@ constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each othe
 constexpr int EPI_WIDE = {{EPI_WIDE}};        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int DYN = {{DYN}};                  // eighths of the units dealt out at run time (claimed from a workspace counter)
 constexpr int STREAMK = {{STREAMK}};          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
+constexpr int RING_SPLIT = {{RING_SPLIT}};    // 1: the ring holds A's stages, then B's (CUTLASS's layout)
 constexpr int EARLY_STORE = {{EARLY_STORE}};  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -870,8 +871,11 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
+  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it (RING_SPLIT: A's
+  // tiles, then B's). Every tile is 1024-byte aligned.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  auto ring_a = [&](int st) { return tiles + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
+  auto ring_b = [&](int st) { return RING_SPLIT ? ring_a(STAGES) + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
@@ -957,14 +961,14 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
     const uint32_t full = smem_u32(&full_bar[ps]);
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
-    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    const uint32_t a_dst = ring_a(ps);
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
       tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
                      (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
-    tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, pkb * BK, pw.n0);
+    tma_load_2d(ring_b(ps), map_cols, full, pkb * BK, pw.n0);
     ++pkb;
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;
@@ -1093,9 +1097,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
       // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
       auto a_at = [&](int st, int i) {
-        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
+        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : ring_a(st)) + row_off * 128;
       };
-      auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
       // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
       auto release_panel = [&]() {
         if (!PANEL) return;
@@ -1116,7 +1119,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           for (int i = 0; i < nk; ++i) {
             if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
             if (mt == 0) panel_wait(i);
-            const uint32_t a_base = a_at(ss, i), b_base = b_at(ss);
+            const uint32_t a_base = a_at(ss, i), b_base = ring_b(ss);
             wgmma_fence();
             slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
             if (++ss == STAGES) { ss = 0; pp ^= 1; }
@@ -1132,7 +1135,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
           mbar_wait(smem_u32(&full_bar[s]), phase);
           panel_wait(i);
-          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
@@ -1154,7 +1157,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           const int i = nk - 1;
           mbar_wait(smem_u32(full_bar + s), phase);  // last k block
           panel_wait(i);
-          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
