@@ -1,10 +1,10 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 0,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, SPLIT_CLUSTER: 0, SPLIT_K: 1,
-  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 6, STREAMK: 0,
-  SWAP_AB: 0}
+params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 1,
+  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, RING_SPLIT: 1, SPLIT_CLUSTER: 0,
+  SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 6,
+  STREAMK: 0, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
@@ -90,7 +90,7 @@ constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 1;
 constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
+constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
 constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
@@ -100,6 +100,7 @@ constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives
 constexpr int EPI_WIDE = 0;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int DYN = 0;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
 constexpr int STREAMK = 0;          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
+constexpr int RING_SPLIT = 1;    // 1: the ring holds A's stages side by side, then B's (CUTLASS's layout), not A+B per stage
 constexpr int EARLY_STORE = 0;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -873,8 +874,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
+  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it; RING_SPLIT: A's
+  // stages first (A_STAGE_BYTES apart), then B's (B_STAGE_BYTES apart). Either way every tile is 1024-byte aligned.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  auto ring_a = [&](int st) { return tiles + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
+  auto ring_b = [&](int st) {
+    return RING_SPLIT ? tiles + STAGES * A_STAGE_BYTES + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES;
+  };
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
@@ -960,14 +966,14 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
     const uint32_t full = smem_u32(&full_bar[ps]);
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
-    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    const uint32_t a_dst = ring_a(ps);
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
       tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
                      (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
-    tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, pkb * BK, pw.n0);
+    tma_load_2d(ring_b(ps), map_cols, full, pkb * BK, pw.n0);
     ++pkb;
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;
@@ -1096,9 +1102,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
       // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
       auto a_at = [&](int st, int i) {
-        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
+        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : ring_a(st)) + row_off * 128;
       };
-      auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
+      auto b_at = [&](int st) { return ring_b(st); };
       // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
       auto release_panel = [&]() {
         if (!PANEL) return;
