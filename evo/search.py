@@ -30,7 +30,7 @@ from .problem import GpuInfo, Problem, parse_shape
 from .progress import Progress
 from .proposers.base import Proposal, ProposalContext, is_fitted_start, is_start
 from .proposers.library_tiles import algorithm_proposals, library_tile_proposals
-from .proposers.neighbours import nearest_winners, serving, table_neighbours
+from .proposers.neighbours import nearest_winners, read_tables, serving, table_neighbours
 from .proposers.transposed import transposed_proposals, transposed_shape
 from .proposers.mutate import MutateProposer
 from .records import LIBRARIES, BaselineResult, CompileResult, EvalResult, Individual, Sample
@@ -432,6 +432,8 @@ class Search:
             room, names = self.cfg.search.seed_winners, {f.name for f in fams}
             winners = [list(itertools.islice(nearest_winners(self.store, q, info.key), 2 * room))
                        for q in problems[1:]]
+            # the tables as they are now: this search exports its row while the thread may still be reading them
+            snapshot = read_tables(Path(self.cfg.paths.out), info) if len(problems) > 1 else []
         except Exception as e:  # noqa: BLE001
             self._ahead_skipped(e)
             return None
@@ -447,7 +449,8 @@ class Search:
             if row:
                 return [x.source for x in seeds]
             seeded = [src for src in serving(archived, q, info.arch, info.sm_count, room) if family_of(src) in names]
-            return [x.source for x in seeds + table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded))]
+            near = table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded), snapshot)
+            return [x.source for x in seeds + near]
 
         rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued
 

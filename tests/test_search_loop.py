@@ -416,6 +416,15 @@ def test_the_table_neighbours_offered_nearest_first_within_the_limit_and_the_fam
     assert offered("512x256x256", limit=1) == ["the Fake_GPU table's kernel for 256x256x256"]
     assert offered("512x256x256", limit=0) == [] and offered("512x256x256", families=[]) == []
     assert offered("256x256x256") == ["the Fake_GPU table's kernel for 4096x4096x4096"]  # never the shape's own row
+    # from a snapshot (read_tables): what the tables held then, whatever was exported since (a search's own row is
+    # exported while its compile-ahead thread may still be reading the next shapes' neighbours)
+    from evo.proposers.neighbours import read_tables
+
+    snap = read_tables(Path(cfg1.paths.out), FAKE_GPU)
+    table.write_text(json.dumps(dict(doc, rows=doc["rows"][:1])))
+    assert [p.idea for p in table_neighbours(Path(cfg1.paths.out), FAKE_GPU, fams, parse_shape("512x256x256"), 8,
+                                             snap)][1:] == ["the Fake_GPU table's kernel for 4096x4096x4096"]
+    assert offered("512x256x256") == ["the Fake_GPU table's kernel for 256x256x256"]  # the file as it is now
 
 
 def test_a_spent_budget_stops_the_compiles_left_but_not_the_starts(tmp_path):

@@ -60,23 +60,34 @@ def neighbour_seeds(store: Store, problem: Problem, gpu: str, arch: str, num_sms
     return serving(nearest_winners(store, problem, gpu), problem, arch, num_sms, limit)  # (lazy: limit 0 reads nothing)
 
 
-def table_neighbours(root: Path, info: GpuInfo, fams: list[Family], problem: Problem, limit: int) -> list[Proposal]:
+def read_tables(root: Path, info: GpuInfo) -> list[tuple[Path, list]]:
+    """The tables under `root` that table_neighbours reads (this GPU's; other GPUs' where this GPU has none), each
+    folder with its rows, as they are now: a snapshot that a later export does not change."""
+    from ..export import read_table
+
+    folders = [d for d in sorted(root.iterdir()) if d.is_dir()] if root.is_dir() else []
+    own = [d for d in folders if d.name == info.key]
+    tables = []
+    for folder in own or folders:
+        try:
+            tables.append((folder, read_table(folder)[1]))
+        except EvoError:
+            continue
+    return tables
+
+
+def table_neighbours(root: Path, info: GpuInfo, fams: list[Family], problem: Problem, limit: int,
+                     tables: list[tuple[Path, list]] | None = None) -> list[Proposal]:
     """The kernels the tables under `root` (this GPU's; other GPUs' where this GPU has none) publish for the shapes
     nearest to `problem`, its own row left out, rendered from today's template for it, that accept it: at most
-    `limit`, nearest first, in `fams` only (proposer "table")."""
-    from ..export import published_kernel, read_table
+    `limit`, nearest first, in `fams` only (proposer "table"). `tables`: read_tables(root, info) taken earlier."""
+    from ..export import published_kernel
 
     if limit <= 0:
         return []
     names = {f.name for f in fams}
-    folders = [d for d in sorted(root.iterdir()) if d.is_dir()] if root.is_dir() else []
-    own = [d for d in folders if d.name == info.key]
     near = []
-    for folder in own or folders:
-        try:
-            _, rows = read_table(folder)
-        except EvoError:
-            continue
+    for folder, rows in read_tables(root, info) if tables is None else tables:
         near += [(log_distance((problem.m, problem.n, problem.k), (r.m, r.n, r.k)), r.shape, folder, r) for r in rows
                  if r.hash and r.family in names and r.layout == problem.layout and r.shape != problem.key]
     out: list[Proposal] = []
