@@ -48,6 +48,8 @@ METRICS: dict[str, tuple[str, str]] = {
     "smem_ld_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum", "shared-memory load bank conflicts"),
     "smem_st_conflicts": ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum", "shared-memory store bank conflicts"),
     "l2_read_mb": ("lts__t_sectors_srcunit_tex_op_read.sum", "L2 reads by the SMs (TMA and loads)"),
+    "l2_fabric_mb": ("lts__t_sectors_srcunit_ltcfabric.sum",
+                     "L2 fabric traffic (lines crossing between the L2's two partitions)"),
     "ctas": ("sm__ctas_launched.sum", "CTAs launched"),
     "sm_clock_mhz": ("sm__cycles_elapsed.avg.per_second", "SM clock during the kernel"),
     "sm_active_min": ("sm__cycles_active.min", "active cycles of the least busy SM"),
@@ -279,8 +281,8 @@ def describe(metrics: dict[str, float]) -> list[str]:
     """Readable lines for a prompt or a terminal: throughput figures, then the top stall reasons."""
     out = []
     for key in ("duration_us", "sm_throughput_pct", "tensor_gmma_pct", "tensor_hmma_pct", "dram_pct", "l2_pct",
-                "l2_hit_pct", "occupancy_pct", "dram_read_mb", "dram_write_mb", "l2_read_mb", "smem_ld_conflicts",
-                "smem_st_conflicts", "ctas", "sm_clock_mhz"):
+                "l2_hit_pct", "occupancy_pct", "dram_read_mb", "dram_write_mb", "l2_read_mb", "l2_fabric_mb",
+                "smem_ld_conflicts", "smem_st_conflicts", "ctas", "sm_clock_mhz"):
         if key in metrics:
             v = metrics[key]
             unit = (" µs" if key == "duration_us" else "%" if key.endswith("_pct") else " MB" if key.endswith("_mb")

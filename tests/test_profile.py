@@ -50,12 +50,15 @@ def test_parse_csv_units_and_kernels():
 def test_l2_sectors_cta_count_and_sm_spread():
     rows = "\n".join(f'"0","1","python","h","evo_gemm","1","7","(384, 1, 1)","(132, 1, 1)","0","9.0","m","{m}","{u}","{v}"'
                      for m, u, v in (("lts__t_sectors_srcunit_tex_op_read.sum", "sector", "5,203,644"),
+                                     ("lts__t_sectors_srcunit_ltcfabric.sum", "sector", "840,896"),
                                      ("sm__ctas_launched.sum", "block", "128"), ("sm__cycles_active.min", "cycle", "0"),
                                      ("sm__cycles_active.max", "cycle", "47,215")))
     m = parse_csv(CSV.splitlines()[1] + "\n" + rows)[0][1]
-    assert m == {"l2_read_mb": pytest.approx(166.5166), "ctas": 128, "sm_active_min": 0, "sm_active_max": 47215}
+    assert m == {"l2_read_mb": pytest.approx(166.5166), "l2_fabric_mb": pytest.approx(26.908672), "ctas": 128,
+                 "sm_active_min": 0, "sm_active_max": 47215}
     lines = describe(m)
     assert "L2 reads by the SMs (TMA and loads): 166.5 MB" in lines and "CTAs launched: 128" in lines
+    assert "L2 fabric traffic (lines crossing between the L2's two partitions): 26.9 MB" in lines
     assert lines[-1] == "busiest SM active 47215 cycles, least busy 0 (an idle SM)"
     assert describe({"sm_active_min": 29301.0, "sm_active_max": 31900.0})[-1].endswith("(1.09x)")
 
