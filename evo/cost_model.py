@@ -37,10 +37,11 @@ from .stats import geomean
 # switches, mma_small_sm80's and wgmma_skinny_sm90's, and the estimate's ring term: held-out Spearman 0.949 -> 0.953
 # on the shipped H200 measurements, 0.902 -> 0.913 on the H100's (docs/perf-search.md)
 PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMERS", "GROUP", "GROUP_M", "KI", "MC",
-                  "NC", "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN", "TILE_K",
-                  "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP", "SPLITS",
-                  "CLUSTER", "RING_SPLIT", "DYN", "EARLY_STORE", "EPI_HINT", "EPI_WIDE", "PANEL", "SPLIT_CLUSTER", "SPLIT_MAJOR",
-                  "SPLIT_OWNER", "SPLIT_RS", "SPLIT_SKEW", "STREAMK", "PUSH", "OCC", "RED", "WARPS_K")
+                  "NC", "CLK", "G", "SPLIT_K", "WARPS_M", "WARPS_N", "WARPS", "WN", "KS", "UNROLL", "TM", "TN",
+                  "TILE_K", "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP",
+                  "SPLITS", "CLUSTER", "RING_SPLIT", "DYN", "EARLY_STORE", "EPI_HINT", "EPI_WIDE", "PANEL",
+                  "SPLIT_CLUSTER", "SPLIT_MAJOR", "SPLIT_OWNER", "SPLIT_RS", "SPLIT_SKEW", "STREAMK", "PUSH", "OCC",
+                  "RED", "WARPS_K")
 MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
 MIN_FAILS = 20  # failures needed before a classifier of "will it compile and be correct" is fitted
 MAX_ROWS = 50000  # a larger archive is subsampled (seeded) for training: featurizing costs ~60 us a row
