@@ -41,6 +41,7 @@ INSTANCES: dict[str, dict] = {
     "pp128x128 s4 epi2": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2},
     "pp128x128 s5 epi1": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 5, "EPI": 1},
     "pp128x128 s6 epi1": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1},   # K-short large outputs (K 512-1024)
+    "pp128x128 s6 epi1 ring": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "RING_SPLIT": 1},   # A's stages, then B's
     "pp64x256 s4 epi1": {"BM": 64, "BN": 256, "PINGPONG": 1, "STAGES": 4, "EPI": 1},
     "co256x128 s3 epi2": {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2},
     "co256x128 s4 epi1": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1},
@@ -96,7 +97,7 @@ DEFAULT = ["pp128x128 s6 epi0", "co128x256 s4 epi0", "co128x256 s3 epi1 hint", "
            "co256x128 s4 epi1 cl2", "co128x96 s6 epi1 g4 np", "pp128x176 s4 epi1 g16", "pp128x160 s4 epi1",
            "pp128x192 s4 epi1 g16", "co256x192 s3 epi1 hint",
            "co128x128 one consumer s4 epi1 np", "co128x128 one consumer s4 epi1 np early", "pp128x64 s8 epi1", "co64x128 one consumer s8 epi1 np", "co128x112 s6 epi1 np", "panel256x128 s5 epi2 hint",
-           "panel128x256 s4 epi1 hint", "pp128x128 s6 epi1", "pp128x128 s4 epi2 hint early",
+           "panel128x256 s4 epi1 hint", "pp128x128 s6 epi1", "pp128x128 s6 epi1 ring", "pp128x128 s4 epi2 hint early",
            "panel256x128 s5 epi2 hint early", "panel256x128 s5 epi2 hint wide", "panel256x128 s5 epi2 hint early wide",
            "panel128x256 s4 epi1 hint wide dyn1",
            "pp128x128 s4 epi2 hint early dyn1"]  # the multicast loss, with how many of its clusters fit at once
