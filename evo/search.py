@@ -288,8 +288,12 @@ class Search:
         self.seed_sources = [src for src in self.seed_sources if family_of(src) in names]
         # the table's kernels of the nearest shapes join generation 0 (beside the prior's picks, in predicted order),
         # not the seeds timed ahead of it: a neighbour's winner can be slow here (they compile ahead meanwhile)
-        near = (table_neighbours(Path(cfg.paths.out), info, fams, p, cfg.search.seed_winners - len(self.seed_sources))
-                if not table_hash else [])
+        # the tables read once, here: for this shape's neighbours and the next shapes' (compiled ahead, from a thread
+        # that may still read them after this search has exported its own row)
+        tables = (read_tables(Path(cfg.paths.out), info)
+                  if not table_hash or (self.ahead is not None and self.next_problems) else [])
+        near = (table_neighbours(Path(cfg.paths.out), info, fams, p, cfg.search.seed_winners - len(self.seed_sources),
+                                 tables) if not table_hash else [])
         t = time.monotonic()
         guide = self._start_guide(fams, info, proposers)
         setup["the guide (prior, cost model)"], t = time.monotonic() - t, time.monotonic()
@@ -297,7 +301,7 @@ class Search:
             if cfg.compile.ahead_baselines and cfg.search.library_seeds and self.next_problems:
                 self._next_baselines(worker, info)
                 setup["the next shapes' baselines"] = time.monotonic() - t
-            self.ahead_queue = self._compile_ahead(fams, info, proposers, [x.source for x in near])
+            self.ahead_queue = self._compile_ahead(fams, info, proposers, [x.source for x in near], tables)
         print("  setup: " + ", ".join(f"{k} {v:.1f} s" for k, v in setup.items()), file=self.out, flush=True)
         run_id = store.start_run(p.key, gpu, cfg.to_dict())
         budget_s = cfg.search.budget_minutes * 60.0
@@ -399,8 +403,8 @@ class Search:
         summary = self._finish(worker, info, run_id, stop, prog, t_start, proposers, table_hash)
         return summary
 
-    def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list,
-                       near: list[str]) -> threading.Thread | None:
+    def _compile_ahead(self, fams: list[Family], info: GpuInfo, proposers: list, near: list[str],
+                       published: list) -> threading.Thread | None:
         """Queue the background compiles, from a thread of its own (refitting the starts is seconds of Python that
         the seeds' timing need not wait for), earliest need first: this shape's family starts and `near`, the table's
         nearest rows' kernels rendered for it where the table lacks it (the first generation compiles both; the
@@ -414,9 +418,11 @@ class Search:
         A shape's starts are refitted once in a sweep, by the first search that queues them: the priors keep the
         refits in the sweep's Enumerations (Prior.kept), so each later search, the shape's own included, queues the
         same list at its own rank, and its first generation reads them instead of refitting on the GPU's critical
-        path. Between this shape's starts and the next shapes' the thread also computes the prior's ranking of this
-        shape, claimed for it (Prior.claim_rank): generation 0 waits for that rather than ranking again. A failure is
-        one log line: compiling ahead only saves time, it never ends a search."""
+        path. `published`: the kernel tables as read before the search (evo.proposers.neighbours.read_tables), which its
+        own export rewrites while this thread may still be reading. Between this shape's starts and the next shapes'
+        the thread also computes the prior's ranking of this shape, claimed for it (Prior.claim_rank): generation 0
+        waits for that rather than ranking again. A failure is one log line: compiling ahead only saves time, it never
+        ends a search."""
         mut = next((x for x in proposers if isinstance(x, MutateProposer)), None)
         problems = [self.problem] + self.next_problems
         try:  # what each shape has timed already, read here: the archive's connection belongs to this thread
@@ -432,8 +438,6 @@ class Search:
             room, names = self.cfg.search.seed_winners, {f.name for f in fams}
             winners = [list(itertools.islice(nearest_winners(self.store, q, info.key), 2 * room))
                        for q in problems[1:]]
-            # the tables as they are now: this search exports its row while the thread may still be reading them
-            snapshot = read_tables(Path(self.cfg.paths.out), info) if len(problems) > 1 else []
         except Exception as e:  # noqa: BLE001
             self._ahead_skipped(e)
             return None
@@ -449,7 +453,7 @@ class Search:
             if row:
                 return [x.source for x in seeds]
             seeded = [src for src in serving(archived, q, info.arch, info.sm_count, room) if family_of(src) in names]
-            near = table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded), snapshot)
+            near = table_neighbours(Path(self.cfg.paths.out), info, fams, q, room - len(seeded), published)
             return [x.source for x in seeds + near]
 
         rank = self.ahead_rank = time.monotonic()  # this search's compiles go ahead of those earlier searches queued

@@ -265,13 +265,17 @@ EARLY_STORE_PATH_INSTANCES = [
     {"BM": 256, "BN": 64, "CONSUMERS": 1, "PANEL": 1, "GROUP": 1, "STAGES": 6, "EPI": 4, "EARLY_STORE": 2},
 ]
 
-# The split ring (A's stages, then B's) on the paths that address it differently: pairs multicasting half a row tile,
-# swap-AB, the one-wave reduce-scatter, a cooperative tile with two consumers' row offsets.
-RING_SPLIT_PATH_INSTANCES = [
-    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2, "RING_SPLIT": 1},
-    {"BM": 128, "BN": 64, "SWAP_AB": 1, "SPLIT_K": 8, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8,
-     "RING_SPLIT": 1},
+# The split ring (A's stages, then B's) on the paths that address it differently: the ping-pong, one consumer, the
+# one-wave reduce-scatter, pairs multicasting half a row tile, swap-AB (ordinary stores and the reduce-scatter), a
+# cooperative tile with two consumers' row offsets (compiled here; checked on a GPU by tests/test_gpu_pipeline.py).
+RING_SPLIT_INSTANCES = [
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},
+    {"BM": 64, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 8, "EPI": 1, "GROUP": 4, "RING_SPLIT": 1},
     {"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8, "GROUP": 16,
+     "RING_SPLIT": 1},
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2, "RING_SPLIT": 1},
+    {"BM": 64, "BN": 96, "CONSUMERS": 1, "SWAP_AB": 1, "STAGES": 8, "RING_SPLIT": 1},
+    {"BM": 128, "BN": 64, "SWAP_AB": 1, "SPLIT_K": 8, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8,
      "RING_SPLIT": 1},
     {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},
 ]
@@ -286,7 +290,7 @@ def test_starts_and_split_paths_compile_without_spills(fam, tmp_path):
     from evo.config import load_config
 
     comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path)}}).compile)
-    paths = list(fam.starts) + SPLIT_PATH_INSTANCES + EARLY_STORE_PATH_INSTANCES + RING_SPLIT_PATH_INSTANCES
+    paths = list(fam.starts) + SPLIT_PATH_INSTANCES + EARLY_STORE_PATH_INSTANCES + RING_SPLIT_INSTANCES
     items = [(fam.render(fam.complete(p)), "sm_90a") for p in paths]
     bad = [f"{ks.meta.params}: {r.error or f'{r.spill_bytes} B spilled, {r.stack_bytes} B stack'}"
            for (ks, _), r in zip(items, comp.compile_many(items, 0))

@@ -193,18 +193,10 @@ def test_split_reduce_scatter_correct_on_gpu(gpu):
     assert ran >= 8 and not failures, "\n".join(failures)
 
 
-RING_SPLIT_INSTANCES = [  # wgmma_sm90: the ring laid out as A's stages, then B's
-    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},
-    {"BM": 64, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 8, "EPI": 1, "GROUP": 4, "RING_SPLIT": 1},
-    {"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8, "GROUP": 16,
-     "RING_SPLIT": 1},
-    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2, "RING_SPLIT": 1},  # pairs multicast A
-    {"BM": 64, "BN": 96, "CONSUMERS": 1, "SWAP_AB": 1, "STAGES": 8, "RING_SPLIT": 1},
-]
-
-
 def test_ring_split_correct_on_gpu(gpu):
     """A's stages side by side, then B's: off-tile shapes, one k block, K splits, CTA pairs, swap-AB."""
+    from test_family_sm90 import RING_SPLIT_INSTANCES
+
     ran, failures = check_instances(gpu, "wgmma_sm90", RING_SPLIT_INSTANCES,
                                     ("200x136x72", "130x260x4104", "77x200x64", "1000x1000x1000", "256x1024x8192"))
     assert ran >= 15 and not failures, "\n".join(failures)
