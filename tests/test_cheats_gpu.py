@@ -322,9 +322,13 @@ def test_class8_wgmma_champion_passes_the_sanitizer(gpu):
 
     if find_sanitizer() is None:
         pytest.skip("compute-sanitizer not available")
-    champ = Path(__file__).resolve().parent.parent / "kernels_out" / "NVIDIA_H200" / "TN" / "4096x4096x1024.cu"
-    if not champ.is_file():
-        pytest.skip(f"no stored champion at {champ}")
+    # any committed table's champion will do (the H100 and H200 tables both hold one): the test is about the
+    # sanitizer on a real TMA + wgmma kernel, not about one GPU's table
+    tables = Path(__file__).resolve().parent.parent / "kernels_out"
+    found = sorted(tables.glob("*/TN/4096x4096x1024.cu"))
+    if not found:
+        pytest.skip(f"no stored 4096x4096x1024 champion under {tables}")
+    champ = found[0]
     text, ks, r = _compiled(gpu, champ)
     rep = sanitize(str(champ), r.cubin_path, parse_shape("4096x4096x1024"), tools=("memcheck",))
     assert rep.ok and all(t.note != "inconclusive" for t in rep.tools), rep.line()
