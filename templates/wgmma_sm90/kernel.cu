@@ -877,8 +877,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   auto ring_a = [&](int st) { return tiles + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
   auto ring_b = [&](int st) { return RING_SPLIT ? ring_a(STAGES) + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
   // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
-  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
+  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (epi_stage_u32 - smem_u32(smem_raw)));
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
   const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
