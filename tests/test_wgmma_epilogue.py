@@ -43,15 +43,18 @@ def test_c_map_only_with_tma_store(fam):
 
 
 def test_c_map_of_narrow_boxes(fam):
-    """BN % 64 != 0: C goes out in 64 x 32 boxes (64-byte rows, 64-byte swizzle) where BN % 32 == 0, else in
-    64 x 16 boxes (32-byte rows, 32-byte swizzle): the map's box and swizzle follow the kernel's staging."""
+    """BN % 64 != 0: C goes out in 64-column boxes (128-byte rows and swizzle), then one 64 x 32 box (64-byte rows and
+    swizzle) and one 64 x 16 box (32-byte) for the rest of BN, each width through its own map, in that order."""
     prob = Problem(128, 12288, 256)
-    for bn, box, swz, extra in ((96, 32, 64, {}), (32, 32, 64, {}), (176, 16, 32, {"PINGPONG": 1}), (16, 16, 32, {})):
-        p = {"BM": 128, "BN": bn, "STAGES": 4, "EPI": 2 if bn < 176 else 1, **extra}
+    c64, c32, c16 = ("C", 64, 64, 128), ("C", 64, 32, 64), ("C", 64, 16, 32)
+    for bn, c_maps, extra in ((96, [c64, c32], {}), (32, [c32], {}), (176, [c64, c32, c16], {"PINGPONG": 1}),
+                              (16, [c16], {}), (80, [c64, c16], {}), (144, [c64, c16], {"PINGPONG": 1}),
+                              (112, [c64, c32, c16], {}), (128, [c64], {})):
+        p = {"BM": 128, "BN": bn, "STAGES": 4, "EPI": 2 if bn < 144 else 1, **extra}
         assert fam.valid(fam.complete(p)), p
         launch = fam.render(p).launch(prob, num_sms=132)
         assert [(t.operand, t.box_rows, t.box_cols, t.swizzle) for t in launch.tensor_maps] == [
-            ("A", 128, 64, 128), ("B", bn, 64, 128), ("C", 64, box, swz)]
+            ("A", 128, 64, 128), ("B", bn, 64, 128), *c_maps], bn
         assert launch.smem == 4 * (128 + bn) * 128 + 1024 + 2 * p["EPI"] * bn * 128
 
 
@@ -107,6 +110,9 @@ def test_ptx_tma_store_and_waits(fam, tmp_path):
     entry = text.split(".entry evo_gemm", 1)[1]
     params = entry.split(")", 1)[0]
     assert params.count(".param") == 10  # A, B, C, M, N, K, workspace + maps of A, B and C
+    odd = _ptx(fam.render({**PP, "BN": 112, "EPI": 1}), tmp_path)  # C in 64-, 32- and 16-column boxes: three maps
+    assert odd.split(".entry evo_gemm", 1)[1].split(")", 1)[0].count(".param") == 12
+    assert odd.count("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group") == 2 * 3  # 2 slices; 16-wide boxes: 2 * 7
     assert "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group" in text
     assert "cp.async.bulk.commit_group" in text
     assert "stmatrix.sync.aligned.m8n8.x4.shared.b16" in text  # fragments to smem, four 8x8 matrices at a time
