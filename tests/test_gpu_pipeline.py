@@ -301,7 +301,7 @@ def test_cta_pairs_correct_on_gpu(gpu):
 WIDE_TILE_INSTANCES = [  # two consumers on whole tiles holding 160-192 accumulators per thread beside the TMA store
     {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1, "EPI_HINT": 1},               # cooperative, each consumer 128 x 192
     {"BM": 256, "BN": 176, "STAGES": 3},                                        # cooperative, ordinary stores (176)
-    {"BM": 256, "BN": 160, "STAGES": 3, "EPI": 1, "PERSISTENT": 0},             # one unit per CTA, 64 x 32 store boxes
+    {"BM": 256, "BN": 160, "STAGES": 3, "EPI": 1, "PERSISTENT": 0},             # one unit per CTA, boxes 64 + 64 + 32
     {"BM": 128, "BN": 192, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "GROUP": 16},  # ping-pong, 192-wide tiles
     {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1, "CLUSTER": 2},                # pairs multicasting the 256-row tile
 ]
@@ -316,7 +316,7 @@ def test_wide_tiles_correct_on_gpu(gpu):
 
 
 ONE_WAVE_INSTANCES = [  # wgmma_sm90's widths for one wave of 128-row tiles (N = 32 or 16 x the width on 512 / 1024 rows)
-    {"BM": 128, "BN": 144, "STAGES": 5, "PERSISTENT": 0, "EPI": 1},   # m64n144, 64 x 16 store boxes
+    {"BM": 128, "BN": 144, "STAGES": 5, "PERSISTENT": 0, "EPI": 1},   # m64n144, store boxes 64 + 64 + 16
     {"BM": 128, "BN": 112, "STAGES": 6, "PERSISTENT": 0, "EPI": 1},   # m64n112
     {"BM": 128, "BN": 80, "PINGPONG": 1, "STAGES": 5},                # m64n80, ping-pong, ordinary stores
     {"BM": 128, "BN": 224, "STAGES": 4},                              # m64n224, persistent, ordinary stores
@@ -328,6 +328,27 @@ def test_one_wave_widths_correct_on_gpu(gpu):
     multiple of the k block); the TMA-store instances do not take 520x1030x264: 10 evaluations."""
     ran, failures = check_instances(gpu, "wgmma_sm90", ONE_WAVE_INSTANCES, ("1000x1000x1000", "200x136x72", "520x1030x264"))
     assert ran == 10 and not failures, "\n".join(failures)
+
+
+SPLIT_BOX_INSTANCES = [  # wgmma_sm90's TMA-store boxes for widths that are not a multiple of 64: 64-column boxes, then
+    # one of 32 and one of 16 columns, each through its own C map (BN 112: three maps)
+    {"BM": 128, "BN": 80, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},   # 64 + 16
+    {"BM": 128, "BN": 112, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},  # 64 + 32 + 16
+    {"BM": 128, "BN": 176, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "RING_SPLIT": 1},                 # 2 x 64 + 32 + 16
+    {"BM": 128, "BN": 112, "STAGES": 4, "EPI": 2},                                                 # cooperative
+    {"BM": 128, "BN": 96, "CONSUMERS": 1, "STAGES": 5, "EPI": 2, "EARLY_STORE": 1},               # 64 + 32, early slices
+    {"BM": 64, "BN": 176, "CONSUMERS": 1, "STAGES": 6, "EPI": 2},                                  # one 64-row slice
+    {"BM": 128, "BN": 80, "STAGES": 4, "EPI": 4},                                                  # four staging buffers
+]
+
+
+def test_split_store_boxes_correct_on_gpu(gpu):
+    """C stored in 64-, 32- and 16-column TMA boxes side by side, on off-tile shapes: partial tiles along M and N (the
+    narrow boxes past N clipped), K short and long. Every instance takes every shape (N % 8 == 0): 28 evaluations
+    (H100, 2026-12-06: these instances and four more checked by bench.template_ab, none failed)."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", SPLIT_BOX_INSTANCES,
+                                    ("200x136x72", "130x264x4104", "264x1096x200", "136x2056x72"))
+    assert ran == 28 and not failures, "\n".join(failures)
 
 
 EARLY_STORE_INSTANCES = [  # wgmma_sm90: each 64-row slice stored once its own wgmma group completes
