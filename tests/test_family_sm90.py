@@ -52,15 +52,17 @@ def test_launch_rules(fam):
 
 
 def test_ring_split_keeps_the_ring_and_needs_a_row_tile_in_it(fam):
-    """RING_SPLIT lays the ring out as A's stages, then B's (CUTLASS's layout): the same bytes, so the same launch; with
-    a panel the ring holds B only and there is nothing to split."""
+    """RING_SPLIT lays the ring out as A's stages, then B's (CUTLASS's layout), or B's, then A's: the same bytes, so the
+    same launch; with a panel the ring holds B only and there is nothing to split."""
     base = {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1}
-    split = fam.complete({**base, "RING_SPLIT": 1})
-    assert fam.valid(split) and "constexpr int RING_SPLIT = 1;" in fam.render(split).text
     p = Problem(4096, 4096, 1024)
-    assert fam.render(split).launch(p, num_sms=132) == fam.render(fam.complete(base)).launch(p, num_sms=132)
+    for order in (1, 2):  # A's stages first, or B's
+        split = fam.complete({**base, "RING_SPLIT": order})
+        assert fam.valid(split) and f"constexpr int RING_SPLIT = {order};" in fam.render(split).text
+        assert fam.render(split).launch(p, num_sms=132) == fam.render(fam.complete(base)).launch(p, num_sms=132)
     panel = {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "PANEL": 1, "GROUP": 1}
-    assert fam.valid(fam.complete(panel)) and not fam.valid(fam.complete({**panel, "RING_SPLIT": 1}))
+    assert fam.valid(fam.complete(panel))
+    assert not any(fam.valid(fam.complete({**panel, "RING_SPLIT": order})) for order in (1, 2))
 
 
 def test_constraints_reject_oversized(fam):
@@ -265,7 +267,7 @@ EARLY_STORE_PATH_INSTANCES = [
     {"BM": 256, "BN": 64, "CONSUMERS": 1, "PANEL": 1, "GROUP": 1, "STAGES": 6, "EPI": 4, "EARLY_STORE": 2},
 ]
 
-# The split ring (A's stages, then B's) on the paths that address it differently: the ping-pong, one consumer, the
+# The split ring (A's stages, then B's, or B's, then A's) on the paths that address it differently: the ping-pong, one consumer, the
 # one-wave reduce-scatter, pairs multicasting half a row tile, swap-AB (ordinary stores and the reduce-scatter), a
 # cooperative tile with two consumers' row offsets (compiled here; checked on a GPU by tests/test_gpu_pipeline.py).
 RING_SPLIT_INSTANCES = [
@@ -278,6 +280,12 @@ RING_SPLIT_INSTANCES = [
     {"BM": 128, "BN": 64, "SWAP_AB": 1, "SPLIT_K": 8, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8,
      "RING_SPLIT": 1},
     {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},
+    # B's stages first: the ping-pong, the reduce-scatter, pairs, swap-AB
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 2},
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "SPLIT_RS": 1, "SPLIT_MAJOR": 1, "PERSISTENT": 0, "STAGES": 8, "GROUP": 16,
+     "RING_SPLIT": 2},
+    {"BM": 128, "BN": 64, "SPLIT_K": 4, "STAGES": 7, "GROUP": 16, "CLUSTER": 2, "RING_SPLIT": 2},
+    {"BM": 64, "BN": 96, "CONSUMERS": 1, "SWAP_AB": 1, "STAGES": 8, "RING_SPLIT": 2},
 ]
 
 

@@ -194,12 +194,12 @@ def test_split_reduce_scatter_correct_on_gpu(gpu):
 
 
 def test_ring_split_correct_on_gpu(gpu):
-    """A's stages side by side, then B's: off-tile shapes, one k block, K splits, CTA pairs, swap-AB."""
+    """A's stages side by side, then B's (or B's, then A's): off-tile shapes, one k block, K splits, CTA pairs, swap-AB."""
     from test_family_sm90 import RING_SPLIT_INSTANCES
 
     ran, failures = check_instances(gpu, "wgmma_sm90", RING_SPLIT_INSTANCES,
                                     ("200x136x72", "130x260x4104", "77x200x64", "1000x1000x1000", "256x1024x8192"))
-    assert ran >= 15 and not failures, "\n".join(failures)
+    assert ran >= 40 and not failures, "\n".join(failures)
 
 
 SKINNY_REDUCE_INSTANCES = [  # wgmma_skinny_sm90: K ranks sending their slices (PUSH 1) or reading the peers' (PUSH 0)
