@@ -267,9 +267,10 @@ EARLY_STORE_PATH_INSTANCES = [
     {"BM": 256, "BN": 64, "CONSUMERS": 1, "PANEL": 1, "GROUP": 1, "STAGES": 6, "EPI": 4, "EARLY_STORE": 2},
 ]
 
-# The split ring (A's stages, then B's, or B's, then A's) on the paths that address it differently: the ping-pong, one consumer, the
-# one-wave reduce-scatter, pairs multicasting half a row tile, swap-AB (ordinary stores and the reduce-scatter), a
-# cooperative tile with two consumers' row offsets (compiled here; checked on a GPU by tests/test_gpu_pipeline.py).
+# The split ring (A's stages, then B's, or B's, then A's) on the paths that address it differently: the ping-pong, one
+# consumer, the one-wave reduce-scatter, pairs multicasting half a row tile, swap-AB (ordinary stores and the
+# reduce-scatter), a cooperative tile with two consumers' row offsets (compiled here; checked on a GPU by
+# tests/test_gpu_pipeline.py).
 RING_SPLIT_INSTANCES = [
     {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "EPI_HINT": 1, "RING_SPLIT": 1},
     {"BM": 64, "BN": 128, "CONSUMERS": 1, "PERSISTENT": 0, "STAGES": 8, "EPI": 1, "GROUP": 4, "RING_SPLIT": 1},
