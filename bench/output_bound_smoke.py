@@ -41,7 +41,7 @@ INSTANCES: dict[str, dict] = {
     "pp128x128 s4 epi2": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2},
     "pp128x128 s5 epi1": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 5, "EPI": 1},
     "pp128x128 s6 epi1": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1},   # K-short large outputs (K 512-1024)
-    "pp128x128 s6 epi1 ring": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "RING_SPLIT": 1},   # A's stages, then B's
+    "pp128x128 s6 epi1 ring": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "RING_SPLIT": 2},   # B's stages, then A's
     "pp64x256 s4 epi1": {"BM": 64, "BN": 256, "PINGPONG": 1, "STAGES": 4, "EPI": 1},
     "co256x128 s3 epi2": {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2},
     "co256x128 s4 epi1": {"BM": 256, "BN": 128, "STAGES": 4, "EPI": 1},
