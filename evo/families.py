@@ -289,18 +289,20 @@ def templates_root() -> Path:
     return packaged if packaged.is_dir() else here.parent / "templates"
 
 
-def rerendered(ks: KernelSource, families: list["Family"], problem: Problem | None = None) -> KernelSource:
+def rerendered(ks: KernelSource, families: list["Family"], problem: Problem | None = None,
+               overrides: dict[str, Any] | None = None) -> KernelSource:
     """A kernel rendered anew from its family's current template with its own parameters (a published kernel
-    after the template improved). A parameter the family no longer has, at 0, is a switch removed at its "off"
-    value and is left out; EvoError where the family is gone or the parameters no longer render."""
+    after the template improved), or with `overrides` put over them (a switch tried on a published kernel). A
+    parameter the family no longer has, at 0, is a switch removed at its "off" value and is left out; EvoError
+    where the family is gone or the parameters no longer render."""
     fam = next((f for f in families if f.name == ks.meta.family), None)
     if fam is None:
         raise EvoError(f"no template family {ks.meta.family}")
     params = {k: v for k, v in ks.meta.params.items() if k in fam.space or v not in (0, False)}
     try:
-        return fam.render(params, problem)
+        return fam.render({**params, **(overrides or {})}, problem)
     except EvoError as e:
-        raise EvoError(f"parameters no longer render: {e}") from None
+        raise EvoError(f"parameters no longer render: {e}" if not overrides else str(e)) from None
 
 
 def is_family_rendering(ks: KernelSource, families: list["Family"], problem: Problem | None = None) -> bool:

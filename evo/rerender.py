@@ -18,6 +18,13 @@ faster correct one becomes this GPU's row (timing_source "port"), with this GPU'
 verdict. Shapes the destination table already has are left to it (rerender them there). A search or sweep on this
 GPU then improves the rows like any other.
 
+--set tries a parameter on the published kernels: each evo row whose family has the parameters (and, with --where,
+whose parameters and shape, M, N and K, satisfy that constraint expression) is rendered with them put over its own,
+and replaces the row's kernel as above, only where valid, correct and faster beyond the band. For a switch that
+landed after the rows were searched:
+
+    python -m evo.rerender kernels_out/NVIDIA_H100_80GB_HBM3 --set RING_SPLIT=2 --where "PINGPONG == 1 and K >= 1024"
+
 The table is rewritten after every replaced row (atomic renames): a killed run keeps what it finished.
 """
 from __future__ import annotations
@@ -62,29 +69,67 @@ class Outcome:
     band: float = 0.0
 
 
-def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] | None = None) -> tuple[dict, list[Rendering]]:
-    """The table's evo rows (those of `shapes` where given) with their re-rendered kernels. CPU only."""
+def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] | None = None,
+         overrides: dict[str, int] | None = None, where: str = "") -> tuple[dict, list[Rendering]]:
+    """The table's evo rows (those of `shapes` where given) with their re-rendered kernels. With `overrides`, only
+    the rows whose family has those parameters and whose own parameters (and shape: M, N, K) satisfy `where` (a
+    constraint expression, evo.expr), each rendered with the overrides put over its parameters. CPU only."""
     from .families import load_families, rerendered
 
     table_dir = Path(table_dir)
     doc, rows = read_table(table_dir)
-    fams = load_families(Path(templates) if templates else None)
+    fams = {f.name: f for f in load_families(Path(templates) if templates else None)}
+    if where and not overrides:
+        raise EvoError("--where picks the rows a --set applies to: give a --set")
     out = []
     for r in rows:
         if not r.hash or not r.kernel_path or (shapes and r.shape not in shapes):
             continue
+        if overrides and not set(overrides) <= set(getattr(fams.get(r.family), "space", ())):
+            continue  # a family without the parameter: nothing to try
         try:
             old = published_kernel(table_dir.parent, r)
         except EvoError as e:
             out.append(Rendering(r, None, None, str(e)))  # type: ignore[arg-type]
             continue
+        if overrides and where and not _matches(where, {**fams[r.family].default_params(), **old.meta.params,
+                                                       "M": r.m, "N": r.n, "K": r.k}):
+            continue
         try:
-            new = rerendered(old, fams, parse_shape(r.shape, r.layout))
+            new = rerendered(old, list(fams.values()), parse_shape(r.shape, r.layout), overrides)
         except EvoError as e:
-            out.append(Rendering(r, old, None, str(e)))
+            out.append(Rendering(r, old, None, f"with {_set_text(overrides)}: {e}" if overrides else str(e)))
             continue
         out.append(Rendering(r, old, new, "same source" if new.hash == old.hash else ""))
     return doc, out
+
+
+def _matches(where: str, params: dict) -> bool:
+    from . import expr
+
+    env = {k: int(v) for k, v in params.items() if isinstance(v, (int, bool))}
+    try:
+        return bool(expr.evaluate(where, env))
+    except EvoError as e:
+        raise EvoError(f"--where {where!r}: {e}") from None
+
+
+def _set_text(overrides: dict[str, int] | None) -> str:
+    return ",".join(f"{k}={v}" for k, v in (overrides or {}).items())
+
+
+def parse_set(text: str) -> dict[str, int]:
+    """--set's "KEY=VALUE[,KEY=VALUE...]" (integer values) as a dict; EvoError for anything else."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        try:
+            if not eq or not key.strip().isidentifier():
+                raise ValueError
+            out[key.strip()] = int(value)
+        except ValueError:
+            raise EvoError(f"--set {text!r}: give KEY=VALUE pairs with integer values, e.g. RING_SPLIT=2") from None
+    return out
 
 
 def decide(old_us: float, old_spread: float, new_us: float, new_spread: float, floor: float) -> tuple[bool, float]:
@@ -133,15 +178,17 @@ def _port_target(src_doc: dict, table_dir: Path, worker) -> tuple[Path, dict, li
 
 
 def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | None = None, reps: int = 30,
-             out: TextIO = sys.stdout, port: bool = False) -> list[Outcome]:
+             out: TextIO = sys.stdout, port: bool = False, overrides: dict[str, int] | None = None,
+             where: str = "") -> list[Outcome]:
     """Re-render, check, time and replace (see the module text). `worker` is started (evo.gpu.worker.GpuWorker or
-    a stand-in); the table must be this GPU's, or with `port` another GPU's (this GPU's table is written)."""
+    a stand-in); the table must be this GPU's, or with `port` another GPU's (this GPU's table is written).
+    `overrides` / `where`: the rows' kernels with those parameters set (plan)."""
     from .gpu.worker import WorkerFault
     from .sanitize import vet_kernel
 
     table_dir = Path(table_dir)
     info = worker.info
-    doc, items = plan(table_dir, cfg.paths.templates, shapes)
+    doc, items = plan(table_dir, cfg.paths.templates, shapes, overrides, where)
     floor = cfg.dispatch.noise_floor
     if port:
         dest, doc, rows = _port_target(doc, table_dir, worker)
@@ -277,11 +324,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", help="a YAML file of overrides (evo/defaults.yaml)")
     ap.add_argument("--plan-only", action="store_true", help="list the rows whose rendering differs; no GPU")
     ap.add_argument("--port", action="store_true", help="DIR is another GPU's table: seed this GPU's own from it")
+    ap.add_argument("--set", default="", metavar="KEY=VALUE[,...]",
+                    help="try these parameters over each row's own (rows whose family has them), e.g. RING_SPLIT=2")
+    ap.add_argument("--where", default="", metavar="EXPR",
+                    help="with --set: only rows whose parameters and shape (M, N, K) satisfy this constraint "
+                         "expression, e.g. 'PINGPONG == 1 and K >= 1024'")
     ns = ap.parse_args(argv)
     shapes = {parse_shape(s).key for s in ns.shapes.split(",") if s} or None
+    overrides = parse_set(ns.set) or None
     cfg = load_config(ns.config)
     if ns.plan_only:
-        _, items = plan(ns.table, cfg.paths.templates, shapes)
+        _, items = plan(ns.table, cfg.paths.templates, shapes, overrides, ns.where)
         for it in items:
             what = it.note or f"{it.old.hash[:10]} -> {it.new.hash[:10]}"
             print(f"{it.row.shape:>18}  {it.row.family:<18} {what}")
@@ -293,7 +346,8 @@ def main(argv: list[str] | None = None) -> int:
     worker = GpuWorker(cfg)
     worker.start()
     try:
-        results = rerender(ns.table, cfg, worker, Compiler.from_config(cfg.compile), shapes, ns.reps, port=ns.port)
+        results = rerender(ns.table, cfg, worker, Compiler.from_config(cfg.compile), shapes, ns.reps, port=ns.port,
+                           overrides=overrides, where=ns.where)
     finally:
         worker.stop()
     print(summary(results))

@@ -246,3 +246,62 @@ def test_port_takes_the_published_kernel_where_the_rendering_does_not_compile(tm
                    out=io.StringIO())
     assert res[0].action.startswith("not compiled for sm_90a: error: today's template") and \
         read_table(src.parent / "Fake_GPU")[1][0].hash == r.hash
+
+
+def test_set_tries_a_parameter_on_the_rows_whose_family_has_it(tmp_path):
+    table = make_table(tmp_path)
+    _, items = plan(table, TOY, overrides={"PAD": 2})
+    assert items[0].note == "" and items[0].new.meta.params == {**PARAMS, "PAD": 2}
+    assert items[0].old.meta.params == PARAMS
+    _, same = plan(table, TOY, overrides={"PAD": 0})  # the row's own value: nothing to time
+    assert same[0].note == "same source"
+    _, bad = plan(table, TOY, overrides={"PAD": 7})  # outside the space: named, not rendered
+    assert bad[0].new is None and bad[0].note.startswith("with PAD=7: ") and "PAD=7 is not one of" in bad[0].note
+    assert plan(table, TOY, overrides={"STAGES": 3})[1] == []  # the family has no such parameter: not its row
+
+
+def test_where_picks_rows_by_parameters_and_shape(tmp_path):
+    table = make_table(tmp_path)
+    assert len(plan(table, TOY, overrides={"PAD": 2}, where="TILE == 16 and K >= 256")[1]) == 1
+    assert plan(table, TOY, overrides={"PAD": 2}, where="TILE == 32")[1] == []
+    assert plan(table, TOY, overrides={"PAD": 2}, where="M * N > 65536")[1] == []  # 256 x 256 is not
+    with pytest.raises(EvoError, match="unknown name 'FOO'"):
+        plan(table, TOY, overrides={"PAD": 2}, where="FOO == 1")
+    with pytest.raises(EvoError, match="give a --set"):
+        plan(table, TOY, where="TILE == 16")
+
+
+def test_parse_set_reads_integer_pairs_and_nothing_else():
+    from evo.rerender import parse_set
+
+    assert parse_set("RING_SPLIT=2, EPI=1") == {"RING_SPLIT": 2, "EPI": 1} and parse_set("") == {}
+    for bad in ("RING_SPLIT", "RING_SPLIT=two", "=2", "A B=1"):
+        with pytest.raises(EvoError, match="KEY=VALUE"):
+            parse_set(bad)
+
+
+def test_set_replaces_a_row_only_where_the_variant_is_faster(tmp_path, monkeypatch):
+    monkeypatch.setattr(fakes, "fake_time", lambda ks: 10.0 if "PAD: 3" in ks.text else 20.0)
+    table = make_table(tmp_path)
+    worse = rerender(table, cfg_for(TOY), started(), FakeCompiler(tmp_path / "cache"), out=io.StringIO(),
+                     overrides={"PAD": 1})
+    assert [o.action for o in worse] == ["kept"] and read_table(table)[1][0].hash == plan(table, TOY)[1][0].old.hash
+    res = rerender(table, cfg_for(TOY), started(), FakeCompiler(tmp_path / "cache"), out=io.StringIO(),
+                   overrides={"PAD": 3}, where="UNROLL == 4")
+    r = read_table(table)[1][0]
+    assert [o.action for o in res] == ["replaced"] and r.time_us == 10.0
+    assert json.loads((table.parent / r.kernel_path).with_suffix(".json").read_text())["params"] == {**PARAMS, "PAD": 3}
+
+
+def test_rerender_cli_set_and_where_plan_without_a_gpu(tmp_path, capsys):
+    from evo.rerender import main
+
+    table = make_table(tmp_path)
+    cfgf = tmp_path / "c.yaml"
+    cfgf.write_text(f"paths: {{templates: {TOY}}}\n")
+    assert main([str(table), "--plan-only", "--config", str(cfgf), "--set", "PAD=2", "--where", "TILE == 16"]) == 0
+    assert "1 of 1 evo rows render differently" in capsys.readouterr().out
+    assert main([str(table), "--plan-only", "--set", "PAD"]) == 2
+    assert main([str(table), "--plan-only", "--where", "TILE == 16"]) == 2
+    err = capsys.readouterr().err
+    assert "KEY=VALUE" in err and "give a --set" in err and "Traceback" not in err
