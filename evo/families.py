@@ -125,6 +125,14 @@ class Family:
                 raise EvoError(f"family {self.name}: {k}={v!r} is not one of {list(self.space[k])}")
         return full
 
+    def env(self, params: dict[str, Any], problem: Problem | None = None) -> dict[str, int]:
+        """The integer names an expression over these parameters evaluates with: a parameter the set lacks (one from
+        before the parameter existed) at its default, as render completes it; with a problem, its M, N and K too."""
+        env = {k: int(v) for k, v in {**self.default_params(), **params}.items() if isinstance(v, (int, bool))}
+        if problem is not None:
+            env.update(M=problem.m, N=problem.n, K=problem.k)
+        return env
+
     def valid(self, params: dict[str, Any]) -> bool:
         env = {k: int(v) for k, v in params.items() if isinstance(v, (int, bool))}
         return all(expr.evaluate(c, env) for c in self.constraints)

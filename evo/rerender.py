@@ -92,11 +92,11 @@ def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] |
         except EvoError as e:
             out.append(Rendering(r, None, None, str(e)))  # type: ignore[arg-type]
             continue
-        if overrides and where and not _matches(where, {**fams[r.family].default_params(), **old.meta.params,
-                                                       "M": r.m, "N": r.n, "K": r.k}):
+        p = parse_shape(r.shape, r.layout)
+        if overrides and where and not _matches(where, fams[r.family].env(old.meta.params, p)):
             continue
         try:
-            new = rerendered(old, list(fams.values()), parse_shape(r.shape, r.layout), overrides)
+            new = rerendered(old, list(fams.values()), p, overrides)
         except EvoError as e:
             out.append(Rendering(r, old, None, f"with {_set_text(overrides)}: {e}" if overrides else str(e)))
             continue
@@ -104,10 +104,9 @@ def plan(table_dir: str | Path, templates: str | Path | None, shapes: set[str] |
     return doc, out
 
 
-def _matches(where: str, params: dict) -> bool:
+def _matches(where: str, env: dict[str, int]) -> bool:
     from . import expr
 
-    env = {k: int(v) for k, v in params.items() if isinstance(v, (int, bool))}
     try:
         return bool(expr.evaluate(where, env))
     except EvoError as e:

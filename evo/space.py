@@ -137,9 +137,7 @@ class FamilySpace:
                 return None
             return Geometry(spec.grid[0] * spec.grid[1] * spec.grid[2], spec.block[0] * spec.block[1] * spec.block[2],
                             spec.smem, spec.workspace)
-        # a parameter set from before a parameter existed means its default (as Family.render completes it)
-        env = {k: int(v) for k, v in {**self.family.default_params(), **params}.items() if isinstance(v, (int, bool))}
-        env.update(M=problem.m, N=problem.n, K=problem.k, NUM_SMS=num_sms)
+        env = {**self.family.env(params, problem), "NUM_SMS": num_sms}
         try:
             if not expr.evaluate(meta.requires, env):
                 return None

@@ -271,6 +271,23 @@ def test_where_picks_rows_by_parameters_and_shape(tmp_path):
         plan(table, TOY, where="TILE == 16")
 
 
+def test_family_env_fills_defaults_and_the_shape():
+    fam = load_families(TOY, names=["toy"])[0]
+    # a kernel from before PAD existed reads PAD at its default, as render completes it; switches are ints
+    assert fam.env({"TILE": 32, "UNROLL": True}) == {"TILE": 32, "UNROLL": 1, "PAD": 0}
+    assert fam.env({"TILE": 8}, parse_shape("100x200x300")) == {"TILE": 8, "UNROLL": 1, "PAD": 0, "M": 100, "N": 200,
+                                                                 "K": 300}
+
+
+def test_where_reads_a_parameter_the_published_kernel_lacks_at_its_default(tmp_path):
+    table = make_table(tmp_path)
+    kpath = table.parent / read_table(table)[1][0].kernel_path
+    publish(table, kpath.read_text().replace("PAD: 0, ", "", 1))  # published before PAD existed
+    assert "PAD" not in plan(table, TOY)[1][0].old.meta.params
+    assert len(plan(table, TOY, overrides={"UNROLL": 8}, where="PAD == 0")[1]) == 1
+    assert plan(table, TOY, overrides={"UNROLL": 8}, where="PAD == 1")[1] == []
+
+
 def test_parse_set_reads_integer_pairs_and_nothing_else():
     from evo.rerender import parse_set
 
