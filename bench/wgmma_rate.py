@@ -103,12 +103,13 @@ extern "C" __global__ void __launch_bounds__(256, 1) {kernel_name(n, mt)}(unsign
     cyc[(blockIdx.x * 2 + wg) * 2 + 1] = t1 + (s == 1.2345e30f);
   }}
 }}
-// The same k blocks fed through a ring: thread 128 copies each stage's {mt * 64 + n} rows x 128 B from this CTA's
-// region of `src` (cp.async.bulk, `wrap` stages long, so it stays in L2) into stage it % stages; warpgroup 0 waits
+// The same k blocks fed through a ring: thread 128 copies each stage's {mt * 64 + n} rows x 128 B (in `chunks`
+// cp.async.bulk copies) from its region of `src` (`wrap` stages long, so it stays in L2; `share` neighbouring CTAs
+// read the same region at once) into stage it % stages; warpgroup 0 waits
 // for it, runs the stage's wgmmas (compute 0: none) and frees the stage after the next one's wait_group 1.
 extern "C" __global__ void __launch_bounds__(256, 1) {feed_name(n, mt)}(unsigned long long* cyc, const unsigned char* src,
                                                                        int iters, int wrap, int stages, int compute,
-                                                                       int* err) {{
+                                                                       int chunks, int share, int* err) {{
   constexpr uint32_t STAGE = ({mt} * 64 + {n}) * 128;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ alignas(8) uint64_t full[MAX_STAGES], empty[MAX_STAGES];
@@ -121,14 +122,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) {feed_name(n, mt)}(unsigned
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
   __syncthreads();
-  const unsigned char* mine = src + static_cast<size_t>(blockIdx.x) * wrap * STAGE;
+  const unsigned char* mine = src + static_cast<size_t>(blockIdx.x / share) * wrap * STAGE;  // share CTAs per region
   if (threadIdx.x == 128) {{  // producer
     int s = 0;
     uint32_t ph = 0;
     for (int it = 0; it < iters; ++it) {{
       if (!mbar_wait(smem_u32(&empty[s]), ph ^ 1, err)) break;
       mbar_arrive_expect_tx(smem_u32(&full[s]), STAGE);
-      bulk_load(ring + s * STAGE, mine + static_cast<size_t>(it % wrap) * STAGE, STAGE, smem_u32(&full[s]));
+      for (int c = 0; c < chunks; ++c)  // the stage as `chunks` copies
+        bulk_load(ring + s * STAGE + c * (STAGE / chunks), mine + static_cast<size_t>(it % wrap) * STAGE + c * (STAGE / chunks),
+                  STAGE / chunks, smem_u32(&full[s]));
       if (++s == stages) {{ s = 0; ph ^= 1; }}
     }}
     return;
@@ -238,12 +241,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=4096, help="k blocks (4 x MT wgmmas each) per warpgroup")
     ap.add_argument("--widths", default=",".join(map(str, WIDTHS)), help="wgmma N values, comma-separated")
     ap.add_argument("--reps", type=int, default=5, help="launches per variant (the median's CTA is reported)")
+    ap.add_argument("--chunks", default="1,4,16", help="copies per stage tried on N = 128, MT = 2 (divisors of 16)")
+    ap.add_argument("--share", default="1,4,12", help="CTAs reading one region at once, tried with each --chunks")
     args = ap.parse_args(argv)
     try:
         widths = tuple(int(w) for w in args.widths.split(","))
         source(widths)
     except ValueError as e:
         print(f"error: --widths: {e}", file=sys.stderr)
+        return 2
+    try:
+        args.chunks = [int(c) for c in args.chunks.split(",")]
+        args.share = [int(c) for c in args.share.split(",")]
+        if any(c not in (1, 2, 4, 8, 16) for c in args.chunks) or any(c < 1 for c in args.share):
+            raise ValueError("copies per stage: 1, 2, 4, 8 or 16; CTAs per region >= 1")
+    except ValueError as e:
+        print(f"error: --chunks / --share: {e}", file=sys.stderr)
         return 2
     try:
         import cupy as cp
@@ -311,8 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         for compute in (1, 0):
             per_launch = []
             for _ in range(args.reps):
-                g((sms,), (256,), (cyc, src, np.int32(args.iters), np.int32(wrap), np.int32(st), np.int32(compute), err),
-                  shared_mem=st * sb + 1024)
+                g((sms,), (256,), (cyc, src, np.int32(args.iters), np.int32(wrap), np.int32(st), np.int32(compute),
+                                   np.int32(1), np.int32(1), err), shared_mem=st * sb + 1024)
                 cp.cuda.Device().synchronize()
                 c = cyc.get().reshape(sms, 4).astype(np.int64)
                 per_launch.append(float(np.median(c[:, 1] - c[:, 0])))
@@ -331,6 +344,27 @@ def main(argv: list[str] | None = None) -> int:
         rate = 2 * 64 * mt * 64 * n / clk
         rel = f"{rate / base[mt]:.3f}" if mt in base else "-"
         print(f"| {n} | {mt} | {st} | {clk:.1f} | {rate:.0f} | {rel} | {sb / clk:.1f} | {clk0:.1f} |", flush=True)
+    # what bounds the feed: the copies' size (one copy per stage or several) and CTAs reading the same lines at once
+    key = (128, 2) if (128, 2) in feeds else next(iter(feeds))
+    g, st, sb = feeds[key], feed_stages(*key), stage_bytes(*key)
+    print()
+    print(f"N = {key[0]}, MT = {key[1]} fed in chunks, CTAs sharing a region:")
+    print("| copies per stage | CTAs per region | clocks per k block | stage bytes per clock |")
+    print("|---|---|---|---|")
+    for chunks in args.chunks:
+        for share in args.share:
+            per_launch = []
+            for _ in range(args.reps):
+                g((sms,), (256,), (cyc, src, np.int32(args.iters), np.int32(wrap), np.int32(st), np.int32(1),
+                                   np.int32(chunks), np.int32(share), err), shared_mem=st * sb + 1024)
+                cp.cuda.Device().synchronize()
+                c = cyc.get().reshape(sms, 4).astype(np.int64)
+                per_launch.append(float(np.median(c[:, 1] - c[:, 0])))
+            clk = sorted(per_launch)[len(per_launch) // 2] / args.iters
+            print(f"| {chunks} | {share} | {clk:.1f} | {sb / clk:.1f} |", flush=True)
+    if int(err.get()[0]):
+        print("error: a chunked feed ring timed out (a kernel bug)", file=sys.stderr)
+        return 1
     return 0
 
 

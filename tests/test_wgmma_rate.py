@@ -63,3 +63,10 @@ def test_without_a_gpu_exits_2_with_one_line(capsys):
     assert wgmma_rate.main(["--widths", "128"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
+
+
+def test_bad_chunks_or_share_exit_2_with_one_line(capsys):
+    for argv in (["--chunks", "3"], ["--share", "0"], ["--chunks", "x"]):
+        assert wgmma_rate.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --chunks / --share")
