@@ -15,7 +15,6 @@ pays for operand delivery (bytes per FLOP grow as (MT x 64 + N) / N), not for th
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -317,19 +316,23 @@ def main(argv: list[str] | None = None) -> int:
     wrap = 4
     src = cp.random.randint(0, 255, sms * wrap * max(stage_bytes(n, mt) for n, mt in feeds), dtype=cp.uint8)
     err = cp.zeros(1, dtype=cp.int32)
+
+    def feed_clocks(key: tuple[int, int], compute: int, chunks: int = 1, share: int = 1) -> float:
+        """SM clocks per k block of one feed variant: the median launch's median CTA."""
+        st, sb = feed_stages(*key), stage_bytes(*key)
+        per_launch = []
+        for _ in range(args.reps):
+            feeds[key]((sms,), (256,), (cyc, src, np.int32(args.iters), np.int32(wrap), np.int32(st), np.int32(compute),
+                                        np.int32(chunks), np.int32(share), err), shared_mem=st * sb + 1024)
+            cp.cuda.Device().synchronize()
+            c = cyc.get().reshape(sms, 4).astype(np.int64)
+            per_launch.append(float(np.median(c[:, 1] - c[:, 0])))
+        return sorted(per_launch)[len(per_launch) // 2] / args.iters
+
     fed = []
-    for (n, mt), g in feeds.items():
+    for n, mt in feeds:
         st, sb = feed_stages(n, mt), stage_bytes(n, mt)
-        got = {}
-        for compute in (1, 0):
-            per_launch = []
-            for _ in range(args.reps):
-                g((sms,), (256,), (cyc, src, np.int32(args.iters), np.int32(wrap), np.int32(st), np.int32(compute),
-                                   np.int32(1), np.int32(1), err), shared_mem=st * sb + 1024)
-                cp.cuda.Device().synchronize()
-                c = cyc.get().reshape(sms, 4).astype(np.int64)
-                per_launch.append(float(np.median(c[:, 1] - c[:, 0])))
-            got[compute] = sorted(per_launch)[len(per_launch) // 2] / args.iters
+        got = {compute: feed_clocks((n, mt), compute) for compute in (1, 0)}
         if int(err.get()[0]):
             print(f"error: the feed ring of N = {n}, MT = {mt} timed out (a kernel bug)", file=sys.stderr)
             return 1
@@ -346,21 +349,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {n} | {mt} | {st} | {clk:.1f} | {rate:.0f} | {rel} | {sb / clk:.1f} | {clk0:.1f} |", flush=True)
     # what bounds the feed: the copies' size (one copy per stage or several) and CTAs reading the same lines at once
     key = (128, 2) if (128, 2) in feeds else next(iter(feeds))
-    g, st, sb = feeds[key], feed_stages(*key), stage_bytes(*key)
+    sb = stage_bytes(*key)
     print()
     print(f"N = {key[0]}, MT = {key[1]} fed in chunks, CTAs sharing a region:")
     print("| copies per stage | CTAs per region | clocks per k block | stage bytes per clock |")
     print("|---|---|---|---|")
     for chunks in args.chunks:
         for share in args.share:
-            per_launch = []
-            for _ in range(args.reps):
-                g((sms,), (256,), (cyc, src, np.int32(args.iters), np.int32(wrap), np.int32(st), np.int32(1),
-                                   np.int32(chunks), np.int32(share), err), shared_mem=st * sb + 1024)
-                cp.cuda.Device().synchronize()
-                c = cyc.get().reshape(sms, 4).astype(np.int64)
-                per_launch.append(float(np.median(c[:, 1] - c[:, 0])))
-            clk = sorted(per_launch)[len(per_launch) // 2] / args.iters
+            clk = feed_clocks(key, 1, chunks, share)
             print(f"| {chunks} | {share} | {clk:.1f} | {sb / clk:.1f} |", flush=True)
     if int(err.get()[0]):
         print("error: a chunked feed ring timed out (a kernel bug)", file=sys.stderr)
