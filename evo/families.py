@@ -128,13 +128,13 @@ class Family:
     def env(self, params: dict[str, Any], problem: Problem | None = None) -> dict[str, int]:
         """The integer names an expression over these parameters evaluates with: a parameter the set lacks (one from
         before the parameter existed) at its default, as render completes it; with a problem, its M, N and K too."""
-        env = {k: int(v) for k, v in {**self.default_params(), **params}.items() if isinstance(v, (int, bool))}
+        env = _ints({**self.default_params(), **params})
         if problem is not None:
             env.update(M=problem.m, N=problem.n, K=problem.k)
         return env
 
     def valid(self, params: dict[str, Any]) -> bool:
-        env = {k: int(v) for k, v in params.items() if isinstance(v, (int, bool))}
+        env = _ints(params)
         return all(expr.evaluate(c, env) for c in self.constraints)
 
     def random_params(self, rng: random.Random, tries: int = 200) -> dict[str, Any] | None:
@@ -251,6 +251,11 @@ class Family:
 
     def instances_for_ci(self) -> list[dict[str, Any]]:
         return [self.default_params()] + [self.complete(p) for p in self.ci_instances]
+
+
+def _ints(params: dict[str, Any]) -> dict[str, int]:
+    """The parameters an expression can name: the integer and switch values, as ints."""
+    return {k: int(v) for k, v in params.items() if isinstance(v, (int, bool))}
 
 
 def _assign(params: dict[str, Any], env: dict[str, int], name: str, value: Any, checks: tuple[str, ...]) -> bool:
