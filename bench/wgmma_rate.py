@@ -11,6 +11,10 @@ k blocks fed as a GEMM feeds them: one producer thread copies each stage (MT x 6
 from an L2-resident region) into a ring that the consumer waits on and frees, timed with the wgmmas and with the
 copies alone. If a width's per-column rate equals 128's with fixed operands but not when fed, a tile of that width
 pays for operand delivery (bytes per FLOP grow as (MT x 64 + N) / N), not for the tensor pipe.
+What bounds the feed: the stage as several copies (--chunks), CTAs reading the same region at once (--share), and a
+second path into shared memory beside the bulk copies: part of each stage through the load/store units (--lsu, 16-byte
+cp.async by the producer warpgroup's 128 threads). If the two paths together deliver more bytes per clock than the
+bulk copies alone, what binds is the copy engine, not L2.
 """
 from __future__ import annotations
 
@@ -45,6 +49,14 @@ def stage_bytes(n: int, mt: int) -> int:
 def feed_stages(n: int, mt: int) -> int:
     """Ring depth of a feed variant: as many stages as fit in 200 KB, at most 8 (the kernels' MAX_STAGES)."""
     return min(8, 200 * 1024 // stage_bytes(n, mt))
+
+
+def lsu_bytes(fraction: float, stage: int) -> int:
+    """The bytes of a stage the producer warpgroup copies with cp.async: ``fraction`` of it, in whole rounds of 128
+    threads x 16 bytes."""
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"a fraction of the stage in 0..1, not {fraction}")
+    return min(stage, int(round(fraction * stage / 2048)) * 2048)
 
 
 def check_widths(widths: tuple[int, ...]) -> None:
@@ -111,33 +123,44 @@ extern "C" __global__ void __launch_bounds__(256, 1) {kernel_name(n, mt)}(unsign
 // cp.async.bulk copies) from its region of `src` (`wrap` stages long, so it stays in L2; `share` neighbouring CTAs
 // read the same region at once) into stage it % stages; warpgroup 0 waits
 // for it, runs the stage's wgmmas (compute 0: none) and frees the stage after the next one's wait_group 1.
+// lsu > 0: the stage's last `lsu` bytes come instead through the load/store path, 16-byte cp.async.cg by all 128
+// producer threads, each completing its share of the full barrier with cp.async.mbarrier.arrive.noinc.
 extern "C" __global__ void __launch_bounds__(256, 1) {feed_name(n, mt)}(unsigned long long* cyc, const unsigned char* src,
                                                                        int iters, int wrap, int stages, int compute,
-                                                                       int chunks, int share, int* err) {{
+                                                                       int chunks, int share, int lsu, int* err) {{
   constexpr uint32_t STAGE = ({mt} * 64 + {n}) * 128;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ alignas(8) uint64_t full[MAX_STAGES], empty[MAX_STAGES];
   const uint32_t ring = (smem_u32(smem_raw) + 1023) & ~1023u;
   if (threadIdx.x == 0) {{
     for (int i = 0; i < stages; ++i) {{
-      mbar_init(smem_u32(&full[i]), 1);
+      mbar_init(smem_u32(&full[i]), 1 + (lsu > 0 ? 128 : 0));
       mbar_init(smem_u32(&empty[i]), 1);
     }}
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }}
   __syncthreads();
   const unsigned char* mine = src + static_cast<size_t>(blockIdx.x / share) * wrap * STAGE;  // share CTAs per region
-  if (threadIdx.x == 128) {{  // producer
+  const uint32_t bulk = STAGE - lsu;
+  if (threadIdx.x == 128 || (threadIdx.x > 128 && lsu > 0)) {{  // producer: thread 128, or with lsu its warpgroup
     int s = 0;
     uint32_t ph = 0;
     for (int it = 0; it < iters; ++it) {{
       if (!mbar_wait(smem_u32(&empty[s]), ph ^ 1, err)) break;
-      mbar_arrive_expect_tx(smem_u32(&full[s]), STAGE);
-      for (int c = 0; c < chunks; ++c)  // the stage as `chunks` copies
-        bulk_load(ring + s * STAGE + c * (STAGE / chunks), mine + static_cast<size_t>(it % wrap) * STAGE + c * (STAGE / chunks),
-                  STAGE / chunks, smem_u32(&full[s]));
+      const unsigned char* from = mine + static_cast<size_t>(it % wrap) * STAGE;
+      if (threadIdx.x == 128) {{
+        mbar_arrive_expect_tx(smem_u32(&full[s]), bulk);
+        for (int c = 0; bulk > 0 && c < chunks; ++c)  // the stage as `chunks` copies
+          bulk_load(ring + s * STAGE + c * (bulk / chunks), from + c * (bulk / chunks), bulk / chunks, smem_u32(&full[s]));
+      }}
+      if (lsu > 0) {{
+        for (uint32_t o = bulk + (threadIdx.x - 128) * 16; o < STAGE; o += 128 * 16)
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(ring + s * STAGE + o), "l"(from + o) : "memory");
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(&full[s])) : "memory");
+      }}
       if (++s == stages) {{ s = 0; ph ^= 1; }}
     }}
+    if (lsu > 0) asm volatile("cp.async.wait_all;" ::: "memory");
     return;
   }}
   if (threadIdx.x >= 128) return;
@@ -248,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=5, help="launches per variant (the median's CTA is reported)")
     ap.add_argument("--chunks", default="1,4,16", help="copies per stage tried on N = 128, MT = 2 (divisors of 16)")
     ap.add_argument("--share", default="1,4,12", help="CTAs reading one region at once, tried with each --chunks")
+    ap.add_argument("--lsu", default="0,0.5,1", help="fractions of the stage copied through the load/store path "
+                    "(cp.async by the producer warpgroup) instead of cp.async.bulk, tried on N = 128, MT = 2 with each --share")
     args = ap.parse_args(argv)
     try:
         widths = tuple(int(w) for w in args.widths.split(","))
@@ -262,6 +287,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("copies per stage: 1, 2, 4, 8 or 16; CTAs per region >= 1")
     except ValueError as e:
         print(f"error: --chunks / --share: {e}", file=sys.stderr)
+        return 2
+    try:
+        args.lsu = [float(f) for f in args.lsu.split(",") if f]
+        for f in args.lsu:
+            lsu_bytes(f, stage_bytes(128, 2))
+    except ValueError as e:
+        print(f"error: --lsu: {e}", file=sys.stderr)
         return 2
     try:
         import cupy as cp
@@ -323,13 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     src = cp.random.randint(0, 255, sms * wrap * max(stage_bytes(n, mt) for n, mt in feeds), dtype=cp.uint8)
     err = cp.zeros(1, dtype=cp.int32)
 
-    def feed_clocks(key: tuple[int, int], compute: int, chunks: int = 1, share: int = 1) -> float:
+    def feed_clocks(key: tuple[int, int], compute: int, chunks: int = 1, share: int = 1, lsu: int = 0) -> float:
         """SM clocks per k block of one feed variant: the median launch's median CTA."""
         st, sb = feed_stages(*key), stage_bytes(*key)
         per_launch = []
         for _ in range(args.reps):
             feeds[key]((sms,), (256,), (cyc, src, np.int32(args.iters), np.int32(wrap), np.int32(st), np.int32(compute),
-                                        np.int32(chunks), np.int32(share), err), shared_mem=st * sb + 1024)
+                                        np.int32(chunks), np.int32(share), np.int32(lsu), err), shared_mem=st * sb + 1024)
             cp.cuda.Device().synchronize()
             c = cyc.get().reshape(sms, 4).astype(np.int64)
             per_launch.append(float(np.median(c[:, 1] - c[:, 0])))
@@ -366,6 +398,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {chunks} | {share} | {clk:.1f} | {sb / clk:.1f} |", flush=True)
     if int(err.get()[0]):
         print("error: a chunked feed ring timed out (a kernel bug)", file=sys.stderr)
+        return 1
+    # a second path into shared memory: part of each stage through the load/store units (cp.async, 16 B per thread)
+    print()
+    print(f"N = {key[0]}, MT = {key[1]}, part of each stage copied by the producer warpgroup's cp.async:")
+    print("| cp.async share of the stage | CTAs per region | clocks per k block | stage bytes per clock | "
+          "clocks per k block, copies alone |")
+    print("|---|---|---|---|---|")
+    for frac in args.lsu:
+        lsu = lsu_bytes(frac, sb)
+        for share in args.share:
+            clk, clk0 = (feed_clocks(key, compute, 1, share, lsu) for compute in (1, 0))
+            print(f"| {lsu / sb:.2f} ({lsu} B) | {share} | {clk:.1f} | {sb / clk:.1f} | {clk0:.1f} |", flush=True)
+    if int(err.get()[0]):
+        print("error: a feed ring with cp.async timed out (a kernel bug)", file=sys.stderr)
         return 1
     return 0
 

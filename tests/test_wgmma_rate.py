@@ -70,3 +70,20 @@ def test_bad_chunks_or_share_exit_2_with_one_line(capsys):
         assert wgmma_rate.main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: --chunks / --share")
+
+
+def test_lsu_bytes_are_whole_rounds_of_the_producer_warpgroup():
+    sb = wgmma_rate.stage_bytes(128, 2)
+    assert wgmma_rate.lsu_bytes(0, sb) == 0 and wgmma_rate.lsu_bytes(1, sb) == sb
+    assert wgmma_rate.lsu_bytes(0.5, sb) == sb // 2 and wgmma_rate.lsu_bytes(0.3, sb) % (128 * 16) == 0
+    with pytest.raises(ValueError):
+        wgmma_rate.lsu_bytes(1.5, sb)
+    src = wgmma_rate.source((128,))
+    assert "cp.async.cg.shared.global" in src and "cp.async.mbarrier.arrive.noinc.shared::cta.b64" in src
+
+
+def test_bad_lsu_exits_2_with_one_line(capsys):
+    for argv in (["--lsu", "2"], ["--lsu", "x"]):
+        assert wgmma_rate.main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --lsu")
