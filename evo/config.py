@@ -106,6 +106,7 @@ class TimingConfig:
     flush_mode: str
     timeout_s: float
     drift_tol: float
+    library_fresh_work: bool
 
 
 @dataclass
