@@ -163,3 +163,61 @@ def test_the_runoff_shadows_every_library_only_beside_candidates(session_module,
         assert isinstance(seen["evo"], mod.Contender) and res["results"]["evo"].detail == ""
     else:
         assert shadows == [] and all(getattr(seen[n], "before", None) is None for n in libs)
+
+
+@pytest.fixture
+def evo_np(monkeypatch):
+    """evo.check and evo.fresh on the numpy stand-in for CuPy (tests/numpy_cupy.py), put back after the test."""
+    import numpy_cupy
+
+    yield from numpy_cupy.installed(monkeypatch)
+
+
+def test_the_shadow_is_a_real_fresh_inputs_that_checks_nothing_in_full(evo_np, monkeypatch):
+    # the real FreshInputs on the numpy stand-in for CuPy (tests/numpy_cupy.py): every library call gets its refill,
+    # poison and checksums, no call is compared in full (one scratch snapshot), and the library's own output is left
+    # alone
+    import dataclasses
+    import sys
+    import types
+
+    import numpy as np
+
+    _, fresh_np = evo_np
+
+    @dataclasses.dataclass
+    class Contender:
+        run: object
+        before: object = None
+        after: object = None
+
+    stub = types.ModuleType("evo.timing")  # evo.timing imports CuPy's RawKernel; only its Contender is needed here
+    stub.Contender, stub.as_contender = Contender, lambda c: c if isinstance(c, Contender) else Contender(c)
+    monkeypatch.setitem(sys.modules, "evo.timing", stub)
+    p = parse_shape("64x48x96")
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((p.m, p.k)).astype(np.float16)
+    b = rng.standard_normal((p.n, p.k)).astype(np.float16)
+    outs = {n: np.full((p.m, p.n), np.nan, dtype=np.float16) for n in ("cublas", "lt")}
+
+    def library(name):
+        def call():
+            outs[name][...] = (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
+        return call
+
+    made: list = []
+    real = fresh_np.FreshInputs
+    monkeypatch.setattr(fresh_np, "FreshInputs", lambda *x, **k: made.append(real(*x, **k)) or made[-1])
+    calls = fresh_np.like_candidates({n: library(n) for n in outs}, p, load_config().check, 9, warmup=2, reps=5)
+    for _ in range(7):
+        for c in calls.values():
+            c.before()
+            c.run()
+            c.after()
+    (shadow,) = made
+    assert shadow.checked == [] and len(shadow.snaps) == 1
+    assert len(shadow.log) == len(shadow.verdicts) == 14 and shadow.calls_max == 14
+    assert all(np.isnan(v.got) for v in shadow.verdicts)  # its C stays poisoned: no library writes it
+    assert len({(lg.seed_a, lg.seed_b) for lg in shadow.log}) == 14  # new inputs every call, as a candidate's
+    ref = (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
+    assert all(np.array_equal(o, ref) for o in outs.values())
