@@ -1,10 +1,12 @@
 """Side-by-side benchmark: the best stored kernel per shape against cuBLAS and cuBLASLt, in one process.
 
-    python -m bench.compare --shapes shapes/bench.yaml [--db .evo/evo.db | --table kernels_out/NVIDIA_H200]
-        [--modes cold,b2b,server] [--out-dir DIR]
+    python -m bench.compare --shapes shapes/bench.yaml [--db .evo/evo.db | --table kernels_out/NVIDIA_H200 |
+        --family wgmma_sm90 --instance '{"BM": 128, ...}'] [--modes cold,b2b,server] [--out-dir DIR]
 
 evo's contender per shape is the archive's vetted champion, or with --table the kernel the committed kernel table
-publishes for the shape (its exported source, what programs load): a benchmark of the table itself.
+publishes for the shape (its exported source, what programs load): a benchmark of the table itself. With --family F
+--instance JSON it is that one instance of a family, rendered from templates/, on every shape that it accepts: a
+candidate timed in the judge's conditions before it goes into a table.
 
 Ceilings P (8192^3 cuBLAS) and BW (1 GiB copy) are measured at the start of the run on the same GPU;
 the roofline bound of a shape is max(2MNK/P, 2(MK+NK+MN)/BW). Three timing modes:
@@ -30,6 +32,7 @@ import argparse
 import math
 import random
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -191,6 +194,19 @@ def algorithm_text(cfg: dict | None) -> str:
     return ", ".join(f"{label} {dims(cfg[k])}" for k, label in names if k in cfg)
 
 
+def instance_kernels(family: str, text: str, shapes: list[str]) -> dict[str, dict[str, str]]:
+    """shape -> {"source", "family"}: one instance of a family (a JSON object of its parameters, rendered from
+    templates/ as bench.template_ab renders it) as evo's contender on every shape, in place of the table's or the
+    archive's kernel: a candidate timed in the judge's own conditions. A bad instance is one EvoError line."""
+    from bench.template_ab import parse_instances, plan
+
+    (params,) = parse_instances([text])
+    rendered = [ks for _, ks in plan(family, None, [params], shapes)]
+    if len(rendered) == 1:  # a shape-independent rendering serves every shape
+        rendered = rendered * len(shapes)
+    return {sh: {"source": ks.text, "family": family} for sh, ks in zip(shapes, rendered)}
+
+
 def checked_kernel(ks, cubin_path: str, p, info, inputs: list[tuple], check_cfg) -> tuple:
     """evo's kernel loaded and checked on every input set (A, B) it will be timed on: each output NaN-poisoned, then
     compared with the fp32 reference. Returns (kernel, one output buffer per set, why it failed: "" if it did not)."""
@@ -240,7 +256,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--placements", type=int, default=4,
                     help="input sets at different offsets each contender runs on in turn (cold, server); 1 (one set) to 11, "
                          "default 4")
+    ap.add_argument("--family", default="", help="the family of --instance")
+    ap.add_argument("--instance", default="", help="a JSON object of --family's parameters: evo's kernel on every shape, "
+                    "rendered from templates/, in place of the table's or the archive's (a candidate in the judge's conditions)")
     args = ap.parse_args(argv)
+    if args.instance and not args.family:
+        raise EvoError("--instance needs --family (the family whose parameters it sets)")
+    if args.instance and args.table:
+        raise EvoError("--instance replaces the table's kernel: give --table or --instance, not both")
     if args.name and not re.fullmatch(r"[A-Za-z0-9_-]+", args.name):
         raise EvoError(f"--name must be letters, digits, - or _ (it names a file), not {args.name!r}")
     if not 1 <= args.placements <= MAX_PLACEMENTS:
@@ -257,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
 
     problems = load_shapes(args.shapes)
     published = table_kernels(args.table) if args.table else {}  # read before the GPU: a bad path is one line
+    if args.instance:  # rendered before the GPU too: a bad instance or family is one line
+        published = instance_kernels(args.family, args.instance, [p.key for p in problems])
     cfg = load_config(args.config, {"paths": {"db": args.db}})
     from evo.gpu.device import gpu_info
 
@@ -270,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
     session = Session(cfg)
     bus, smi_field = str(info.extra.get("pci_bus_id", "")), reasons_field()  # None: no nvidia-smi, nothing sampled
-    store = None if args.table else Store(cfg.paths.db)
+    store = None if args.table or args.instance else Store(cfg.paths.db)
     compiler = Compiler.from_config(cfg.compile)
     ceil = session.handle_ceilings()
     peak, bw = ceil["peak_tflops"], ceil["bw_gbs"]
@@ -282,13 +307,20 @@ def main(argv: list[str] | None = None) -> int:
               + (f", each over {args.placements} placements of its buffers in turn (b2b: the first).\n"
                  if args.placements > 1 else ".\n") +
               f"Command: `python -m bench.compare --shapes {args.shapes}{' --table ' + args.table if args.table else ''} "
+              f"{'--family ' + args.family + ' --instance ' + shlex.quote(args.instance) + ' ' if args.instance else ''}"
               f"--modes {args.modes} --reps {args.reps} --placements {args.placements}"
               f"{' --name ' + args.name if args.name else ''}`\n" + (f"{' '.join(args.note.split())}\n" if args.note.strip() else ""))
     print(header, flush=True)
     results: dict[str, list[dict]] = {m: [] for m in modes}
     # the vetted winner of each shape (or the table's kernel), all compiled side by side before the first timing
-    picks = {p.key: published.get(p.key) if args.table else store.champion(p.key, p.layout, info.key) for p in problems}
+    picks = {p.key: published.get(p.key) if store is None else store.champion(p.key, p.layout, info.key) for p in problems}
     sources = {key: KernelSource.parse(b["source"]) for key, b in picks.items() if b is not None}
+    for p in problems:
+        if p.key in sources and not sources[p.key].accepts(p, info.sm_count):
+            print(f"{p.key}: the instance does not accept this shape (requires: {sources[p.key].meta.requires}); "
+                  f"no evo kernel timed", file=sys.stderr)
+            picks[p.key] = None
+            del sources[p.key]
     compiled = precompile(compiler, list(sources.values()), info.arch)
     for p in problems:
         best = picks[p.key]

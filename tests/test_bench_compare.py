@@ -2,6 +2,8 @@
 host-bound b2b figures are marked, and a shape without an evo kernel shows '-' and stays out of the geomeans."""
 from pathlib import Path
 
+import json
+
 import pytest
 
 from bench.compare import render_markdown
@@ -69,6 +71,36 @@ def test_table_kernels_are_the_published_sources(tmp_path):
     (tmp_path / r.kernel_path).unlink()
     with pytest.raises(EvoError, match="missing"):
         table_kernels(str(copy))
+
+
+def test_an_instance_is_evos_kernel_on_every_shape():
+    """--family F --instance JSON: the instance rendered from templates/ as bench.template_ab renders it, one source per
+    shape (the shape-independent rendering for all of them), its family beside it."""
+    from bench.compare import instance_kernels
+    from bench.template_ab import plan
+
+    params = {"BM": 128, "BN": 192, "PINGPONG": 1, "STAGES": 4, "EPI": 1, "GROUP": 16}
+    shapes = ["16384x16384x4096", "4096x4096x1024"]
+    got = instance_kernels("wgmma_sm90", json.dumps(params), shapes)
+    (want,) = [ks.text for _, ks in plan("wgmma_sm90", None, [params], shapes)]
+    assert got == {sh: {"source": want, "family": "wgmma_sm90"} for sh in shapes}
+    assert "BN: 192" in want and "PINGPONG: 1" in want
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--instance", "{}"], "--instance needs --family"),
+    (["--family", "wgmma_sm90", "--instance", "{}", "--table", "kernels_out/NVIDIA_H200"], "not both"),
+    (["--family", "wgmma_sm90", "--instance", "{BM: 128"], "not a JSON object"),
+    (["--family", "wgmma_sm90", "--instance", "[1]"], "must be a JSON object"),
+    (["--family", "wgmma_sm90", "--instance", '{"BM": 100}'], "BM"),
+    (["--family", "no_such_family", "--instance", "{}"], "no_such_family"),
+])
+def test_a_bad_instance_is_a_one_line_error_before_any_gpu(capsys, argv, message):
+    from bench.compare import main
+
+    assert main(["--shapes", "4096x4096x1024"] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and message in err, err
 
 
 def test_precompile_hands_every_table_kernel_to_the_parallel_compiler():
