@@ -317,8 +317,8 @@ def main(argv: list[str] | None = None) -> int:
     sources = {key: KernelSource.parse(b["source"]) for key, b in picks.items() if b is not None}
     for p in problems:
         if p.key in sources and not sources[p.key].accepts(p, info.sm_count):
-            print(f"{p.key}: the instance does not accept this shape (requires: {sources[p.key].meta.requires}); "
-                  f"no evo kernel timed", file=sys.stderr)
+            print(f"{p.key}: evo's kernel does not accept this shape (requires: {sources[p.key].meta.requires}); "
+                  f"none timed", file=sys.stderr)
             picks[p.key] = None
             del sources[p.key]
     compiled = precompile(compiler, list(sources.values()), info.arch)

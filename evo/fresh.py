@@ -25,9 +25,8 @@ rounded to bf16 exceed it.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -482,4 +481,4 @@ def like_candidates(calls: dict, problem: Problem, cfg: CheckConfig, seed: int, 
     if any(c.before or c.after for c in calls.values()):
         raise ValueError("like_candidates: a call that already has work around it")
     shadow = FreshInputs(problem, cfg, seed, warmup * len(calls), reps * len(calls), sms=sms, full_checks=False)
-    return {name: dataclasses.replace(c, before=shadow.before, after=shadow.after) for name, c in calls.items()}
+    return {name: replace(c, before=shadow.before, after=shadow.after) for name, c in calls.items()}
