@@ -67,8 +67,8 @@ def test_the_session_shadows_libraries_only_when_configured(session_module, monk
     assert got == ({"cublas": "wrapped"} if on else calls) and len(made) == int(on)
 
 
-def test_the_default_is_on():
-    assert load_config().timing.library_fresh_work is True
+def test_the_default_is_off():
+    assert load_config().timing.library_fresh_work is False
 
 
 @pytest.mark.gpu
@@ -113,6 +113,7 @@ def test_the_runoff_shadows_every_library_only_beside_candidates(session_module,
 
     mod = session_module
     session, log = make_session(mod, monkeypatch, 1, {0: [3, 7]}, lambda e: 10.0)
+    session.cfg = load_config(overrides={"baselines": {"placements": 1}, "timing": {"library_fresh_work": True}})
     seen: dict = {}
     measure = session.timer.measure
 
