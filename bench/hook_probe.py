@@ -82,7 +82,11 @@ def main(argv: list[str] | None = None) -> int:
                         fill(rot.a.arr, next(seeds), rot.sms)
                         fill(rot.b.arr, next(seeds), rot.sms)
                     after = None
-                else:
+                else:  # A and B filled once: left as allocated (zeros) the tensor cores draw less power, and the
+                    # call ran 6-10 % faster on an H100 for that reason alone
+                    fill(rot.a.arr, 1, rot.sms)
+                    fill(rot.b.arr, 2, rot.sms)
+
                     def before(rot=rot):
                         rot.c.arr.fill(cupy.nan)
                     after = None
