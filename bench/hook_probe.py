@@ -5,11 +5,10 @@
 Before every timed call of an evo kernel the evaluator (evo.fresh.FreshInputs) writes new A and B on the device,
 poisons C with NaN and computes the expected checksum; after it, it checks C. Those hooks run outside the event
 window (before the L2 flush, after the stop event), but what they leave behind (dirty lines, DRAM state) may not
-be. The evaluator can give the libraries beside candidates the same work on scratch buffers (timing.library_fresh_work,
-off by default, evo.fresh.like_candidates); this probe asks what the work itself does to a call. It times, in one process and
-interleaved (evo.timing.Timer, read flush), cuBLAS and optionally one instance of a family under: no hooks (static
-buffers), the full hooks, and each half of `before` alone (A and B refilled; C poisoned), so that a difference is
-attributed to a hook.
+be. The libraries are timed on static buffers. This probe times, in one process and interleaved (evo.timing.Timer,
+read flush), cuBLAS and optionally one instance of a family under: no hooks (static buffers), the full hooks,
+and each half of `before` alone (A and B refilled; C poisoned), so that a difference is attributed to a hook. On an
+H100 the hooks moved no call's time (docs/evaluator.md, "The libraries' side").
 """
 from __future__ import annotations
 

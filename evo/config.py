@@ -106,7 +106,6 @@ class TimingConfig:
     flush_mode: str
     timeout_s: float
     drift_tol: float
-    library_fresh_work: bool
 
 
 @dataclass

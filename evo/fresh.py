@@ -26,7 +26,7 @@ rounded to bf16 exceed it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -314,11 +314,10 @@ class FreshInputs:
     """The candidate's buffers during timing, refilled with new values before every call and checked after it.
 
     ``before``/``args``/``after`` plug into evo.timing.Contender; ``verify`` (one synchronize) says whether
-    every call was right. ``off``: defences switched off by name (evo.defences), for the tests only.
-    ``full_checks`` False: no call is compared in full (a library's shadow, evo.fresh.like_candidates)."""
+    every call was right. ``off``: defences switched off by name (evo.defences), for the tests only."""
 
     def __init__(self, problem: Problem, cfg: CheckConfig, seed: int, warmup: int, reps: int,
-                 off: frozenset = frozenset(), sms: int = 132, full_checks: bool = True):
+                 off: frozenset = frozenset(), sms: int = 132):
         from .check import Guarded  # the guard-banded buffers of the check
 
         self.p, self.cfg, self.off, self.sms = problem, cfg, off, sms
@@ -327,7 +326,7 @@ class FreshInputs:
         self.a, self.b, self.c = Guarded(p.m, p.k), Guarded(p.n, p.k), Guarded(p.m, p.n)
         self.calls_max = warmup + reps
         self.warmup = warmup
-        self.checked = checked_calls(self.rng, cfg, warmup, reps, off) if full_checks else []
+        self.checked = checked_calls(self.rng, cfg, warmup, reps, off)
         self.snaps = [cupy.empty((p.m, p.n), dtype=cupy.float16) for _ in range(len(self.checked) + 1)]
         tight = "tight_bound" not in off
         self.rows = cfg.sample_rows if tight else 0
@@ -462,23 +461,3 @@ class FreshInputs:
             if why:
                 return why
         return ""
-
-
-def like_candidates(calls: dict, problem: Problem, cfg: CheckConfig, seed: int, warmup: int, reps: int,
-                    sms: int = 132) -> dict:
-    """Library calls given the same device work around them as a candidate's fresh inputs (timing.library_fresh_work).
-
-    One FreshInputs of the shape (no full comparisons) whose buffers no library reads: before each library call it
-    refills A and B and poisons C, after it runs the checksum kernels, snapshots C and copies a verdict to the host
-    (a synchronize), as around a candidate's call. Without it only the candidates' calls follow that memory-bound,
-    low-power work; on a shape whose clock the power cap holds it likely grants them a higher clock than the libraries
-    get (docs/evaluator.md, "The libraries' side"). Returns {name: Contender}."""
-    from .timing import as_contender
-
-    if not calls:
-        return {}
-    calls = {name: as_contender(c) for name, c in calls.items()}
-    if any(c.before or c.after for c in calls.values()):
-        raise ValueError("like_candidates: a call that already has work around it")
-    shadow = FreshInputs(problem, cfg, seed, warmup * len(calls), reps * len(calls), sms=sms, full_checks=False)
-    return {name: replace(c, before=shadow.before, after=shadow.after) for name, c in calls.items()}

@@ -59,7 +59,7 @@ class Contender:
 Call = Union[Callable[[], None], Contender]
 
 
-def as_contender(c: Call) -> Contender:
+def _as_contender(c: Call) -> Contender:
     return c if isinstance(c, Contender) else Contender(c)
 
 
@@ -101,7 +101,7 @@ class Timer:
         left out of that when it runs more than once: it carries one-off setup (module load, library handle,
         heuristic query) that the timed runs do not, and a spin sized on it would idle the GPU for seconds."""
         host_s = 0.0
-        for c in (as_contender(x) for x in contenders.values()):
+        for c in (_as_contender(x) for x in contenders.values()):
             for i in range(warmup):
                 if c.before:
                     c.before()
@@ -117,7 +117,7 @@ class Timer:
 
     def measure(self, contenders: dict[str, Call], reps: int, warmup: int = 3) -> dict[str, Timing]:
         names = list(contenders)
-        calls = {n: as_contender(c) for n, c in contenders.items()}
+        calls = {n: _as_contender(c) for n, c in contenders.items()}
         spin_ns = self.warm_up(calls, warmup)
         samples: dict[str, list[float]] = {n: [] for n in names}
         for _ in range(reps):

@@ -138,7 +138,7 @@ def test_placements_fall_back_where_memory_is_short(session_module, monkeypatch)
     s = mod.Session.__new__(mod.Session)
     s.cfg = load_config(overrides={"baselines": {"placements": 4}})
     p = parse_shape("16384x16384x4096")
-    need = 9 * p.min_bytes + 40.0 * p.m * p.n
+    need = 8 * p.min_bytes + 40.0 * p.m * p.n
     for free, want in [(need + 10 * (p.min_bytes + mod.MAX_PAD), 4), (need + 1.5 * (p.min_bytes + mod.MAX_PAD), 2),
                        (need / 2, 1)]:
         monkeypatch.setattr(mod.cupy.cuda.runtime, "memGetInfo", lambda free=free: (free, 2 * free))

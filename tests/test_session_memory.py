@@ -38,6 +38,6 @@ def test_the_pool_gives_its_blocks_back_when_the_device_runs_short(session_modul
 
 def test_a_shape_that_does_not_fit_even_then_is_refused(session_module):  # noqa: F811
     log = fake_device(session_module, free_gib=1, cached_gib=2)
-    with pytest.raises(session_module.EvoError, match="needs about 23.5 GiB"):
+    with pytest.raises(session_module.EvoError, match="needs about 22.0 GiB"):
         session_module.Session._fits(parse_shape("16384x16384x16384"))
     assert log == ["free_all_blocks"]

@@ -22,7 +22,7 @@ from ..baselines import LtPlan, call_across, cublas_gemm, pool_across  # noqa: E
 from ..check import check_kernel, compare, poisoned_output, random_inputs, reference, sync  # noqa: E402
 from ..defences import defences_off  # noqa: E402
 from ..drift import corrected_us, retimed  # noqa: E402
-from ..fresh import FreshInputs, like_candidates  # noqa: E402
+from ..fresh import FreshInputs  # noqa: E402
 from ..config import Config  # noqa: E402
 from ..errors import EvoError, LibraryMissing  # noqa: E402
 from ..families import Family, is_family_rendering, load_families  # noqa: E402
@@ -116,8 +116,6 @@ class Session:
                 notes["cublaslt"] = str(e)
         kernels = {}
         reps = whole_rotations(reps or max(self.cfg.baselines.reps, self.cfg.timing.reps), len(sets))
-        if extra:
-            contenders = self._like_candidates(contenders, problem, reps)
         for name, (source, cubin) in (extra or {}).items():
             k = self._launcher(KernelSource.parse(source), cubin, problem)
             rot = FreshInputs(problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup, reps, self.off,
@@ -155,14 +153,6 @@ class Session:
         out = {name: BaselineResult(name, t.median_us, t.spread, notes.get(name, "")) for name, t in timings.items()}
         return {"results": out, "notes": notes, "samples": {n: t.samples for n, t in timings.items()}}
 
-    def _like_candidates(self, calls: dict, problem: Problem, reps: int) -> dict:
-        """Library calls timed beside candidates, with the device work of a candidate's fresh inputs around each
-        (timing.library_fresh_work; evo.fresh.like_candidates), or as they are."""
-        if not self.cfg.timing.library_fresh_work:
-            return calls
-        return like_candidates(calls, problem, self.cfg.check, self._next_seed(), self.cfg.timing.warmup, reps,
-                               self.info.sm_count)
-
     def _placements(self, problem: Problem) -> int:
         """baselines.placements, or fewer where the sets would not leave the candidates' check and timing (_need_bytes)
         their memory: the largest shapes fall back towards one set rather than fail."""
@@ -185,9 +175,8 @@ class Session:
     @staticmethod
     def _need_bytes(problem: Problem) -> float:
         """GPU memory a candidate's check and timing hold: about 8 copies of A, B and C (guarded buffers,
-        FreshInputs' snapshots of C) plus fp32 and fp64 references (the exact test's), and one more for the
-        libraries' shadow of the fresh inputs (like_candidates)."""
-        return 9 * problem.min_bytes + 40.0 * problem.m * problem.n
+        FreshInputs' snapshots of C) plus fp32 and fp64 references (the exact test's)."""
+        return 8 * problem.min_bytes + 40.0 * problem.m * problem.n
 
     @classmethod
     def _fits(cls, problem: Problem) -> None:
@@ -280,7 +269,7 @@ class Session:
                                           reps, self.off, self.info.sm_count)
                         timings = self.timer.measure(
                             {"candidate": Contender(run=lambda: kernel(*rot.args()), before=rot.before, after=rot.after),
-                             **self._like_candidates({"cublas": lambda: self.cublas(a, b, c_ref)}, problem, reps)},
+                             "cublas": lambda: self.cublas(a, b, c_ref)},
                             reps, self.cfg.timing.warmup)
                         why = rot.verify()
                         del rot
