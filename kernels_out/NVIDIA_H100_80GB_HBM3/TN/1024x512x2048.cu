@@ -2,7 +2,7 @@
 family: cutlass_sm90
 archs: [sm_90a]
 launch: host
-params: {CLUSTER_M: 1, CLUSTER_N: 1, DECOMP: 0, EPI: 1, RASTER: 1, SCHEDULE: 0, SCHEDULER: 0,
+params: {CLUSTER_M: 1, CLUSTER_N: 1, DECOMP: 0, EPI: 1, RASTER: 0, SCHEDULE: 0, SCHEDULER: 0,
   SPLITS: 1, STAGES: 7, SWAP_AB: 0, SWIZZLE: 1, TILE_K: 64, TILE_M: 64, TILE_N: 64}
 host_args: [RASTER, SWIZZLE, DECOMP, SPLITS]
 # estimates for the prior only: evo_host_params (CUTLASS's own scheduler) decides the launch
