@@ -7,8 +7,9 @@
 Where no such file exists, the text itself may list the shapes: ``4096x4096x1024,512x2048x4096`` (layout TN).
 A kernel table's folder (e.g. kernels_out/NVIDIA_H200) or its table.json is a shape set too: its rows' shapes, so
 that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each against the row's kernel), or,
-with a `RowFilter`, only its rows measured before a day or where evo's kernel is below a speedup over the best
-library (the rows a table most needs searched again).
+with a `RowFilter`, only its rows measured before a day, where evo's kernel is below a speedup over the best
+library, or whose kernel was ported from another GPU's table and never searched on this one (the rows a table most
+needs searched again).
 """
 from __future__ import annotations
 
@@ -43,9 +44,11 @@ def resolve(path: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class RowFilter:
-    """Which rows of a kernel table a shape set takes (both given: a row passing either)."""
+    """Which rows of a kernel table a shape set takes (several given: a row passing any)."""
     dated_before: str | None = None  # YYYY-MM-DD: rows measured before this day (a row without a date counts as old)
     below: float | None = None  # rows where evo's kernel is below this speedup over the best library (none: 0)
+    ported: bool = False  # rows whose kernel came from another GPU's table (`evo.rerender --port`) and has not been
+                          # searched or re-rendered on this GPU since (timing_source "port")
 
     def __post_init__(self):
         if self.dated_before is not None and _iso_day(self.dated_before) != self.dated_before:
@@ -54,16 +57,18 @@ class RowFilter:
             raise EvoError(f"a speedup to search rows below must be positive, not {self.below}")
 
     def __bool__(self) -> bool:
-        return self.dated_before is not None or self.below is not None
+        return self.dated_before is not None or self.below is not None or self.ported
 
     def describe(self) -> str:
         said = ([f"dated before {self.dated_before}"] if self.dated_before is not None else []) + \
-               ([f"below {self.below:g}x the best library"] if self.below is not None else [])
+               ([f"below {self.below:g}x the best library"] if self.below is not None else []) + \
+               (["ported from another GPU's table"] if self.ported else [])
         return " or ".join(said)
 
-    def takes(self, day: str, speedup: float) -> bool:
+    def takes(self, day: str, speedup: float, source: str = "") -> bool:
         return ((self.dated_before is not None and (day or "") < self.dated_before)
-                or (self.below is not None and (speedup or 0.0) < self.below))
+                or (self.below is not None and (speedup or 0.0) < self.below)
+                or (self.ported and source == "port"))
 
 
 def _iso_day(text: str) -> str:
@@ -99,12 +104,14 @@ def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem
                            "(e.g. 4096x4096x1024,512x2048x4096)")
     if listed:
         if rows:
-            raise EvoError(f"{given} lists shapes, not a kernel table: only a table's rows can be picked by date or speedup")
+            raise EvoError(f"{given} lists shapes, not a kernel table: only a table's rows can be picked by date, speedup "
+                           "or origin")
         return _unique([parse_shape(x) for x in listed])
     if path.is_dir() or path.name == "table.json":
         return _table_shapes(path if path.is_dir() else path.parent, rows)
     if rows:
-        raise EvoError(f"shape set {path} is not a kernel table: only a table's rows can be picked by date or speedup")
+        raise EvoError(f"shape set {path} is not a kernel table: only a table's rows can be picked by date, speedup or "
+                       "origin")
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
@@ -144,7 +151,7 @@ def _table_shapes(table_dir: Path, pick: RowFilter | None = None) -> list[Proble
     doc, rows = read_table(table_dir)
     out: dict[str, Problem] = {}
     for r in rows:
-        if pick and not pick.takes(r.date, r.speedup_best_library):
+        if pick and not pick.takes(r.date, r.speedup_best_library, r.timing_source):
             continue
         p = parse_shape(r.shape, r.layout or doc.get("layout") or "TN")
         out.setdefault(p.key, p)

@@ -105,8 +105,10 @@ def test_a_tables_rows_picked_by_date_or_speedup(tmp_path):
 
     d = _table(tmp_path, [
         {"shape": "64x64x64", "date": "2026-11-20", "speedup_best_library": 1.20},    # old, a win
-        {"shape": "128x64x64", "date": "2026-11-29", "speedup_best_library": 0.98},   # new, below
-        {"shape": "256x64x64", "date": "2026-11-29", "speedup_best_library": 1.10},   # new, a win
+        {"shape": "128x64x64", "date": "2026-11-29", "speedup_best_library": 0.98,    # new, below, searched here
+         "timing_source": "confirm"},
+        {"shape": "256x64x64", "date": "2026-11-29", "speedup_best_library": 1.10,    # new, a win, ported
+         "timing_source": "port"},
         {"shape": "512x64x64", "speedup_best_library": 1.30},                          # undated: old
         {"shape": "1024x64x64", "date": "2026-11-29", "speedup_best_library": 0.0},   # no evo kernel: below
     ])
@@ -118,6 +120,9 @@ def test_a_tables_rows_picked_by_date_or_speedup(tmp_path):
     assert keys(RowFilter(below=1.15)) == ["128x64x64", "256x64x64", "1024x64x64"]
     assert keys(RowFilter("2026-11-29", 1.0)) == ["64x64x64", "128x64x64", "512x64x64", "1024x64x64"]
     assert RowFilter("2026-11-29", 1.0).describe() == "dated before 2026-11-29 or below 1x the best library"
+    assert keys(RowFilter(ported=True)) == ["256x64x64"]  # a row re-rendered or searched here is no longer "port"
+    assert keys(RowFilter(below=1.0, ported=True)) == ["128x64x64", "256x64x64", "1024x64x64"]
+    assert RowFilter(ported=True) and RowFilter(ported=True).describe() == "ported from another GPU's table"
     for bad in ("29-11-2026", "2026-13-01", "2026-11-31", "yesterday", "20261129"):
         with pytest.raises(EvoError, match="YYYY-MM-DD"):
             RowFilter(dated_before=bad)
@@ -132,7 +137,8 @@ def test_the_sweep_searches_only_the_picked_rows(tmp_path, monkeypatch, capsys):
     import evo.sweep as sweep
 
     d = _table(tmp_path, [{"shape": "64x64x64", "date": "2026-11-20", "speedup_best_library": 1.2},
-                          {"shape": "128x64x64", "date": "2026-11-29", "speedup_best_library": 0.98}])
+                          {"shape": "128x64x64", "date": "2026-11-29", "speedup_best_library": 0.98,
+                           "timing_source": "port"}])
     searched = []
 
     def fake_run(shapes, cfg, **kw):
@@ -144,7 +150,8 @@ def test_the_sweep_searches_only_the_picked_rows(tmp_path, monkeypatch, capsys):
     assert sweep.main(["--shapes", str(d), "--rows-below", "1"] + db) == 0
     assert sweep.main(["--shapes", str(d), "--rows-dated-before", "2026-11-29"] + db) == 0
     assert sweep.main(["--shapes", str(d)] + db) == 0
-    assert searched == [["128x64x64"], ["64x64x64"], ["64x64x64", "128x64x64"]]
+    assert sweep.main(["--shapes", str(d), "--rows-ported"] + db) == 0
+    assert searched == [["128x64x64"], ["64x64x64"], ["64x64x64", "128x64x64"], ["128x64x64"]]
     capsys.readouterr()
     assert sweep.main(["--shapes", str(d), "--rows-below", "0.5"] + db) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -153,4 +160,4 @@ def test_the_sweep_searches_only_the_picked_rows(tmp_path, monkeypatch, capsys):
     assert sweep.main(["--shapes", str(d), "--rows-dated-before", "11/29"] + db) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "not a kernel table" in err[0] and "YYYY-MM-DD" in err[1]
-    assert len(searched) == 3
+    assert len(searched) == 4
