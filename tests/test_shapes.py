@@ -99,8 +99,9 @@ def _table(tmp_path, rows):
     return d
 
 
-def test_a_tables_rows_picked_by_date_or_speedup(tmp_path):
-    """`evo.sweep --shapes <table> --rows-dated-before D --rows-below X`: the rows that most need searching again."""
+def test_a_tables_rows_picked_by_date_speedup_or_origin(tmp_path):
+    """`evo.sweep --shapes <table> --rows-dated-before D --rows-below X --rows-ported`: the rows that most need searching
+    again."""
     from evo.shapes import RowFilter
 
     d = _table(tmp_path, [
