@@ -65,7 +65,7 @@ class RowFilter:
                (["ported from another GPU's table"] if self.ported else [])
         return " or ".join(said)
 
-    def takes(self, day: str, speedup: float, source: str = "") -> bool:
+    def takes(self, day: str, speedup: float, source: str) -> bool:
         return ((self.dated_before is not None and (day or "") < self.dated_before)
                 or (self.below is not None and (speedup or 0.0) < self.below)
                 or (self.ported and source == "port"))
@@ -80,6 +80,7 @@ def _iso_day(text: str) -> str:
 
 
 _SHAPE = re.compile(r"\d+x\d+x\d+")
+_ONLY_TABLES = "only a table's rows can be picked by date, speedup or origin"
 
 
 def _tokens(text: str) -> list[str]:
@@ -104,14 +105,12 @@ def load_shapes(path: str | Path, rows: RowFilter | None = None) -> list[Problem
                            "(e.g. 4096x4096x1024,512x2048x4096)")
     if listed:
         if rows:
-            raise EvoError(f"{given} lists shapes, not a kernel table: only a table's rows can be picked by date, speedup "
-                           "or origin")
+            raise EvoError(f"{given} lists shapes, not a kernel table: {_ONLY_TABLES}")
         return _unique([parse_shape(x) for x in listed])
     if path.is_dir() or path.name == "table.json":
         return _table_shapes(path if path.is_dir() else path.parent, rows)
     if rows:
-        raise EvoError(f"shape set {path} is not a kernel table: only a table's rows can be picked by date, speedup or "
-                       "origin")
+        raise EvoError(f"shape set {path} is not a kernel table: {_ONLY_TABLES}")
     try:
         doc = yaml.safe_load(path.read_text())
     except OSError as e:
