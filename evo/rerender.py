@@ -4,9 +4,10 @@ A table row stores the kernel source it was measured with. When a family's templ
 instruction stream, a fixed epilogue), the rows found with it keep the old text until searched again. This
 renders every evo row's family and parameters from the current templates; where the text differs, it compiles
 both, re-checks the new one as strongly as a search's champion (evo.sanitize.vet_kernel: seeds, off-tile
-shapes, the sanitizer where enabled), times old, new and every library side by side in one window (L2 flushed,
-interleaved, every call checked) and replaces the row's kernel only where the new one is faster than the old
-beyond their noise band. The row then carries that window's times (timing_source "rerender").
+shapes), times old, new and every library side by side in one window (L2 flushed, interleaved, every call checked)
+and replaces the row's kernel only where the new one is faster than the old beyond their noise band and passes the
+sanitizer where enabled (run on the kernel about to be written only: a process per tool costs seconds). The row
+then carries that window's times (timing_source "rerender").
 
     python -m evo.rerender kernels_out/NVIDIA_H200                # on the GPU the table is for
     python -m evo.rerender kernels_out/NVIDIA_H200 --plan-only    # which rows would be re-rendered (no GPU)
@@ -24,6 +25,9 @@ and replaces the row's kernel as above, only where valid, correct and faster bey
 landed after the rows were searched:
 
     python -m evo.rerender kernels_out/NVIDIA_H100_80GB_HBM3 --set RING_SPLIT=2 --where "PINGPONG == 1 and K >= 1024"
+
+A rendering whose compiled kernel is byte for byte the old one's, launched the same way on the row's shape (a
+template change that reaches other instances only, or comments), is not timed: "same machine code".
 
 The table is rewritten after every replaced row (atomic renames): a killed run keeps what it finished.
 """
@@ -183,7 +187,7 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
     a stand-in); the table must be this GPU's, or with `port` another GPU's (this GPU's table is written).
     `overrides` / `where`: the rows' kernels with those parameters set (plan)."""
     from .gpu.worker import WorkerFault
-    from .sanitize import vet_kernel
+    from .sanitize import sanitize_kernel, vet_kernel
 
     table_dir = Path(table_dir)
     info = worker.info
@@ -222,9 +226,15 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
             o.action = "not compiled for " + info.arch + (f": {cn.error.splitlines()[0]}" if cn is not None and cn.error else "")
             print(f"{head}: {o.action}", file=out, flush=True)
             continue
+        if not port and same_machine_code(it.old, co.cubin_path, it.new, cn.cubin_path, p, info.sm_count):
+            o.action = "same machine code"
+            print(f"{head}: {o.action} (not timed)", file=out, flush=True)
+            continue
         # contenders: the new rendering, and (porting) the published kernel too: it has not been checked here
         kinds = {"new": (it.new, cn)} if not port or it.new.hash == it.old.hash else {"new": (it.new, cn), "old": (it.old, co)}
-        failed = {k: why for k, (ks, cr) in kinds.items() for why in [vet_kernel(worker, p, ks.text, cr.cubin_path, cfg, out)] if why}
+        # the sanitizer (slow: a process per tool) runs later, on the one kernel the row would take
+        failed = {k: why for k, (ks, cr) in kinds.items()
+                  for why in [vet_kernel(worker, p, ks.text, cr.cubin_path, cfg, out, sanitizer=False)] if why}
         if len(failed) == len(kinds):
             o.action = f"rejected ({failed['new']})"
             print(f"{head}: {o.action}", file=out, flush=True)
@@ -248,7 +258,17 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
                 o.action = "rejected (" + "; ".join(t[k].detail[:120] for k in extra if k in t) + ")"
                 print(f"{head}: {o.action}", file=out, flush=True)
                 continue
-            pick = min(good, key=lambda k: t[k].time_us)
+            sanitized = {}
+            for k in sorted(good, key=lambda k: t[k].time_us):  # the faster that passes the sanitizer
+                ks, cr = kinds[k]
+                sanitized[k] = sanitize_kernel(p, ks.text, cr.cubin_path, cfg, out)
+                if not sanitized[k]:
+                    break
+            if all(sanitized.values()):
+                o.action = "rejected (" + "; ".join(sanitized.values()) + ")"
+                print(f"{head}: {o.action}", file=out, flush=True)
+                continue
+            pick = next(k for k, why in sanitized.items() if not why)
             o.action = "ported" + (" (as published)" if pick == "old" else "")
             o.new_us = o.new_us or t[pick].time_us
             chosen = it.old if pick == "old" else it.new
@@ -275,6 +295,11 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
                   file=out, flush=True)
             if not ok:
                 continue
+            why = sanitize_kernel(p, it.new.text, cn.cubin_path, cfg, out)
+            if why:
+                o.action = f"rejected ({why})"
+                print(f"{head}: {o.action}", file=out, flush=True)
+                continue
             chosen, row = it.new, updated_row(it.row, it.new, t, info, floor)
         if p.key in by_shape:
             rows[by_shape[p.key]] = row
@@ -289,6 +314,51 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
     if (dest / "table.json").exists():
         refresh_table(dest, floor)
     return results
+
+
+def same_machine_code(old: KernelSource, old_cubin: str, new: KernelSource, new_cubin: str, problem,
+                      num_sms: int) -> bool:
+    """Whether two compiled kernels are one program on `problem`: the same cubin bytes (and, launched by their own
+    host code, the same host library), launched with the same geometry, tensor maps and launch mode."""
+    from .compile import host_library
+
+    def read(path: str) -> bytes | None:
+        try:
+            return Path(path).read_bytes()
+        except OSError:
+            return None
+
+    if old.meta.launch != new.meta.launch or old.meta.host_args != new.meta.host_args:
+        return False
+    a, b = read(old_cubin), read(new_cubin)
+    if a is None or a != b:
+        return False
+    if new.meta.launch == "host" and read(host_library(old_cubin)) != read(host_library(new_cubin)):
+        return False
+    try:
+        return old.launch(problem, num_sms) == new.launch(problem, num_sms)
+    except (EvoError, ValueError, ZeroDivisionError, TypeError):
+        return False
+
+
+def compiled_same(doc: dict, items: list[Rendering], compiler) -> None:
+    """--plan-only --compile: compile both renderings of every row whose text differs (no GPU) and note the rows
+    whose kernels are the same machine code, launched the same way on the row's shape: compiled for sm_90a where the
+    kernel claims it, else for the last arch it names; launched on the table's GPU's SM count (its datasheet; 132,
+    an H100's or H200's, where the table names no GPU the datasheet knows)."""
+    sheet = datasheet(doc.get("gpu") or "")
+    sms, arch = (sheet.sms if sheet else 132), "sm_90a"
+    todo = [it for it in items if it.new is not None and not it.note]
+    need = {ks.hash: ks for it in todo for ks in (it.old, it.new)}
+    pick = {h: (arch if arch in ks.meta.archs or not ks.meta.archs else ks.meta.archs[-1]) for h, ks in need.items()}
+    done = {r.hash: r for r in compiler.compile_many([(ks, pick[h]) for h, ks in need.items()], 0)}
+    for it in todo:
+        co, cn = done.get(it.old.hash), done.get(it.new.hash)
+        if co is None or cn is None or not (co.ok and cn.ok) or pick[it.old.hash] != pick[it.new.hash]:
+            continue
+        if same_machine_code(it.old, co.cubin_path, it.new, cn.cubin_path, parse_shape(it.row.shape, it.row.layout),
+                             sms):
+            it.note = f"same machine code ({it.old.hash[:10]} -> {it.new.hash[:10]}: not timed)"
 
 
 def doc_gpu(table_dir: Path) -> str:
@@ -322,6 +392,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30, help="flushed repetitions of the side-by-side timing")
     ap.add_argument("--config", help="a YAML file of overrides (evo/defaults.yaml)")
     ap.add_argument("--plan-only", action="store_true", help="list the rows whose rendering differs; no GPU")
+    ap.add_argument("--compile", action="store_true",
+                    help="with --plan-only: compile both renderings here (nvcc, no GPU) and say which rows compile to "
+                         "the same kernel, launched the same way (those a run does not time)")
     ap.add_argument("--port", action="store_true", help="DIR is another GPU's table: seed this GPU's own from it")
     ap.add_argument("--set", default="", metavar="KEY=VALUE[,...]",
                     help="try these parameters over each row's own (rows whose family has them), e.g. RING_SPLIT=2")
@@ -332,14 +405,22 @@ def main(argv: list[str] | None = None) -> int:
     shapes = {parse_shape(s).key for s in ns.shapes.split(",") if s} or None
     overrides = parse_set(ns.set) or None
     cfg = load_config(ns.config)
+    if ns.compile and not ns.plan_only:
+        raise EvoError("--compile goes with --plan-only (a run compiles anyway)")
+    from .compile import Compiler
+
     if ns.plan_only:
-        _, items = plan(ns.table, cfg.paths.templates, shapes, overrides, ns.where)
+        doc, items = plan(ns.table, cfg.paths.templates, shapes, overrides, ns.where)
+        if ns.compile:
+            compiled_same(doc, items, Compiler.from_config(cfg.compile))
         for it in items:
             what = it.note or f"{it.old.hash[:10]} -> {it.new.hash[:10]}"
             print(f"{it.row.shape:>18}  {it.row.family:<18} {what}")
-        print(f"{sum(1 for it in items if it.new is not None and not it.note)} of {len(items)} evo rows render differently")
+        differ = sum(1 for it in items if it.new is not None and not it.note)
+        print(f"{differ} of {len(items)} evo rows render differently"
+              + (f" ({sum(1 for it in items if it.note.startswith('same machine code'))} more only in their text: "
+                 "the same machine code)" if ns.compile else ""))
         return 0
-    from .compile import Compiler
     from .gpu.worker import GpuWorker
 
     worker = GpuWorker(cfg)

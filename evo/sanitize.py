@@ -257,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report.ok else 1
 
 
-def vet_kernel(worker, problem: Problem, source: str, cubin_path: str, cfg, out) -> str:
+def vet_kernel(worker, problem: Problem, source: str, cubin_path: str, cfg, out, sanitizer: bool = True) -> str:
     """The strong re-check of one kernel before it is published: cfg.check.recheck_seeds seeds on the exact shape,
-    guards, off-tile shapes it claims to accept, then (check.sanitize) the sanitizer. '' if it passes, else why not."""
+    guards, off-tile shapes it claims to accept, then (check.sanitize, unless `sanitizer` is False: a caller that
+    runs it later, on the one kernel it keeps, with sanitize_kernel) the sanitizer. '' if it passes, else why not."""
     from .gpu.worker import WorkerFault
 
     off_tile = [f"{max(1, problem.m - 1)}x{problem.n + 3}x{problem.k}", "77x200x72", "129x67x33"]
@@ -271,16 +272,24 @@ def vet_kernel(worker, problem: Problem, source: str, cubin_path: str, cfg, out)
         why = f"re-check crashed: {e}"
     except EvoError as e:
         why = f"re-check failed: {e}"
-    if not why and cfg.check.sanitize:
-        src = Path(cubin_path).with_suffix(".cu")
-        if not src.is_file():
-            src.write_text(source)
-        rep = sanitize(str(src), cubin_path, problem, timeout_s=cfg.check.sanitize_timeout_s, off=cfg.check.defences_off)
-        print(f"  {rep.line()}", file=out, flush=True)
-        if not rep.ok:
-            bad = next(t for t in rep.tools if not t.ok)
-            why = f"compute-sanitizer {bad.tool}: {bad.first_error}"
+    if not why and sanitizer:
+        why = sanitize_kernel(problem, source, cubin_path, cfg, out)
     return why
+
+
+def sanitize_kernel(problem: Problem, source: str, cubin_path: str, cfg, out) -> str:
+    """vet_kernel's last step alone: with check.sanitize, compute-sanitizer on the kernel. '' if it passes."""
+    if not cfg.check.sanitize:
+        return ""
+    src = Path(cubin_path).with_suffix(".cu")
+    if not src.is_file():
+        src.write_text(source)
+    rep = sanitize(str(src), cubin_path, problem, timeout_s=cfg.check.sanitize_timeout_s, off=cfg.check.defences_off)
+    print(f"  {rep.line()}", file=out, flush=True)
+    if rep.ok:
+        return ""
+    bad = next(t for t in rep.tools if not t.ok)
+    return f"compute-sanitizer {bad.tool}: {bad.first_error}"
 
 
 def vet_champion(worker, store, compiler, problem: Problem, info, cfg, out, run_id: int = 0, tries: int = 3,

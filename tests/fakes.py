@@ -92,8 +92,19 @@ class FakeWorker:
         raise AssertionError(op)
 
 
+def fake_machine_code(ks) -> str:
+    import hashlib
+    import re
+
+    from evo.kernel import strip_comments
+
+    code = re.sub(r"\s+", " ", strip_comments(ks.text.split("---*/", 1)[-1]))
+    return "fake cubin " + hashlib.sha256(code.encode()).hexdigest()
+
+
 class FakeCompiler:
-    """Compiles nothing; TILE == 32 'fails to compile'."""
+    """Compiles nothing; TILE == 32 'fails to compile'. With a cache_dir, each kernel's 'cubin' holds a hash of its
+    code without comments and front matter (texts that differ only there 'compile' to the same bytes)."""
 
     nvcc = "fake-nvcc"
 
@@ -109,7 +120,7 @@ class FakeCompiler:
         if self.cache_dir is not None:
             Path(self.cache_dir).mkdir(parents=True, exist_ok=True)
             path = str(Path(self.cache_dir) / f"{ks.hash}.cubin")
-            Path(path).touch()
+            Path(path).write_text(fake_machine_code(ks))
         return CompileResult(ks.hash, arch, True, cubin_path=path, registers=32)
 
     def is_cached(self, ks, arch):

@@ -144,6 +144,124 @@ def test_rerender_keeps_the_old_kernel_when_not_faster(tmp_path, monkeypatch):
     assert (table.parent / read_table(table)[1][0].kernel_path).read_text() == old_src
 
 
+def test_rerender_does_not_time_a_rendering_that_compiles_to_the_same_kernel(tmp_path, monkeypatch):
+    table = make_table(tmp_path)
+    before = read_table(table)[1][0]
+    root = templates(tmp_path, None)
+    src = root / "toy" / "kernel.cu"
+    src.write_text(src.read_text().replace("float acc = 0.f;", "float acc = 0.f; acc += 0.f;"))
+    assert plan(table, root)[1][0].note == ""  # the code differs ...
+    monkeypatch.setattr(fakes, "fake_machine_code", lambda ks: "\x7fELF")  # ... and the compiler sees through it
+    calls = []
+    monkeypatch.setattr(FakeWorker, "call", lambda self, op, timeout_s, **kw: calls.append(op))
+    out = io.StringIO()
+    res = rerender(table, cfg_for(root), started(), FakeCompiler(tmp_path / "cache"), out=out)
+    assert [o.action for o in res] == ["same machine code"] and "not timed" in out.getvalue()
+    after = read_table(table)[1][0]
+    assert calls == [] and (after.hash, after.time_us, after.timing_source) == (before.hash, 20.0, "confirm")
+
+
+def test_rerender_times_the_same_code_launched_differently(tmp_path, fast_marker):
+    table = make_table(tmp_path)
+    root = templates(tmp_path, None)
+    src = root / "toy" / "kernel.cu"
+    src.write_text(src.read_text().replace("smem: 0", "smem: 1024  # FAST"))  # front matter only: same cubin bytes
+    res = rerender(table, cfg_for(root), started(), FakeCompiler(tmp_path / "cache"), out=io.StringIO())
+    assert [o.action for o in res] == ["replaced"]
+
+
+def test_same_machine_code_compares_bytes_launch_and_host_code(tmp_path):
+    from evo.rerender import same_machine_code
+
+    fam = load_families(TOY, names=["toy"])[0]
+    a, b = fam.render(PARAMS), fam.render({**PARAMS, "TILE": 8})
+    p = parse_shape(SHAPE)
+    one, two, three = (tmp_path / f"{n}.cubin" for n in ("one", "two", "three"))
+    one.write_bytes(b"\x7fELF same"), two.write_bytes(b"\x7fELF same"), three.write_bytes(b"\x7fELF other")
+    assert same_machine_code(a, str(one), a, str(two), p, 132)
+    assert not same_machine_code(a, str(one), a, str(three), p, 132)  # other bytes
+    assert not same_machine_code(a, str(one), b, str(two), p, 132)  # same bytes, another block and grid
+    assert not same_machine_code(a, str(one), a, str(tmp_path / "missing.cubin"), p, 132)
+    host = KernelSource.parse(a.text.replace("workspace: 0", "workspace: 0\nlaunch: host", 1).replace(
+        "__global__ void evo_gemm", 'int evo_host_query(); extern "C" int evo_host_params(); extern "C" '
+        '__global__ void evo_gemm', 1).replace("int evo_host_query", 'extern "C" int evo_host_query', 1))
+    assert not same_machine_code(a, str(one), host, str(two), p, 132)  # launched another way
+    one.with_suffix(".so").write_bytes(b"host 1"), two.with_suffix(".so").write_bytes(b"host 2")
+    assert not same_machine_code(host, str(one), host, str(two), p, 132)  # the same kernel, other host code
+    two.with_suffix(".so").write_bytes(b"host 1")
+    assert same_machine_code(host, str(one), host, str(two), p, 132)
+
+
+def test_plan_compiled_marks_the_rows_a_run_would_not_time(tmp_path, monkeypatch):
+    from evo.rerender import compiled_same
+
+    table = make_table(tmp_path)
+    root = templates(tmp_path, "FAST")
+    doc, items = plan(table, root)
+    compiled_same(doc, items, FakeCompiler(tmp_path / "cache"))
+    assert items[0].note == ""  # other code: to be timed
+    monkeypatch.setattr(fakes, "fake_machine_code", lambda ks: "\x7fELF")
+    doc, items = plan(table, root)
+    compiled_same(doc, items, FakeCompiler(tmp_path / "cache2"))
+    assert items[0].note.startswith("same machine code")
+
+
+def test_rerender_cli_compile_goes_with_plan_only(tmp_path, capsys):
+    from evo.rerender import main
+
+    assert main([str(make_table(tmp_path)), "--compile"]) == 2
+    assert "--compile goes with --plan-only" in capsys.readouterr().err
+
+
+def sanitized_cfg(root: Path):
+    return load_config(overrides={"paths": {"templates": str(root)}, "check": {"sanitize": True}})
+
+
+def test_rerender_runs_the_sanitizer_only_on_the_kernel_it_writes(tmp_path, fast_marker, monkeypatch):
+    import evo.sanitize
+
+    seen = []
+    monkeypatch.setattr(evo.sanitize, "sanitize", lambda *a, **kw: pytest.fail("the sanitizer ran in vet_kernel"))
+    monkeypatch.setattr(evo.sanitize, "sanitize_kernel", lambda p, text, cubin, cfg, out: seen.append(text) or "")
+    table = make_table(tmp_path)
+    kept = rerender(table, sanitized_cfg(templates(tmp_path, "SAME")), started(), FakeCompiler(tmp_path / "cache"),
+                    out=io.StringIO())
+    assert [o.action for o in kept] == ["kept"] and seen == []  # not written: not sanitized
+    res = rerender(table, sanitized_cfg(templates(tmp_path / "b", "FAST")), started(),
+                   FakeCompiler(tmp_path / "cache"), out=io.StringIO())
+    assert [o.action for o in res] == ["replaced"] and len(seen) == 1 and "FAST" in seen[0]
+
+
+def test_rerender_rejects_a_faster_rendering_the_sanitizer_fails(tmp_path, fast_marker, monkeypatch):
+    import evo.sanitize
+
+    monkeypatch.setattr(evo.sanitize, "sanitize_kernel",
+                        lambda p, text, cubin, cfg, out: "compute-sanitizer memcheck: Invalid __global__ read" if "FAST" in text else "")
+    table = make_table(tmp_path)
+    h = read_table(table)[1][0].hash
+    res = rerender(table, sanitized_cfg(templates(tmp_path, "FAST")), started(), FakeCompiler(tmp_path / "cache"),
+                   out=io.StringIO())
+    assert res[0].action == "rejected (compute-sanitizer memcheck: Invalid __global__ read)"
+    assert read_table(table)[1][0].hash == h and read_table(table)[1][0].timing_source == "confirm"
+
+
+def test_port_takes_the_slower_contender_where_the_faster_fails_the_sanitizer(tmp_path, fast_marker, monkeypatch):
+    import evo.sanitize
+
+    monkeypatch.setattr(evo.sanitize, "sanitize_kernel",
+                        lambda p, text, cubin, cfg, out: "compute-sanitizer racecheck: hazard" if "FAST" in text else "")
+    src = make_table(tmp_path, gpu="NVIDIA_H200")
+    res = rerender(src, sanitized_cfg(templates(tmp_path, "FAST")), started(), FakeCompiler(tmp_path / "cache"),
+                   out=io.StringIO(), port=True)
+    assert [o.action for o in res] == ["ported (as published)"]
+    assert "FAST" not in (src.parent / read_table(src.parent / "Fake_GPU")[1][0].kernel_path).read_text()
+    monkeypatch.setattr(evo.sanitize, "sanitize_kernel", lambda p, text, cubin, cfg, out: "compute-sanitizer memcheck: x")
+    other = make_table(tmp_path / "o", gpu="NVIDIA_H200")
+    res = rerender(other, sanitized_cfg(templates(tmp_path / "o", "FAST")), started(),
+                   FakeCompiler(tmp_path / "cache"), out=io.StringIO(), port=True)
+    assert res[0].action.startswith("rejected (compute-sanitizer memcheck: x")
+
+
 def test_rerender_rejects_a_rendering_that_fails_its_recheck(tmp_path, fast_marker, monkeypatch):
     monkeypatch.setattr(FakeWorker, "fail_recheck", staticmethod(lambda p: True))
     table = make_table(tmp_path)
