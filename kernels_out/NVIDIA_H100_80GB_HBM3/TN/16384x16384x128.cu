@@ -2,101 +2,65 @@
 family: wgmma_sm90
 archs: [sm_90a]
 params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, DYN: 1, EARLY_STORE: 0, EPI: 1, EPI_HINT: 1,
-  EPI_WIDE: 1, GROUP: 1, PANEL: 1, PERSISTENT: 1, PINGPONG: 0, SPLIT_CLUSTER: 0, SPLIT_K: 1,
-  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 4, SWAP_AB: 0}
+  EPI_WIDE: 1, GROUP: 1, PANEL: 1, PERSISTENT: 1, PINGPONG: 0, RING_SPLIT: 0, SPLIT_CLUSTER: 0,
+  SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 4,
+  STREAMK: 0, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
-grid: ["min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
+grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else 0)"
-requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other)
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
+requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
+cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
-  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and EPI_WIDE == 0 and BN % 64 == 0"}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and EPI_WIDE == 0 and BN >= 64"}
   - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
-  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
-  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
+  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 >= 32"}
+  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 == 16"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
-// Pipeline (warp specialized, one CTA per SM when PERSISTENT):
-//   warpgroup 0      = producer: one thread issues TMA loads (128-byte swizzle, BK = 64 fp16 = 128 B)
-//                      of the A and B tiles into a STAGES-deep shared-memory ring.
-//   warpgroups 1..C  = consumers: each owns BM/C rows of the BM x BN tile and issues
-//                      wgmma.m64nBNk16 (both operands from shared memory) per 16-wide k slice.
-//   PINGPONG (C = 2): each consumer owns whole tiles instead, alternating: consumer 0 takes the
-//                      CTA's units 0, 2, 4, ..., consumer 1 units 1, 3, 5, ...  The ring is filled in
-//                      unit order, so one consumer's epilogue runs while the other one's wgmmas do.
-//                      The two mainloops strictly alternate (order mbarriers: a consumer starts its
-//                      k loop only after the other has issued its last wgmma of the previous unit), so a
-//                      consumer never waits on a stage more than one ring lap ahead: parity waits only
-//                      tell adjacent phases apart.
-//   full[s]  mbarrier: producer arms it with the stage's byte count, TMA completes it.
-//   empty[s] mbarrier: one thread of every consumer warpgroup arrives once its wgmmas no longer read stage s (a
-//                      wgmma group completes for the whole warpgroup, so one thread's wait covers its four warps).
-//   Both are waited by parity: the i-th use of stage s waits for phase (i / STAGES) & 1.
-// Work units: tiles (grouped raster along M by GROUP for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
+// Pipeline (warp specialized; PERSISTENT: one CTA per SM):
+//   warpgroup 0: producer; one thread issues TMA loads (128-byte swizzle, BK = 64) of A and B into a STAGES-deep ring.
+//   warpgroups 1..C: consumers; each owns BM/C rows of the BM x BN tile, wgmma.m64nBNk16 from smem per k16 slice.
+//   PINGPONG (C = 2): the consumers take alternate whole units (0, 2, ... / 1, 3, ...), so one's epilogue runs while
+//     the other's wgmmas do; order mbarriers make the two k loops strictly alternate (no wait more than a lap ahead).
+//   full[s]: the producer arms it with the stage's bytes, TMA completes it. empty[s]: one thread per consumer
+//     warpgroup arrives once its wgmmas no longer read stage s. Both waited by parity ((i / STAGES) & 1).
+// Work units: tiles (raster groups of GROUP tile-rows for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
 //   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
-// SPLIT_K > 1: each unit writes an fp32 partial tile to `workspace`, bumps a per-tile counter,
-//   and the last unit to arrive sums the partials in split order 0..SPLIT_K-1 (deterministic),
-//   writes C and resets the counter to 0.
-// SPLIT_OWNER (SPLIT_K > 1, workspace reduce): split SPLIT_K-1 of each tile is its reducer: it keeps its partial in
-//   registers, waits (acquire loads) for the other splits' release arrivals, adds their partials in order 0..SPLIT_K-2
-//   onto its own (deterministic) and writes C: no partial of its own written and read back, and its wait overlaps the
-//   others' writes. Deadlock-free because a split waits only for units numbered below its own: in a persistent grid
-//   every CTA is resident and takes its units in increasing order; one unit per CTA relies on CTAs being dispatched in
-//   blockIdx order, as CUTLASS's serial split-K does. (Pairs take units in the GPC-spread order: 8 stripes of the raster
-//   launched side by side, each in increasing order, so only a tile that straddles two stripes has its reducer launched
-//   ahead of its other splits: at most 7 CTAs wait early, far fewer than fit on the GPU. With SPLIT_MAJOR the reducers
-//   are the last 1/SPLIT_K of the units: one unit per CTA, they are dispatched last; pairs launch whole stripes of them
-//   beside the stripes that hold their other splits at the same positions (at most one round of 8 pairs later where
-//   stripe widths differ by one); non-reducers never wait, so a waiting reducer holds its SM only until they come.)
-// SPLIT_CLUSTER (SPLIT_K > 1, one unit per CTA): the SPLIT_K CTAs of a tile form one thread-block cluster (rank =
-//   split) and sum their partials through distributed shared memory instead: the tile's columns are dealt out in
-//   SPLIT_K slices of BN / SPLIT_K; each CTA sends every other slice of its accumulators into the owner's receive
-//   buffer (st.async from registers, fragment order, so owner and sender threads hold the same elements; the bytes
-//   complete the owner's `recv_bar`, armed at init), waits for its own slots to land (no cluster barrier: the slowest
-//   CTA no longer holds everyone, and nothing waits for remote store acknowledgements), sums split 0..SPLIT_K-1 in
-//   order (deterministic; its own partial from registers) and writes its slice of C. The cluster barrier before exit
-//   arrives (relaxed) right after the receive wait: once every CTA has arrived no send is in flight. No workspace,
-//   no ticket, no serial reduction by one CTA: each CTA reads 1/SPLIT_K of the partials, all from its own smem.
-// SWAP_AB: computes C^T = B * A^T (the kernel's rows run over N, its columns over M), so a
-//   small M sits in wgmma's N dimension; the epilogue stores transposed.
-// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row
-//   block (column tiles fastest), and keeps the row operand's whole-K panel (BM x K) in shared memory
-//   across the units of one row block: only the column tiles stream through the ring (per 256x128 tile
-//   at K = 128: 32 KB loaded instead of 96 KB), so the ring holds several units' loads ahead.
-//   panel_full: the producer arms it with the panel's bytes, TMA completes it; panel_empty: every
-//   consumer warp arrives after its last wgmma of the row block; both waited by parity (one phase per panel).
-// DYN > 0 (persistent, no pairs, no split-K): each CTA first takes a static share of (8 - DYN) / 8 of the units (as
-//   above: contiguous with PANEL, else strided by the grid), then claims the rest one unit at a time from a counter
-//   in the workspace, so CTAs whose stores drain slower (an output-bound kernel's SMs finish 1.4x apart on an
-//   H100) do fewer units. The producer thread claims and publishes each unit in a small smem queue (uq_full /
-//   uq_empty mbarriers) that every consumer warp reads in order. Every CTA makes exactly one claim past the end;
-//   the last claim of all (the counter's pool + grid - 1) sets the counter back to zero for the next launch.
-// Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with ordinary
-//   16-byte stores, then goes on to its next unit.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of
-//   64 x BN fp16 (boxes of 64 x 64, 64 x 32 or 64 x 16 columns, swizzled like the C tensor map: conflict-free fragment
-//   writes). Per round of min(MT, EPI) 64-row slices it writes the fragments (stmatrix), fences them to the
-//   async proxy, syncs its warpgroup, and one thread issues the TMA stores (cp.async.bulk.tensor ... bulk_group)
-//   and commits them; it waits (cp.async.bulk.wait_group.read) only before it writes into a buffer again, so the
-//   stores of unit i drain while the consumer runs the wgmmas of unit i+1. With EPI = 2 * min(MT, 2) buffers
-//   (MT = 1: 2, MT = 2: 4) the rounds of two consecutive units use different buffers: unit i+1's epilogue waits
-//   for unit i-1's stores, not unit i's (PANEL leaves the smem for it). Stores past M or N are
-//   clipped by the TMA unit. The ring's stages are released when the wgmmas end, before the epilogue,
-//   and the producer runs ahead across units, so the next unit's loads are in flight during it.
-// EARLY_STORE (EPI > 0, two or more 64-row slices per consumer): the wgmmas that finish each slice are a commit group
-//   of their own, slice 0's first, and the epilogue stores slice mt once `wgmma.wait_group MT-1-mt` returns, one slice
-//   per round, while the tensor cores still run the later slices' wgmmas (below, at the k loop).
-// CLUSTER = 2: CTA pairs (thread-block clusters of 2) take the two column tiles of one tile row, so both need the
-//   same row tile (A's; with SWAP_AB B's, the pairs then lying along M as in cuBLASLt's 1x2 split-K kernels): each
-//   CTA's producer loads half of its rows and multicasts them into both CTAs' ring (TMA .multicast::cluster): L2
-//   reads of the row operand per CTA are halved. A stage is refilled only when the consumers of both
-//   CTAs have released it (they arrive on both CTAs' empty barriers). Units come in pairs (the column tiles are
-//   padded to an even count; a tile past N is computed on zero-filled operands and its stores are dropped).
-//   The pairs take their units in a GPC-spread order (cluster_spread below).
-//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
+// SPLIT_K > 1: each unit writes an fp32 partial to `workspace` and bumps its tile's counter; the last to arrive sums
+//   the partials in split order (deterministic), writes C and resets the counter.
+// SPLIT_OWNER: split SPLIT_K-1 reduces instead (its partial in registers; it waits (acquire) for the others' release
+//   arrivals). Deadlock-free: a split waits only for lower-numbered units, taken or dispatched first.
+// SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
+//   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
+// SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
+//   other slices to their owners' smem (st.async, completing the owner's recv_bar), then sums its own in split order.
+// SWAP_AB: C^T = B * A^T (kernel rows over N): a small M sits in wgmma's N; the epilogue stores transposed.
+// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units and keeps the row operand's
+//   whole-K panel in smem across a row block's units; only column tiles stream through the ring (panel_full[kb]: one
+//   per k block, armed just before its column tile; panel_empty: every consumer warp is done with the row block).
+// STREAMK (persistent, G = NUM_SMS CTAs): after its whole tiles b, b + G, ..., CTA b streams k blocks [b I / G,
+//   (b + 1) I / G) of the last r + G tiles (r = T mod G; I k blocks in all): at most three pieces a tile. A piece past
+//   k block 0 stores its fp32 partial in its CTA's slot and adds its k blocks to the tile's counter (release); the piece
+//   from k block 0 waits (acquire) for the rest, adds the partials in CTA order, stores C, zeroes the counter.
+// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static (8 - DYN) / 8 share of the units, then claims
+//   the rest one by one from a workspace counter, which producer warp 1 publishes in a UQ-slot smem queue
+//   (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
+// Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
+// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
+//   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
+//   fence to the async proxy, warpgroup sync, one thread issues and commits the TMA stores; it waits for their reads
+//   only before reusing a buffer, so unit i's stores drain during unit i+1's wgmmas (EPI = 2 * min(MT, 2): i-1's).
+//   The TMA unit clips past M and N. Stages are released before the epilogue; the producer runs ahead across units.
+//   EPI_HINT = 1: the stores carry an L2 evict_first policy: C streaming through L2 does not push out A and B.
+// EARLY_STORE (two or more 64-row slices per consumer): each slice's last wgmmas are a commit group of their own, and
+//   slice mt is stored once `wgmma.wait_group MT-1-mt` returns, while the tensor cores run the later slices.
+// CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's):
+//   each producer loads half its rows and multicasts them to both rings; a stage refills only when both CTAs released
+//   it. Column tiles are padded to an even count (a tile past N computes zeros, its stores dropped).
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -125,6 +89,8 @@ constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's s
 constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
 constexpr int EPI_WIDE = 1;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int DYN = 1;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
+constexpr int STREAMK = 0;          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
+constexpr int RING_SPLIT = 0;    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
 constexpr int EARLY_STORE = 0;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
@@ -138,8 +104,7 @@ constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel 
 // Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
 // smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
 // XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
-// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts for 64-, 32- and 16-col
-// chunks (padded 32- and 16-col rows gave 2-way read conflicts: 3.6 M on 12288^2 x 1024, ncu). SWAP_AB stages
+// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts. SWAP_AB stages
 // transposed chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest buffer, one per consumer.
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
 constexpr int EPI_BYTES = 9216;
@@ -151,6 +116,7 @@ constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * p
 constexpr int RU_BUDGET = CONSUMERS == 1 ? 32 / CHUNKS : 48 / CHUNKS - 1;
 constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
 static_assert(SPLIT_K % RU == 0, "RU splits per round");
+constexpr int SK_LOADS = pow2_div(CHUNKS, 8);  // STREAMK: a partial's float4 loads in flight at once
 static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
 static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
 static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI ? 384 : 352) : 256),
@@ -159,8 +125,8 @@ static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI 
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
+              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
@@ -169,25 +135,28 @@ static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PE
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
               "row-tile multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
-// TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
-// EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
-// pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
-constexpr int EPI_BOX_W = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
-constexpr int EPI_CHUNKS = EPI_BOX_W / 8;  // 16-byte chunks per box row
-constexpr int EPI_BOX_BYTES = 64 * EPI_BOX_W * 2;
-constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
-// The 16-byte chunk swizzle of row r: TMA's S-byte pattern XORs the chunk index with address bits 7.. of the row,
-// i.e. with (r / (128 / S)) % (S / 16): r % 8 (128 B), (r / 2) % 4 (64 B), (r / 4) % 2 (32 B). The 8 rows of an
-// stmatrix fragment land in 8 distinct 16-byte bank groups in each case.
-__device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)) % EPI_CHUNKS; }
+// TMA-store staging: per consumer EPI buffers of one 64-row slice (64 x BN fp16) in boxes of 64 columns, then one of 32
+// and one of 16 for the rest (BN 112: 64 + 32 + 16; one C map per width, front matter), rows of 128, 64, 32 bytes, each
+// swizzled like its span: TMA's S-byte pattern XORs 16-byte chunk q of row r with (r / (128 / S)) % (S / 16), so an
+// stmatrix's 8 rows take 8 bank groups.
+constexpr int EPI_N64 = BN / 64, EPI_N32 = BN % 64 / 32, EPI_N16 = BN % 32 / 16;  // boxes of each width
+constexpr int EPI_BOX_BYTES = 64 * 64 * 2, EPI_BUF_BYTES = 64 * BN * 2;
+template <int W>
+__device__ __forceinline__ int swizzle_w(int r) { return (r / (64 / W)) % (W / 8); }
+__device__ __forceinline__ int epi_swizzle(int r) { return swizzle_w<EPI_CW>(r); }  // EPI == 0's chunks
+// 8-column chunk j's box: its width and first chunk
+__device__ __forceinline__ constexpr int epi_box_w(int j) { return j < 8 * EPI_N64 ? 64 : j < 8 * EPI_N64 + 4 * EPI_N32 ? 32 : 16; }
+__device__ __forceinline__ constexpr int epi_box_first(int j) { return epi_box_w(j) == 64 ? j / 8 * 8 : epi_box_w(j) == 32 ? 8 * EPI_N64 : 8 * EPI_N64 + 4 * EPI_N32; }
 // EPI_WIDE: one TMA box covers EPI_LINES = 2 of those 64-column boxes side by side, through a 3-D map (64 columns,
 // N / 64 blocks, M rows) whose box is (64, 2, 64): in shared memory row r's two 128-byte lines are lines 2r and 2r + 1
-// of the box (swizzled by the line index), in C they are 256 contiguous bytes, written together. With 64 x 64 boxes
-// a CTA's row segments go out 128 bytes at a time, a box apart: C stored tile by tile in the K-short panel's order
-// took 180.9 us on 16384^2 x 128 against 170.9 in 64 x 128 boxes (H100, bench.write_floor, docs/perf-output-bound.md).
+// of the box (swizzled by the line index), in C they are 256 contiguous bytes, written together.
 constexpr int EPI_LINES = EPI_WIDE ? 2 : 1;
-constexpr int EPI_STORE_W = EPI_BOX_W * EPI_LINES;  // columns per TMA store
+constexpr int EPI_STORE_W = 64 * EPI_LINES;  // columns per TMA store of the 64-column boxes
+struct CMaps { const TmaDesc* m[3]; };  // the C maps by width: 64 (or EPI_WIDE), 32, 16, those BN has, in that order
+constexpr int EPI_MAP32 = EPI_N64 > 0, EPI_MAP16 = (EPI_N64 > 0) + EPI_N32;
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
+// PANEL: the most k blocks a panel can hold beside the ring and the staging (the kernel's `requires`), one barrier each
+constexpr int PANEL_KBS = PANEL ? (232448 - 512 - 1024 - STAGES * B_STAGE_BYTES - CONSUMERS * EPI_CONSUMER_BYTES) / PANEL_KB_BYTES : 1;
 static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT == 0 && CLUSTER == 1 && PANEL == 0 &&
                                      (BN / 8) % SPLIT_K == 0),
               "split-K cluster: 2-16 splits, one unit per CTA, BN / 8 column chunks dealt out evenly");
@@ -200,8 +169,8 @@ static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
               "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
 static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
-// split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
-constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
+// split-K: one counter per tile in the workspace (SPLIT_RS: +SPLIT_K per launch, wrapped by `red.inc` at RS_WRAP)
+constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
 constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
@@ -209,9 +178,8 @@ constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
 // a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
-// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it. The
-// integer division's sequence (round trips through the uniform datapath) put ~0.2 us between the producer's barrier
-// set-up and its first TMA load on an H100 (docs/perf-hopper.md Run 35).
+// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it (the
+// integer division's sequence delayed the first TMA load).
 __device__ __forceinline__ int div_small(int a, int b) {
   const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
   const int r = a - q * b;
@@ -370,23 +338,24 @@ __device__ __forceinline__ int ticket_acq_rel(int* p) {
   asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
 }
-// SPLIT_RS: the generation word of a tile's barrier (relaxed before arriving, acquire while waiting, release to open).
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// SPLIT_RS: an arrival that releases its partial and steps the tile's count, wrapping at RS_WRAP (0 after RS_WRAP - 1)
+__device__ __forceinline__ void inc_release_gpu(int* p) {
+  asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(RS_WRAP - 1) : "memory");
 }
-// SPLIT_OWNER: a non-reducing split's arrival releases its partial (no return value, no acquire)
-__device__ __forceinline__ void arrive_release_gpu(int* p) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(p) : "memory");
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
+// later k ranges their k blocks
+__device__ __forceinline__ void add_release_gpu(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 template <int N>
@@ -428,84 +397,61 @@ __device__ __forceinline__ void setmaxnreg_dec() {
                      "+f"(d[i + 6]), "+f"(d[i + 7])
 template <int N>
 __device__ __forceinline__ void wgmma_m64k16(float* d, uint64_t da, uint64_t db, int scale_d);
-template <> __device__ __forceinline__ void wgmma_m64k16<16>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {" EVO_ACC_R0 "}, %8, %9, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<32>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 "}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<64>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<80>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n80k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 "}, %40, %41, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<96>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 "}, %48, %49, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<112>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 "}, %56, %57, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<128>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<144>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n144k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 "}, %72, %73, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<160>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n160k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 "}, %80, %81, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<176>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n176k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 "}, %88, %89, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<192>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 ", " EVO_ACC_R11 "}, %96, %97, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80), EVO_ACC_D(88)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<224>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %114, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n224k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 ", " EVO_ACC_R11 ", " EVO_ACC_R12 ", " EVO_ACC_R13 "}, %112, %113, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80), EVO_ACC_D(88), EVO_ACC_D(96), EVO_ACC_D(104)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
-template <> __device__ __forceinline__ void wgmma_m64k16<256>(float* d, uint64_t da, uint64_t db, int scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" EVO_ACC_R0 ", " EVO_ACC_R1 ", " EVO_ACC_R2 ", " EVO_ACC_R3 ", " EVO_ACC_R4 ", " EVO_ACC_R5 ", " EVO_ACC_R6 ", " EVO_ACC_R7 ", " EVO_ACC_R8 ", " EVO_ACC_R9 ", " EVO_ACC_R10 ", " EVO_ACC_R11 ", " EVO_ACC_R12 ", " EVO_ACC_R13 ", " EVO_ACC_R14 ", " EVO_ACC_R15 "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
-               : EVO_ACC_D(0), EVO_ACC_D(8), EVO_ACC_D(16), EVO_ACC_D(24), EVO_ACC_D(32), EVO_ACC_D(40), EVO_ACC_D(48), EVO_ACC_D(56), EVO_ACC_D(64), EVO_ACC_D(72), EVO_ACC_D(80), EVO_ACC_D(88), EVO_ACC_D(96), EVO_ACC_D(104), EVO_ACC_D(112), EVO_ACC_D(120)
-               : "l"(da), "l"(db), "r"(scale_d));
-}
+// EVO_RS<g> / EVO_DS<g>: the first g groups of eight accumulators, in the instruction and as bound operands
+#define EVO_RS1 EVO_ACC_R0
+#define EVO_DS1 EVO_ACC_D(0)
+#define EVO_RS2 EVO_RS1 ", " EVO_ACC_R1
+#define EVO_DS2 EVO_DS1, EVO_ACC_D(8)
+#define EVO_RS3 EVO_RS2 ", " EVO_ACC_R2
+#define EVO_DS3 EVO_DS2, EVO_ACC_D(16)
+#define EVO_RS4 EVO_RS3 ", " EVO_ACC_R3
+#define EVO_DS4 EVO_DS3, EVO_ACC_D(24)
+#define EVO_RS5 EVO_RS4 ", " EVO_ACC_R4
+#define EVO_DS5 EVO_DS4, EVO_ACC_D(32)
+#define EVO_RS6 EVO_RS5 ", " EVO_ACC_R5
+#define EVO_DS6 EVO_DS5, EVO_ACC_D(40)
+#define EVO_RS7 EVO_RS6 ", " EVO_ACC_R6
+#define EVO_DS7 EVO_DS6, EVO_ACC_D(48)
+#define EVO_RS8 EVO_RS7 ", " EVO_ACC_R7
+#define EVO_DS8 EVO_DS7, EVO_ACC_D(56)
+#define EVO_RS9 EVO_RS8 ", " EVO_ACC_R8
+#define EVO_DS9 EVO_DS8, EVO_ACC_D(64)
+#define EVO_RS10 EVO_RS9 ", " EVO_ACC_R9
+#define EVO_DS10 EVO_DS9, EVO_ACC_D(72)
+#define EVO_RS11 EVO_RS10 ", " EVO_ACC_R10
+#define EVO_DS11 EVO_DS10, EVO_ACC_D(80)
+#define EVO_RS12 EVO_RS11 ", " EVO_ACC_R11
+#define EVO_DS12 EVO_DS11, EVO_ACC_D(88)
+#define EVO_RS13 EVO_RS12 ", " EVO_ACC_R12
+#define EVO_DS13 EVO_DS12, EVO_ACC_D(96)
+#define EVO_RS14 EVO_RS13 ", " EVO_ACC_R13
+#define EVO_DS14 EVO_DS13, EVO_ACC_D(104)
+#define EVO_RS15 EVO_RS14 ", " EVO_ACC_R14
+#define EVO_DS15 EVO_DS14, EVO_ACC_D(112)
+#define EVO_RS16 EVO_RS15 ", " EVO_ACC_R15
+#define EVO_DS16 EVO_DS15, EVO_ACC_D(120)
+// wgmma m64nNk16 with G = N / 16 accumulator groups: operands %0 .. %(N/2 - 1), then da, db and scale_d
+#define EVO_WGMMA(N, G, DA, DB, SC)                                                                              \
+  template <> __device__ __forceinline__ void wgmma_m64k16<N>(float* d, uint64_t da, uint64_t db, int scale_d) {  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" EVO_RS##G "}, %" #DA ", %" #DB       \
+                 ", p, 1, 1, 0, 0;\n}\n"                                                                   \
+                 : EVO_DS##G                                                                                \
+                 : "l"(da), "l"(db), "r"(scale_d));                                                          \
+  }
+EVO_WGMMA(16, 1, 8, 9, 10)
+EVO_WGMMA(32, 2, 16, 17, 18)
+EVO_WGMMA(64, 4, 32, 33, 34)
+EVO_WGMMA(80, 5, 40, 41, 42)
+EVO_WGMMA(96, 6, 48, 49, 50)
+EVO_WGMMA(112, 7, 56, 57, 58)
+EVO_WGMMA(128, 8, 64, 65, 66)
+EVO_WGMMA(144, 9, 72, 73, 74)
+EVO_WGMMA(160, 10, 80, 81, 82)
+EVO_WGMMA(176, 11, 88, 89, 90)
+EVO_WGMMA(192, 12, 96, 97, 98)
+EVO_WGMMA(224, 14, 112, 113, 114)
+EVO_WGMMA(256, 16, 128, 129, 130)
 
 // ---------------------------------------------------------------- work decomposition
 struct Work {
@@ -514,25 +460,82 @@ struct Work {
   int kb0, kb1;     // k blocks [kb0, kb1) of BK
 };
 
+// STREAMK: the tiles, the whole tiles dealt out first (a multiple of the grid), k blocks per tile and the stream's k
+// blocks (those of the last tiles). Units >= tiles name pieces: tiles + 3 b + p is piece p of CTA b's range.
+struct Stream {
+  int tiles, dp, nk;
+  unsigned iters;  // `requires`: iters * grid < 2^32, so the ranges' bounds take 32-bit divisions (64-bit ones are calls)
+};
+__device__ __forceinline__ Stream stream_of(int units, int K) {  // (STREAMK: a unit is a tile, no split, no pairs)
+  Stream st{};
+  if (STREAMK) {
+    st.tiles = units;
+    const int g = static_cast<int>(gridDim.x), r = st.tiles % g;
+    st.dp = r == 0 ? st.tiles : max(st.tiles - r - g, 0);
+    st.nk = cdiv(K, BK);
+    st.iters = static_cast<unsigned>(st.tiles - st.dp) * st.nk;
+  }
+  return st;
+}
+// the first of CTA b's stream k blocks (b == gridDim.x: the end)
+__device__ __forceinline__ unsigned stream_start(const Stream& st, int b) { return st.iters * b / gridDim.x; }
+// the unit after every unit of this CTA
+__device__ __forceinline__ int stream_end(const Stream& st) { return st.tiles + 3 * static_cast<int>(gridDim.x); }
+// piece p of this CTA's range (its part of tile s0 / nk + p), or the end when the range stops before it
+__device__ __forceinline__ int stream_piece(const Stream& st, int p) {
+  const int b = static_cast<int>(blockIdx.x);
+  const unsigned s0 = stream_start(st, b), s1 = stream_start(st, b + 1), nk = st.nk;
+  if (s1 <= s0) return stream_end(st);
+  return p == 0 || s1 > (s0 / nk + p) * nk ? st.tiles + 3 * b + p : stream_end(st);
+}
+// this CTA's first unit: its first whole tile, else its first piece
+__device__ __forceinline__ int stream_first(const Stream& st) {
+  const int b = static_cast<int>(blockIdx.x);
+  return b < st.dp ? b : stream_piece(st, 0);
+}
+// this CTA's unit after u: whole tiles strided by the grid, then its pieces
+__device__ __forceinline__ int stream_next(int u, const Stream& st) {
+  const int g = static_cast<int>(gridDim.x);
+  if (u < st.dp) return u + g < st.dp ? u + g : stream_piece(st, 0);
+  const int p = (u - st.tiles) % 3;
+  return p < 2 ? stream_piece(st, p + 1) : stream_end(st);
+}
+// piece u (>= tiles): its tile among the stream's, and its k blocks [kb0, kb1)
+__device__ __forceinline__ void stream_range(const Stream& st, int u, int& ta, int& kb0, int& kb1) {
+  const int b = (u - st.tiles) / 3, p = (u - st.tiles) % 3;
+  const unsigned s0 = stream_start(st, b), s1 = stream_start(st, b + 1), nk = st.nk;
+  ta = static_cast<int>(s0 / nk) + p;
+  kb0 = p ? 0 : static_cast<int>(s0 - ta * nk);
+  kb1 = static_cast<int>(min(s1 - ta * nk, nk));
+}
+// a tile's first piece (CTA b, k block 0 on) adds the partials of the CTAs b' > b with stream_start(b') before the
+// tile's end whose ranges are not empty, in CTA order
+__device__ __forceinline__ bool stream_empty(const Stream& st, int b) { return stream_start(st, b + 1) == stream_start(st, b); }
+
 // Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
 // CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
-__device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
+// STREAMK: a piece u >= tiles is k blocks [kb0, kb1) of its tile.
+__device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Stream& st) {
   Work w;
+  int skb0 = 0, skb1 = 0;
+  if (STREAMK && u >= st.tiles) {
+    int ta;
+    stream_range(st, u, ta, skb0, skb1);
+    u = st.dp + ta;  // its tile's unit
+  }
   // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
   // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
-  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so the CTAs launched side by side (the two SMs of a
-  // TPC, the SMs of a GPC) stream the same k blocks of neighbouring raster tiles, which share A or B rows, instead of
-  // disjoint k ranges of one tile (as cuBLASLt's split-K kernels, whose split is gridDim.z). A split still waits only
-  // for lower-numbered units (SPLIT_OWNER's reducer, split SPLIT_K-1, comes last).
+  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so CTAs launched side by side stream the same k
+  // blocks of neighbouring tiles (sharing A or B rows). A split still waits only for lower-numbered units.
   const int r = u % CLUSTER, q = u / CLUSTER;
   const int pairs = SPLIT_MAJOR ? cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) : 1;
   w.split = SPLIT_MAJOR ? q / pairs : q % SPLIT_K;
   const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
   w.tile = pair * CLUSTER + r;
   if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
-    const int tn = cdiv(Nk, BN);
-    w.m0 = (u / tn) * BM;
-    w.n0 = (u % tn) * BN;
+    const int tn = cdiv(Nk, BN), rb = div_small(u, tn);  // (units < 2^22: the float division is exact)
+    w.m0 = rb * BM;
+    w.n0 = (u - rb * tn) * BN;
     w.kb0 = 0;
     w.kb1 = cdiv(K, BK);
     return w;
@@ -549,36 +552,40 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K) {
   w.n0 = (col * CLUSTER + r) * BN;
   const int kblocks = cdiv(K, BK);
   // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
-  // so their partials are published by the time its longer main loop ends (the workspace round trip, ~3 us on an
-  // H100, overlaps its last k blocks instead of following them)
+  // so their partials are published by the time its longer main loop ends
   const int per = (SPLIT_OWNER && SPLIT_SKEW) ? max(cdiv(kblocks, SPLIT_K) - SPLIT_SKEW, 0) : cdiv(kblocks, SPLIT_K);
   w.kb0 = min(w.split * per, kblocks);
   w.kb1 = (SPLIT_OWNER && SPLIT_SKEW && w.split == SPLIT_K - 1) ? kblocks : min(w.kb0 + per, kblocks);
+  if (STREAMK && skb1 > 0) {
+    w.kb0 = skb0;
+    w.kb1 = skb1;
+  }
   return w;
 }
 
-// CTA pairs (CLUSTER > 1): a launch of clusters places consecutive clusters in one GPC until it is full (a plain
-// launch deals consecutive CTAs out over the GPCs, two SMs at a time): raster-neighbour units then all ran in one GPC,
-// and a persistent grid of pairs was 17-25 % slower than the same CTAs launched singly (H100, docs/perf-hopper.md
-// Run 19). So pair k of the grid takes the raster's pair of units v(k) = the transpose of k over GPC_SPREAD rows: the
-// pairs of one GPC get raster positions GPC_SPREAD apart, as a plain launch's CTAs would. A bijection of
-// [0, pairs) for any pair count. (SPLIT_CLUSTER's K-split clusters keep the launch order: spread, they measured
-// 0-18 % slower.)
+// CTA pairs (CLUSTER > 1): a cluster launch fills one GPC with consecutive clusters, so pair k takes the raster's pair
+// v(k) = the transpose of k over GPC_SPREAD rows (a bijection of [0, pairs)): one GPC's pairs spread over the raster.
 constexpr int GPC_SPREAD = 8;
 __device__ __forceinline__ int cluster_spread(int b) {
   const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
   const int j = k % GPC_SPREAD;
   return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
 }
-// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share.
-__device__ __forceinline__ int unit_first(int units) {
+// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share:
+// b * units / grid in 32 bits (units < 2^22, grid < 2^10), as a 64-bit division's call delays the first load
+__device__ __forceinline__ int panel_bound(int units, unsigned b) { return b * static_cast<unsigned>(units) / gridDim.x; }
+__device__ __forceinline__ int unit_first(int units, const Stream& st) {
   if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
-  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x) * units / gridDim.x) : static_cast<int>(blockIdx.x);
+  if (STREAMK) return stream_first(st);
+  return PANEL ? panel_bound(units, blockIdx.x) : static_cast<int>(blockIdx.x);
 }
-__device__ __forceinline__ int unit_end(int units) {
-  return PANEL ? static_cast<int>(static_cast<long long>(blockIdx.x + 1) * units / gridDim.x) : units;
+__device__ __forceinline__ int unit_end(int units, const Stream& st) {
+  if (STREAMK) return stream_end(st);
+  return PANEL ? panel_bound(units, blockIdx.x + 1) : units;
 }
 __device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>(gridDim.x); }
+// this CTA's unit after u
+__device__ __forceinline__ int unit_next(int u, const Stream& st) { return STREAMK ? stream_next(u, st) : u + unit_step(); }
 // DYN: units of each CTA's static share; the pool [grid * share, units) is claimed at run time
 __device__ __forceinline__ int dyn_share(int units) {
   return static_cast<int>(static_cast<long long>(units) * (8 - DYN) / 8 / gridDim.x);
@@ -587,9 +594,8 @@ __device__ __forceinline__ int dyn_share(int units) {
 __device__ __forceinline__ int dyn_static_unit(int i, int share) {
   return PANEL ? static_cast<int>(blockIdx.x) * share + i : static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
 }
-constexpr int UQ = 4;  // DYN: slots of the unit queue from the producer to the consumers
-// DYN: claim the next unit of the pool. Nothing is published by it; .release only keeps the compile-time publication
-// rule (evo/ptx_checks.py: every integer atomic after a global store in program order is taken as an arrival) exact.
+constexpr int UQ = 2;  // DYN: slots of the unit queue (claims run at most this many units ahead of the consumers)
+// DYN: claim the next unit of the pool (.release: evo/ptx_checks.py takes an atomic after a global store as an arrival).
 __device__ __forceinline__ unsigned claim_unit(unsigned* counter) {
   unsigned r;
   asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(r) : "l"(counter) : "memory");
@@ -757,6 +763,7 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
 // instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
 // EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
+static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -764,7 +771,7 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 // One round: slices [mt0, mt0 + G) of the consumer's tile (G buffers, one bulk group).
 template <int G>
 __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], int mt0, uint32_t stage, int c,
-                                                const TmaDesc* map_c, int row0, int col0, int& k) {
+                                                const CMaps& maps, int row0, int col0, int& k) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   // stmatrix.x4: lanes 8i..8i+7 address the 8 rows of matrix i; matrix i = (rows +8 * (i & 1), column chunk +(i >> 1))
   const int mi = lane / 8;
@@ -779,13 +786,12 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
     for (int j = 0; j < BN / 8; j += 2) {
       const int jj = j + (mi >> 1);
-      // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
-      // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
-      // (EPI_WIDE: box jj / (2 EPI_CHUNKS), line 2r + its 64-column half; the 8 rows of a matrix then take 4 bank
-      // groups twice, and the x4's other column chunk the 4 others)
-      const int line = r * EPI_LINES + (jj / EPI_CHUNKS) % EPI_LINES;
-      const uint32_t addr = buf + (jj / (EPI_CHUNKS * EPI_LINES)) * (EPI_BOX_BYTES * EPI_LINES) + line * (EPI_BOX_W * 2) +
-                            (((jj % EPI_CHUNKS) ^ epi_swizzle(line)) << 4);
+      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half)
+      const int w = epi_box_w(j), first = epi_box_first(j);
+      const int line = EPI_WIDE ? r * 2 + (jj / 8) % 2 : r;
+      const int sw = w == 64 ? swizzle_w<64>(line) : w == 32 ? swizzle_w<32>(line) : swizzle_w<16>(line);
+      const uint32_t addr = EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
+                                     : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
       asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
                    "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
                    "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
@@ -799,22 +805,27 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
+      const int row = row0 + (mt0 + g) * 64;
 #pragma unroll
-      for (int b = 0; b < BN / EPI_STORE_W; ++b) {
+      for (int b = 0; b < EPI_N64 / EPI_LINES; ++b) {
         if (EPI_WIDE)
-          tma_store_3d(map_c, buf + b * EPI_BOX_BYTES * 2, (col0 + b * EPI_STORE_W) / 64, row0 + (mt0 + g) * 64, policy);
+          tma_store_3d(maps.m[0], buf + b * EPI_BOX_BYTES * 2, (col0 + b * EPI_STORE_W) / 64, row, policy);
         else
-          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
+          tma_store_2d(maps.m[0], buf + b * EPI_BOX_BYTES, col0 + b * 64, row, policy);
       }
+      if (EPI_N32) tma_store_2d(maps.m[EPI_MAP32], buf + EPI_N64 * EPI_BOX_BYTES, col0 + 64 * EPI_N64, row, policy);
+      if (EPI_N16)
+        tma_store_2d(maps.m[EPI_MAP16], buf + EPI_N64 * EPI_BOX_BYTES + EPI_N32 * (EPI_BOX_BYTES / 2),
+                     col0 + 64 * EPI_N64 + 32 * EPI_N32, row, policy);
     }
     bulk_commit();
   }
   k += G;
 }
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const CMaps& maps,
                                                int row0, int col0, int& k) {
 #pragma unroll
-  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) store_round_tma<EPI_GRP>(acc, mt0, stage, c, map_c, row0, col0, k);
+  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) store_round_tma<EPI_GRP>(acc, mt0, stage, c, maps, row0, col0, k);
 }
 // wgmma.wait_group with a count the unrolled slice loop knows (at most MT - 1 <= 3 groups left in flight)
 __device__ __forceinline__ void wgmma_wait_upto(int n) {
@@ -828,6 +839,8 @@ __device__ __forceinline__ void wgmma_wait_upto(int n) {
 using namespace evo_sm90;
 
 #define EVO_EPI 1
+#define EVO_C_MAPS ((256 >= 64) + (256 % 64 >= 32) + (256 % 32 == 16))  // C maps, EPI > 0
+static_assert(EVO_C_MAPS == (EPI_N64 > 0) + EPI_N32 + EPI_N16, "one C map per box width");
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
@@ -840,7 +853,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     evo_gemm(const __half* A, const __half* B, __half* C, int M, int N, int K, float* workspace,
              const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB
 #if EVO_EPI
-             , const __grid_constant__ TmaDesc tmC  // C (M x N), 64 x 64 boxes, 128-byte swizzle
+             , const __grid_constant__ TmaDesc tmC  // C (M x N), then the maps of its narrower boxes (CMaps)
+#if EVO_C_MAPS > 1
+             , const __grid_constant__ TmaDesc tmC1
+#endif
+#if EVO_C_MAPS > 2
+             , const __grid_constant__ TmaDesc tmC2
+#endif
 #endif
              ) {
   // Kernel view: rows come from `map_rows` (BM boxes), columns from `map_cols` (BN boxes).
@@ -853,16 +872,20 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ alignas(8) uint64_t full_bar[STAGES];
   __shared__ alignas(8) uint64_t empty_bar[STAGES];
   __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
-  __shared__ alignas(8) uint64_t panel_full, panel_empty;  // PANEL: the row panel has landed / is no longer read
+  __shared__ alignas(8) uint64_t panel_full[PANEL_KBS], panel_empty;  // PANEL: k block kb of the row panel has landed / the panel is no longer read
   __shared__ int s_last;  // split-K: this CTA is the last of its tile
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
-  __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot is written / read by every consumer warp
+  __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
+  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it; RING_SPLIT 1: all
+  // A tiles, then B's (2: B's first). Every tile is 1024-byte aligned.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
-  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
+  const uint32_t a0 = tiles + (RING_SPLIT == 2) * STAGES * B_STAGE_BYTES, b0 = tiles + (RING_SPLIT == 1) * STAGES * A_STAGE_BYTES;
+  auto ring_a = [&](int st) { return a0 + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
+  auto ring_b = [&](int st) { return RING_SPLIT ? b0 + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
+  // Epilogue staging (a buffer per consumer) after the ring, as a generic pointer.
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
+  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (epi_stage_u32 - smem_u32(smem_raw)));
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
   const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
@@ -872,20 +895,25 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid = threadIdx.x % 128;
   const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
-  const int u_end = unit_end(units);
+  const Stream sk = stream_of(units, K);
+  const int u_end = unit_end(units, sk);
 
   // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
-  int pu = unit_first(units), pkb = 0, ps = 0;
+  int pu = unit_first(units, sk), pkb = 0, ps = 0;
   uint32_t pphase = 0;
   bool phave = false;
   Work pw{};
   int panel_m0 = -1;          // PANEL: the row block whose panel the producer loaded last
-  bool pdone = false;         // DYN: the producer's one claim past the end is made (no unit left)
-  int pi = 0, pq = 0;         // DYN: static units issued; the queue slot the next unit goes to
+  bool pnew = false;          // PANEL: the current unit's k blocks bring the panel's (a new row block)
+  bool pdone = false;         // DYN: the producer has read the queue's end (-1)
+  int pi = 0, sq = 0;         // DYN scheduler: static units handed out; the queue slot the next unit goes to
+  uint32_t sqphase = 0;
+  int pq = 0;                 // DYN producer: the queue slot it reads next
   uint32_t pqphase = 0;
-  // DYN: the CTA's next unit (its static share, then claims), published to the consumers; -1 when none is left
-  auto next_dyn_unit = [&]() -> int {
-    const int share = dyn_share(units), grid = static_cast<int>(gridDim.x);
+  // DYN (the scheduler thread): the CTA's next unit (its static share of `share` units, then claims), published to the
+  // producer and the consumers; -1 when none is left
+  auto next_dyn_unit = [&](int share) -> int {
+    const int grid = static_cast<int>(gridDim.x);
     int v;
     if (pi < share) {
       v = dyn_static_unit(pi++, share);
@@ -896,9 +924,16 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       v = r < pool ? grid * share + r : -1;
       if (r == pool + grid - 1) reset_claims(counter);  // the last claim of the launch: every CTA has made its last
     }
-    mbar_wait(smem_u32(&uq_empty[pq]), pqphase ^ 1);  // first pass: fresh barrier, returns at once
-    uq[pq] = v;
-    mbar_arrive(smem_u32(&uq_full[pq]));  // release: the consumers' acquire-wait sees the slot
+    mbar_wait(smem_u32(&uq_empty[sq]), sqphase ^ 1);  // first pass: fresh barrier, returns at once
+    uq[sq] = v;
+    mbar_arrive(smem_u32(&uq_full[sq]));  // release: the readers' acquire-wait sees the slot
+    if (++sq == UQ) { sq = 0; sqphase ^= 1; }
+    return v;
+  };
+  auto producer_fetch_unit = [&]() -> int {  // DYN: the producer's read of the queue
+    mbar_wait(smem_u32(&uq_full[pq]), pqphase);
+    const int v = uq[pq];
+    mbar_arrive(smem_u32(&uq_empty[pq]));
     if (++pq == UQ) { pq = 0; pqphase ^= 1; }
     return v;
   };
@@ -909,36 +944,38 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     while (!phave || pkb >= pw.kb1) {
       if (DYN) {
         if (pdone) return false;
-        pu = next_dyn_unit();
+        pu = producer_fetch_unit();
         if (pu < 0) { pdone = true; return false; }
       } else {
-        if (phave) pu += unit_step();
+        if (phave) pu = unit_next(pu, sk);
         if (pu >= u_end) return false;
       }
-      pw = get_work(pu, Mk, Nk, K);
+      pw = get_work(pu, Mk, Nk, K, sk);
       pkb = pw.kb0;
       phave = true;
-      if (PANEL && pw.m0 != panel_m0) {  // a new row block: its whole-K panel, once the last one is read
+      pnew = PANEL && pw.m0 != panel_m0;
+      if (pnew) {  // a new row block: its whole-K panel, once the last one is read (k block by k block, below)
         mbar_wait(smem_u32(&panel_empty), panel_phase ^ 1);  // first panel: fresh barrier, returns at once
-        const uint32_t pf = smem_u32(&panel_full);
-        mbar_arrive_expect_tx(pf, (pw.kb1 - pw.kb0) * PANEL_KB_BYTES);
-        for (int kb = pw.kb0; kb < pw.kb1; ++kb)
-          tma_load_2d(panel + kb * PANEL_KB_BYTES, map_rows, pf, kb * BK, pw.m0);
         panel_m0 = pw.m0;
         panel_phase ^= 1;
       }
     }
+    if (pnew) {  // the panel's k block pkb goes right before the column tile it meets, on a barrier of its own
+      const uint32_t pf = smem_u32(&panel_full[pkb]);
+      mbar_arrive_expect_tx(pf, PANEL_KB_BYTES);
+      tma_load_2d(panel + pkb * PANEL_KB_BYTES, map_rows, pf, pkb * BK, pw.m0);
+    }
     mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
     const uint32_t full = smem_u32(&full_bar[ps]);
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
-    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    const uint32_t a_dst = ring_a(ps);
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
       tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
                      (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
-    tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, pkb * BK, pw.n0);
+    tma_load_2d(ring_b(ps), map_cols, full, pkb * BK, pw.n0);
     ++pkb;
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;
@@ -956,10 +993,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     if (DYN)
       for (int q = 0; q < UQ; ++q) {
         mbar_init(smem_u32(&uq_full[q]), 1);
-        mbar_init(smem_u32(&uq_empty[q]), CONSUMERS * 4);
+        mbar_init(smem_u32(&uq_empty[q]), CONSUMERS * 4 + 1);  // every consumer warp and the producer
       }
     if (PANEL) {
-      mbar_init(smem_u32(&panel_full), 1);
+      for (int kb = 0; kb < PANEL_KBS; ++kb) mbar_init(smem_u32(&panel_full[kb]), 1);
       mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
     }
     if (SPLIT_CLUSTER) {  // armed before the cluster arrive below: no peer sends before it
@@ -970,7 +1007,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
     // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
     // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
-    if (CLUSTER == 1) produce_next();
+    if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)
   }
   if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
     cluster_arrive_relaxed();
@@ -986,9 +1023,14 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   if (wg == 0) {
     // ------------------------------------------------------------ producer warpgroup
     if (CONSUMERS > 1) setmaxnreg_dec<40>();
-    if (tid == 0)
+    if (tid == 0) {
       while (produce_next()) {
       }
+    } else if (DYN && tid == 32) {  // the scheduler: a claim's round trip (and its release) never holds the loads
+      const int share = dyn_share(units);
+      while (next_dyn_unit(share) >= 0) {
+      }
+    }
   } else {
     // ------------------------------------------------------------ consumer warpgroups
     if (CONSUMERS > 1) setmaxnreg_inc<232>();
@@ -1002,13 +1044,21 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     int t = 0;  // PINGPONG: units this consumer has done
     int epi_k = 0;  // EPI > 0: 64-row slices this consumer has staged (picks the staging buffer)
 #if EVO_EPI
-    if (tid == 0) tma_prefetch_desc(&tmC);
+#if EVO_C_MAPS > 2
+    const CMaps cmaps = {&tmC, &tmC1, &tmC2};
+#elif EVO_C_MAPS > 1
+    const CMaps cmaps = {&tmC, &tmC1};
+#else
+    const CMaps cmaps = {&tmC};
+#endif
+    if (tid == 0)
+      for (int i = 0; i < EVO_C_MAPS; ++i) tma_prefetch_desc(cmaps.m[i]);
 #endif
     int cpanel_m0 = -1;         // PANEL: the row block of the panel this consumer reads
-    uint32_t cpanel_phase = 0;
+    uint32_t cpanel_phase = 0;  // the phase parity of the panel being read (waits on a landed panel return at once)
     int cq = 0;                 // DYN: the queue slot of this consumer's next read
     uint32_t cqphase = 0;
-    auto fetch_unit = [&]() -> int {  // DYN: the CTA's next unit from the producer's queue (every thread)
+    auto fetch_unit = [&]() -> int {  // DYN: the CTA's next unit from the scheduler's queue (every thread)
       mbar_wait(smem_u32(&uq_full[cq]), cqphase);
       const int v = uq[cq];
       __syncwarp();
@@ -1020,20 +1070,23 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     bool have_next = false;
     auto next_of = [&](int cur) -> int {
       if (!have_next) {
-        u_next = DYN ? fetch_unit() : cur + unit_step();
+        u_next = DYN ? fetch_unit() : unit_next(cur, sk);
         have_next = true;
       }
       return u_next;
     };
     auto is_unit = [&](int v) { return DYN ? v >= 0 : v < u_end; };
-    for (int u = DYN ? fetch_unit() : unit_first(units); is_unit(u); u = next_of(u), have_next = false, ++j) {
-      const Work w = get_work(u, Mk, Nk, K);
+    for (int u = DYN ? fetch_unit() : unit_first(units, sk); is_unit(u); u = next_of(u), have_next = false, ++j) {
+      const Work w = get_work(u, Mk, Nk, K, sk);
       const int nk = w.kb1 - w.kb0;
-      if (PANEL && w.m0 != cpanel_m0) {  // this row block's panel has landed
-        mbar_wait(smem_u32(&panel_full), cpanel_phase);
-        cpanel_phase ^= 1;
+      const bool fresh = PANEL && w.m0 != cpanel_m0;  // a new row block: its panel lands k block by k block
+      if (fresh) {
+        cpanel_phase = cpanel_m0 < 0 ? 0 : cpanel_phase ^ 1;
         cpanel_m0 = w.m0;
       }
+      auto panel_wait = [&](int i) {  // PANEL: k block i of this unit's row panel has landed
+        if (fresh) mbar_wait(smem_u32(&panel_full[w.kb0 + i]), cpanel_phase);
+      };
       if (PINGPONG && (j & 1) != c) {  // the other consumer's unit: step over its stages of the ring
         s += nk;
         while (s >= STAGES) { s -= STAGES; phase ^= 1; }
@@ -1050,25 +1103,22 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
       }
       int prev = 0;
-      // EARLY_STORE: the slices' last wgmmas go in one commit group per slice, so the epilogue stores slice 0 as soon
-      // as its group completes, while the tensor cores still run the later slices'. 2, where the ring holds two
-      // units' k blocks (2 * nk <= STAGES: the producer loads the next unit meanwhile): slice by slice over the whole
-      // K (the first pass waits for each stage as it lands, the later ones reread them), its stages released after
-      // the last slice's wait; otherwise (1, or 2 with a longer K) k block by k block as usual, the last k block
-      // slice by slice, the stage before it released after slice 0's wait and its own after the last slice's.
+      // EARLY_STORE: one commit group per slice's last wgmmas, so slice 0 is stored while later slices compute. 2, where
+      // the ring holds two units' k blocks (2 * nk <= STAGES): slice by slice over the whole K, its stages released
+      // after the last slice's wait; otherwise the last k block slice by slice (the stage before it released after
+      // slice 0's wait, its own after the last slice's).
       const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
       // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
       // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
       // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
       auto a_at = [&](int st, int i) {
-        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
+        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : ring_a(st)) + row_off * 128;
       };
-      auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
       // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
       auto release_panel = [&]() {
         if (!PANEL) return;
         const int nx = next_of(u);  // (every thread: DYN reads the queue)
-        if (lane == 0 && (!is_unit(nx) || get_work(nx, Mk, Nk, K).m0 != w.m0)) mbar_arrive(smem_u32(&panel_empty));
+        if (lane == 0 && (!is_unit(nx) || get_work(nx, Mk, Nk, K, sk).m0 != w.m0)) mbar_arrive(smem_u32(&panel_empty));
       };
       // EARLY_STORE: one slice's wgmmas over one k block (da: the slice's 64 rows of it)
       auto slice_kblock = [&](float (&d)[BN / 2], uint64_t da, uint64_t db, int i) {
@@ -1083,7 +1133,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           uint32_t pp = phase;
           for (int i = 0; i < nk; ++i) {
             if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
-            const uint32_t a_base = a_at(ss, i), b_base = b_at(ss);
+            if (mt == 0) panel_wait(i);
+            const uint32_t a_base = a_at(ss, i), b_base = ring_b(ss);
             wgmma_fence();
             slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
             if (++ss == STAGES) { ss = 0; pp ^= 1; }
@@ -1098,7 +1149,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
         for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
           mbar_wait(smem_u32(&full_bar[s]), phase);
-          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          panel_wait(i);
+          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
@@ -1119,7 +1171,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         if (EARLY_STORE) {  // the last k block (K > 0: nk >= 1): one commit group per slice
           const int i = nk - 1;
           mbar_wait(smem_u32(full_bar + s), phase);  // last k block
-          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          panel_wait(i);
+          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
@@ -1146,6 +1199,47 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
       }
 
+      if (STREAMK && u >= sk.tiles && nk < sk.nk) {
+        // ---------------------------------------------------- stream-K piece: part of its tile's k blocks
+        int* counter = reinterpret_cast<int*>(workspace) + (w.tile - sk.dp);
+        float4* slots = reinterpret_cast<float4*>(workspace + (2 * gridDim.x + 63) / 64 * 64);  // BM x BN floats per CTA
+        const bool lead = PINGPONG ? tid == 0 : threadIdx.x == 128;  // the piece's one arriving / waiting thread
+        if (w.kb0 > 0) {  // a later k range: the partial to this CTA's slot, then its k blocks arrive (release)
+          float4* mine = slots + static_cast<size_t>(blockIdx.x) * (BM * BN / 4) + row_off * BN / 4;
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j)
+              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
+                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
+          if (PINGPONG) warpgroup_sync(c); else consumer_sync();
+          if (lead) add_release_gpu(counter, nk);
+          continue;
+        }
+        // k block 0 on: once the later ranges' k blocks have all arrived (acquire), their partials in CTA order
+        if (lead) {
+          while (ld_acquire_gpu(counter) != sk.nk - nk) __nanosleep(32);
+          *counter = 0;  // every piece of the tile has arrived: nothing adds to it again in this launch
+        }
+        if (PINGPONG) warpgroup_sync(c); else consumer_sync();
+        const unsigned tile_end = static_cast<unsigned>(w.tile - sk.dp + 1) * sk.nk;
+#pragma unroll 1
+        for (int b = static_cast<int>(blockIdx.x) + 1; stream_start(sk, b) < tile_end; ++b) {
+          if (stream_empty(sk, b)) continue;
+          const float4* src = slots + static_cast<size_t>(b) * (BM * BN / 4) + row_off * BN / 4;
+#pragma unroll
+          for (int q0 = 0; q0 < CHUNKS; q0 += SK_LOADS) {  // SK_LOADS loads in flight, then their adds
+            float4 v[SK_LOADS];
+#pragma unroll
+            for (int q = 0; q < SK_LOADS; ++q) v[q] = __ldcg(src + (q0 + q) * 128 + tid);
+#pragma unroll
+            for (int q = 0; q < SK_LOADS; ++q) {
+              float* a = &acc[(q0 + q) / (BN / 8)][4 * ((q0 + q) % (BN / 8))];
+              a[0] += v[q].x; a[1] += v[q].y; a[2] += v[q].z; a[3] += v[q].w;
+            }
+          }
+        }
+      }
       if (SPLIT_CLUSTER) {
         // ---------------------------------------------------- split-K in the cluster: slices through DSMEM
         const uint32_t rank = cluster_rank();  // == w.split
@@ -1186,7 +1280,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
+        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
@@ -1205,26 +1299,25 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
-          int* arrivals = counters + COUNTER_INTS * w.tile;
-          // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
-          // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
-          const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {
+          int* arrivals = counters + w.tile;
+          if (SPLIT_RS) {
+            // read before our arrival, the count is in [n, n + SPLIT_K) for the launch's base n (a multiple of
+            // SPLIT_K): the tile is complete at n + SPLIT_K (mod RS_WRAP)
+            const unsigned seen = static_cast<unsigned>(ld_relaxed_gpu(arrivals));
+            const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
+            inc_release_gpu(arrivals);
+            while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32);
+          } else if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
             } else {
-              arrive_release_gpu(arrivals);
+              add_release_gpu(arrivals, 1);
             }
             s_last = owner;
           } else {
             s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
             if (s_last) *arrivals = 0;
-          }
-          if (SPLIT_RS) {
-            if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
-            else
-              while (ld_acquire_gpu(arrivals + 1) == g0) __nanosleep(32);
           }
         }
         consumer_sync();
@@ -1281,10 +1374,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           }
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
-          store_round_tma<1>(acc, mt, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+          store_round_tma<1>(acc, mt, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, cmaps, w.m0 + row_off, w.n0, epi_k);
         }
       } else
-        store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+        store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, cmaps, w.m0 + row_off, w.n0, epi_k);
 #else
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif

@@ -1,8 +1,8 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 2, EPI: 2, EPI_HINT: 1,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, RING_SPLIT: 0, SPLIT_CLUSTER: 0,
+params: {BM: 256, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 1, EPI: 1, EPI_HINT: 1,
+  EPI_WIDE: 1, GROUP: 1, PANEL: 1, PERSISTENT: 1, PINGPONG: 0, RING_SPLIT: 0, SPLIT_CLUSTER: 0,
   SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 4,
   STREAMK: 0, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
@@ -21,7 +21,7 @@ tensor_maps:
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
-// Pipeline (warp specialized, one CTA per SM when PERSISTENT):
+// Pipeline (warp specialized; PERSISTENT: one CTA per SM):
 //   warpgroup 0: producer; one thread issues TMA loads (128-byte swizzle, BK = 64) of A and B into a STAGES-deep ring.
 //   warpgroups 1..C: consumers; each owns BM/C rows of the BM x BN tile, wgmma.m64nBNk16 from smem per k16 slice.
 //   PINGPONG (C = 2): the consumers take alternate whole units (0, 2, ... / 1, 3, ...), so one's epilogue runs while
@@ -38,25 +38,24 @@ tensor_maps:
 //   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices to their owners' smem (st.async, completing the owner's recv_bar), then sums its own in split order.
-// SWAP_AB: C^T = B * A^T (kernel rows run over N), so a small M sits in wgmma's N; the epilogue stores transposed.
+// SWAP_AB: C^T = B * A^T (kernel rows over N): a small M sits in wgmma's N; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units and keeps the row operand's
-//   whole-K panel in smem across a row block's units; only column tiles stream through the ring. panel_full[kb]: one
-//   per k block, armed right before that k block's column tile, so a new row block waits for its first k block only;
-//   panel_empty: every consumer warp arrives after its last wgmma of the row block.
+//   whole-K panel in smem across a row block's units; only column tiles stream through the ring (panel_full[kb]: one
+//   per k block, armed just before its column tile; panel_empty: every consumer warp is done with the row block).
 // STREAMK (persistent, G = NUM_SMS CTAs): after its whole tiles b, b + G, ..., CTA b streams k blocks [b I / G,
 //   (b + 1) I / G) of the last r + G tiles (r = T mod G; I k blocks in all): at most three pieces a tile. A piece past
 //   k block 0 stores its fp32 partial in its CTA's slot and adds its k blocks to the tile's counter (release); the piece
 //   from k block 0 waits (acquire) for the rest, adds the partials in CTA order, stores C, zeroes the counter.
-// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units, then claims
-//   the rest one at a time from a workspace counter; a scheduler thread (producer warp 1) publishes them in a UQ-slot
-//   smem queue (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
+// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static (8 - DYN) / 8 share of the units, then claims
+//   the rest one by one from a workspace counter, which producer warp 1 publishes in a UQ-slot smem queue
+//   (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
 // EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
 //   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
 //   fence to the async proxy, warpgroup sync, one thread issues and commits the TMA stores; it waits for their reads
 //   only before reusing a buffer, so unit i's stores drain during unit i+1's wgmmas (EPI = 2 * min(MT, 2): i-1's).
 //   The TMA unit clips past M and N. Stages are released before the epilogue; the producer runs ahead across units.
-//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
+//   EPI_HINT = 1: the stores carry an L2 evict_first policy: C streaming through L2 does not push out A and B.
 // EARLY_STORE (two or more 64-row slices per consumer): each slice's last wgmmas are a commit group of their own, and
 //   slice mt is stored once `wgmma.wait_group MT-1-mt` returns, while the tensor cores run the later slices.
 // CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's):
@@ -69,30 +68,30 @@ struct alignas(64) TmaDesc { unsigned char bytes[128]; };
 
 namespace evo_sm90 {
 
-constexpr int BM = 128;                 // tile rows (kernel view)
+constexpr int BM = 256;                 // tile rows (kernel view)
 constexpr int BN = 128;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 8;
+constexpr int GROUP = 1;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
-constexpr int PINGPONG = 1;
-constexpr int EPI = 2;                 // TMA-store staging buffers per consumer (0: ordinary stores)
+constexpr int PINGPONG = 0;
+constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
 constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
 constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
+constexpr int PANEL = 1;             // 1: the row operand's BM x K panel stays in smem across a row block's units
 constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
 constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
 constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
 constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
 constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
-constexpr int EPI_WIDE = 0;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
+constexpr int EPI_WIDE = 1;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
 constexpr int DYN = 0;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
 constexpr int STREAMK = 0;          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
-constexpr int RING_SPLIT = 0;    // 1: the ring holds A's stages, then B's (CUTLASS's layout)
-constexpr int EARLY_STORE = 2;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
+constexpr int RING_SPLIT = 0;    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
+constexpr int EARLY_STORE = 1;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -839,7 +838,7 @@ __device__ __forceinline__ void wgmma_wait_upto(int n) {
 }  // namespace evo_sm90
 using namespace evo_sm90;
 
-#define EVO_EPI 2
+#define EVO_EPI 1
 #define EVO_C_MAPS ((128 >= 64) + (128 % 64 >= 32) + (128 % 32 == 16))  // C maps, EPI > 0
 static_assert(EVO_C_MAPS == (EPI_N64 > 0) + EPI_N32 + EPI_N16, "one C map per box width");
 #if 1 > 1
@@ -878,12 +877,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it (RING_SPLIT: A's
-  // tiles, then B's). Every tile is 1024-byte aligned.
+  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it; RING_SPLIT 1: all
+  // A tiles, then B's (2: B's first). Every tile is 1024-byte aligned.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  auto ring_a = [&](int st) { return tiles + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
-  auto ring_b = [&](int st) { return RING_SPLIT ? ring_a(STAGES) + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
-  // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
+  const uint32_t a0 = tiles + (RING_SPLIT == 2) * STAGES * B_STAGE_BYTES, b0 = tiles + (RING_SPLIT == 1) * STAGES * A_STAGE_BYTES;
+  auto ring_a = [&](int st) { return a0 + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
+  auto ring_b = [&](int st) { return RING_SPLIT ? b0 + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
+  // Epilogue staging (a buffer per consumer) after the ring, as a generic pointer.
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (epi_stage_u32 - smem_u32(smem_raw)));
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.

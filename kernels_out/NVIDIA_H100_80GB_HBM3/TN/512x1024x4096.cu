@@ -2,7 +2,7 @@
 family: cutlass_sm90
 archs: [sm_90a]
 launch: host
-params: {CLUSTER_M: 1, CLUSTER_N: 1, DECOMP: 0, EPI: 1, RASTER: 0, SCHEDULE: 0, SCHEDULER: 0,
+params: {CLUSTER_M: 1, CLUSTER_N: 1, DECOMP: 0, EPI: 1, RASTER: 1, SCHEDULE: 0, SCHEDULER: 0,
   SPLITS: 1, STAGES: 0, SWAP_AB: 0, SWIZZLE: 1, TILE_K: 64, TILE_M: 64, TILE_N: 64}
 host_args: [RASTER, SWIZZLE, DECOMP, SPLITS]
 # estimates for the prior only: evo_host_params (CUTLASS's own scheduler) decides the launch
@@ -32,6 +32,9 @@ cooperative: "SCHEDULER == 1"   # stream-K's fix-up waits on the partials of pee
 
 #define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1   // cuTensorMapEncodeTiled: our forwarder below, no cudart
 #define CUTLASS_ENABLE_CUDA_HOST_ADAPTER 1         // workspace fills go to our recorder, not to the runtime
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1   // wgmma N of every multiple of 8 (80, 112, 144, 160, 176, ...): without it
+                                                   // CuTe's op selector falls back to the largest of 256/192/128/96/64/32/16
+                                                   // that divides TILE_N (144 -> m64n16: 2x slower, docs/perf-cutlass.md)
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"
