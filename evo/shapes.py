@@ -8,8 +8,8 @@ Where no such file exists, the text itself may list the shapes: ``4096x4096x1024
 A kernel table's folder (e.g. kernels_out/NVIDIA_H200) or its table.json is a shape set too: its rows' shapes, so
 that `evo.sweep --shapes kernels_out/NVIDIA_H200` searches every row again (each against the row's kernel), or,
 with a `RowFilter`, only its rows measured before a day, where evo's kernel is below a speedup over the best
-library, or whose kernel was ported from another GPU's table and never searched on this one (the rows a table most
-needs searched again).
+library, or whose kernel was ported from another GPU's table and never searched on this one, or that pass all of
+those given (the rows a table most needs searched again).
 """
 from __future__ import annotations
 
@@ -44,17 +44,20 @@ def resolve(path: str | Path) -> Path:
 
 @dataclass(frozen=True)
 class RowFilter:
-    """Which rows of a kernel table a shape set takes (several given: a row passing any)."""
+    """Which rows of a kernel table a shape set takes (several given: a row passing any, or with `every` all)."""
     dated_before: str | None = None  # YYYY-MM-DD: rows measured before this day (a row without a date counts as old)
     below: float | None = None  # rows where evo's kernel is below this speedup over the best library (none: 0)
     ported: bool = False  # rows whose kernel came from another GPU's table (`evo.rerender --port`) and has not been
                           # searched or re-rendered on this GPU since (timing_source "port")
+    every: bool = False  # several filters given: a row must pass every one (ported rows evo does not win)
 
     def __post_init__(self):
         if self.dated_before is not None and _iso_day(self.dated_before) != self.dated_before:
             raise EvoError(f"a row date wants a day as YYYY-MM-DD, not {self.dated_before!r}")
         if self.below is not None and not self.below > 0:
             raise EvoError(f"a speedup to search rows below must be positive, not {self.below}")
+        if self.every and not self:
+            raise EvoError("rows that pass every filter: give the filters (a date, a speedup or ported rows)")
 
     def __bool__(self) -> bool:
         return self.dated_before is not None or self.below is not None or self.ported
@@ -63,12 +66,13 @@ class RowFilter:
         said = ([f"dated before {self.dated_before}"] if self.dated_before is not None else []) + \
                ([f"below {self.below:g}x the best library"] if self.below is not None else []) + \
                (["ported from another GPU's table"] if self.ported else [])
-        return " or ".join(said)
+        return (" and " if self.every else " or ").join(said)
 
     def takes(self, day: str, speedup: float, source: str) -> bool:
-        return ((self.dated_before is not None and (day or "") < self.dated_before)
-                or (self.below is not None and (speedup or 0.0) < self.below)
-                or (self.ported and source == "port"))
+        passed = ([(day or "") < self.dated_before] if self.dated_before is not None else []) + \
+                 ([(speedup or 0.0) < self.below] if self.below is not None else []) + \
+                 ([source == "port"] if self.ported else [])
+        return bool(passed) and (all(passed) if self.every else any(passed))
 
 
 def _iso_day(text: str) -> str:

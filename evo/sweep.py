@@ -789,9 +789,11 @@ def main(argv: list[str] | None = None) -> int:
                     "rows measured before this day (a row's date: its kernel's side-by-side run with the libraries)")
     ap.add_argument("--rows-below", type=float, metavar="X", help="with a table's folder as --shapes: only its rows "
                     "where evo's kernel is below X times the best library (1.0: every row evo does not win outright); "
-                    "given with --rows-dated-before or --rows-ported, a row any of them picks")
+                    "given with --rows-dated-before or --rows-ported, a row any of them picks (all of them: --rows-every)")
     ap.add_argument("--rows-ported", action="store_true", help="with a table's folder as --shapes: only its rows whose "
                     "kernel was ported from another GPU's table (evo.rerender --port) and never searched on this GPU")
+    ap.add_argument("--rows-every", action="store_true", help="with several --rows-* filters: only the rows that pass "
+                    "every one (e.g. --rows-ported --rows-below 1.0: the ported rows evo does not win)")
     ap.add_argument("--limit-shapes", type=int, metavar="K", help="only the first K shapes of the set")
     ap.add_argument("--sample", type=int, metavar="K", help="a random sample of K shapes (seeded by --seed)")
     ap.add_argument("--proposer", help="comma list: mutate, optuna, llm (default mutate)")
@@ -835,7 +837,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "proposers": args.proposer.split(",") if args.proposer else None,
                                   "seed_winners": args.seed_winners})
     apply_llm_flags(cfg, args)
-    rows = RowFilter(args.rows_dated_before, args.rows_below, args.rows_ported)
+    rows = RowFilter(args.rows_dated_before, args.rows_below, args.rows_ported, args.rows_every)
     shapes = select_shapes(load_shapes(args.shapes, rows), args.limit_shapes, args.sample, cfg.search.seed)
     if rows and not shapes:
         raise EvoError(f"no row of {args.shapes} is {rows.describe()}: nothing to search")

@@ -124,6 +124,13 @@ def test_a_tables_rows_picked_by_date_speedup_or_origin(tmp_path):
     assert keys(RowFilter(ported=True)) == ["256x64x64"]  # a row re-rendered or searched here is no longer "port"
     assert keys(RowFilter(below=1.0, ported=True)) == ["128x64x64", "256x64x64", "1024x64x64"]
     assert RowFilter(ported=True) and RowFilter(ported=True).describe() == "ported from another GPU's table"
+    every = RowFilter(below=1.15, ported=True, every=True)  # the ported rows below 1.15x only
+    assert keys(every) == ["256x64x64"] and keys(RowFilter(below=1.0, ported=True, every=True)) == []
+    assert every.describe() == "below 1.15x the best library and ported from another GPU's table"
+    assert keys(RowFilter("2026-11-29", 1.0, every=True)) == []  # the old rows are wins
+    assert keys(RowFilter("2026-11-30", 1.0, every=True)) == ["128x64x64", "1024x64x64"]
+    with pytest.raises(EvoError, match="give the filters"):
+        RowFilter(every=True)
     for bad in ("29-11-2026", "2026-13-01", "2026-11-31", "yesterday", "20261129"):
         with pytest.raises(EvoError, match="YYYY-MM-DD"):
             RowFilter(dated_before=bad)
@@ -152,8 +159,15 @@ def test_the_sweep_searches_only_the_picked_rows(tmp_path, monkeypatch, capsys):
     assert sweep.main(["--shapes", str(d), "--rows-dated-before", "2026-11-29"] + db) == 0
     assert sweep.main(["--shapes", str(d)] + db) == 0
     assert sweep.main(["--shapes", str(d), "--rows-ported"] + db) == 0
-    assert searched == [["128x64x64"], ["64x64x64"], ["64x64x64", "128x64x64"], ["128x64x64"]]
+    assert sweep.main(["--shapes", str(d), "--rows-ported", "--rows-below", "1", "--rows-every"] + db) == 0
+    assert searched == [["128x64x64"], ["64x64x64"], ["64x64x64", "128x64x64"], ["128x64x64"], ["128x64x64"]]
     capsys.readouterr()
+    assert sweep.main(["--shapes", str(d), "--rows-dated-before", "2026-11-21", "--rows-below", "1", "--rows-every"]
+                      + db) == 2
+    assert capsys.readouterr().err.strip() == (f"error: no row of {d} is dated before 2026-11-21 and below 1x the best "
+                                               "library: nothing to search")
+    assert sweep.main(["--shapes", str(d), "--rows-every"] + db) == 2
+    assert "give the filters" in capsys.readouterr().err
     assert sweep.main(["--shapes", str(d), "--rows-below", "0.5"] + db) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"error: no row of {d} is below 0.5x the best library: nothing to search"]
@@ -161,4 +175,4 @@ def test_the_sweep_searches_only_the_picked_rows(tmp_path, monkeypatch, capsys):
     assert sweep.main(["--shapes", str(d), "--rows-dated-before", "11/29"] + db) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and "not a kernel table" in err[0] and "YYYY-MM-DD" in err[1]
-    assert len(searched) == 4
+    assert len(searched) == 5
