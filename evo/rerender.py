@@ -212,7 +212,7 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
     for o in results:
         print(f"{o.shape} {o.family}: {o.action}", file=out, flush=True)
     need = {ks.hash: ks for it in todo for ks in (it.old, it.new) if info.arch in ks.meta.archs}
-    compiled = {r.hash: r for r in compiler.compile_many([(ks, info.arch) for ks in need.values()], 0)}
+    compiled = compile_all(compiler, [(ks, info.arch) for ks in need.values()], out)
     for i, it in enumerate(todo, 1):
         p = parse_shape(it.row.shape, it.row.layout)
         head = f"[{i}/{len(todo)}] {p.key} {it.row.family} {it.old.hash[:10]} -> {it.new.hash[:10]}"
@@ -341,17 +341,39 @@ def same_machine_code(old: KernelSource, old_cubin: str, new: KernelSource, new_
         return False
 
 
-def compiled_same(doc: dict, items: list[Rendering], compiler) -> None:
+def compile_all(compiler, items: list, out: TextIO, every_s: float = 10.0) -> dict:
+    """Compile every (kernel, arch) in parallel, cached; a progress line at most every `every_s` seconds while it
+    runs (a CUTLASS instance takes 20-70 s of nvcc) and one at the end. Results by kernel hash."""
+    if not items:
+        return {}
+    t0 = time.monotonic()
+    seen = {"n": 0, "failed": 0, "said": t0}
+
+    def done(res) -> None:
+        seen["n"] += 1
+        seen["failed"] += not res.ok
+        now = time.monotonic()
+        if now - seen["said"] >= every_s and seen["n"] < len(items):
+            seen["said"] = now
+            print(f"  compiled {seen['n']} of {len(items)} ({now - t0:.0f} s)", file=out, flush=True)
+
+    results = compiler.compile_many(items, 0, on_done=done)
+    print(f"compiled {len(items)} kernels in {time.monotonic() - t0:.0f} s"
+          + (f" ({seen['failed']} failed)" if seen["failed"] else ""), file=out, flush=True)
+    return {r.hash: r for r in results}
+
+
+def compiled_same(doc: dict, items: list[Rendering], compiler, out: TextIO | None = None) -> None:
     """--plan-only --compile: compile both renderings of every row whose text differs (no GPU) and note the rows
     whose kernels are the same machine code, launched the same way on the row's shape: compiled for sm_90a where the
     kernel claims it, else for the last arch it names; launched on the table's GPU's SM count (its datasheet; 132,
-    an H100's or H200's, where the table names no GPU the datasheet knows)."""
+    an H100's or H200's, where the table names no GPU the datasheet knows). Progress lines go to `out` (stderr)."""
     sheet = datasheet(doc.get("gpu") or "")
     sms, arch = (sheet.sms if sheet else 132), "sm_90a"
     todo = [it for it in items if it.new is not None and not it.note]
     need = {ks.hash: ks for it in todo for ks in (it.old, it.new)}
     pick = {h: (arch if arch in ks.meta.archs or not ks.meta.archs else ks.meta.archs[-1]) for h, ks in need.items()}
-    done = {r.hash: r for r in compiler.compile_many([(ks, pick[h]) for h, ks in need.items()], 0)}
+    done = compile_all(compiler, [(ks, pick[h]) for h, ks in need.items()], out or sys.stderr)
     for it in todo:
         co, cn = done.get(it.old.hash), done.get(it.new.hash)
         if co is None or cn is None or not (co.ok and cn.ok) or pick[it.old.hash] != pick[it.new.hash]:

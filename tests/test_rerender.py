@@ -206,6 +206,20 @@ def test_plan_compiled_marks_the_rows_a_run_would_not_time(tmp_path, monkeypatch
     assert items[0].note.startswith("same machine code")
 
 
+def test_compile_all_says_how_far_it_got(tmp_path):
+    from evo.rerender import compile_all
+
+    fam = load_families(TOY, names=["toy"])[0]
+    kernels = [fam.render({**PARAMS, "TILE": t}) for t in (8, 16, 32)]  # the fake compiler fails TILE 32
+    out = io.StringIO()
+    got = compile_all(FakeCompiler(tmp_path / "cache"), [(ks, "sm_90a") for ks in kernels], out, every_s=0.0)
+    assert sorted(got) == sorted(ks.hash for ks in kernels) and not got[kernels[2].hash].ok
+    lines = out.getvalue().splitlines()
+    assert lines[:2] == ["  compiled 1 of 3 (0 s)", "  compiled 2 of 3 (0 s)"]
+    assert lines[2].startswith("compiled 3 kernels in ") and lines[2].endswith("(1 failed)")
+    assert compile_all(FakeCompiler(tmp_path / "cache"), [], out) == {}
+
+
 def test_rerender_cli_compile_goes_with_plan_only(tmp_path, capsys):
     from evo.rerender import main
 
