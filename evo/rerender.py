@@ -52,6 +52,9 @@ from .problem import parse_shape
 from .records import LIBRARIES
 
 
+SAME_CODE = "same machine code (not timed)"
+
+
 @dataclass
 class Rendering:
     """One evo row of a table and its kernel rendered from the current templates (None where it cannot be)."""
@@ -213,6 +216,8 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
         print(f"{o.shape} {o.family}: {o.action}", file=out, flush=True)
     need = {ks.hash: ks for it in todo for ks in (it.old, it.new) if info.arch in ks.meta.archs}
     compiled = compile_all(compiler, [(ks, info.arch) for ks in need.values()], out)
+    if not port:  # a port times the published kernel here anyway: it has no row on this GPU yet
+        note_same_machine_code(todo, compiled, info.sm_count)
     for i, it in enumerate(todo, 1):
         p = parse_shape(it.row.shape, it.row.layout)
         head = f"[{i}/{len(todo)}] {p.key} {it.row.family} {it.old.hash[:10]} -> {it.new.hash[:10]}"
@@ -226,9 +231,9 @@ def rerender(table_dir: str | Path, cfg, worker, compiler, shapes: set[str] | No
             o.action = "not compiled for " + info.arch + (f": {cn.error.splitlines()[0]}" if cn is not None and cn.error else "")
             print(f"{head}: {o.action}", file=out, flush=True)
             continue
-        if not port and same_machine_code(it.old, co.cubin_path, it.new, cn.cubin_path, p, info.sm_count):
-            o.action = "same machine code"
-            print(f"{head}: {o.action} (not timed)", file=out, flush=True)
+        if it.note:  # the same machine code
+            o.action = it.note
+            print(f"{head}: {o.action}", file=out, flush=True)
             continue
         # contenders: the new rendering, and (porting) the published kernel too: it has not been checked here
         kinds = {"new": (it.new, cn)} if not port or it.new.hash == it.old.hash else {"new": (it.new, cn), "old": (it.old, co)}
@@ -346,20 +351,19 @@ def compile_all(compiler, items: list, out: TextIO, every_s: float = 10.0) -> di
     runs (a CUTLASS instance takes 20-70 s of nvcc) and one at the end. Results by kernel hash."""
     if not items:
         return {}
-    t0 = time.monotonic()
-    seen = {"n": 0, "failed": 0, "said": t0}
+    t0 = said = time.monotonic()
+    n = failed = 0
 
     def done(res) -> None:
-        seen["n"] += 1
-        seen["failed"] += not res.ok
-        now = time.monotonic()
-        if now - seen["said"] >= every_s and seen["n"] < len(items):
-            seen["said"] = now
-            print(f"  compiled {seen['n']} of {len(items)} ({now - t0:.0f} s)", file=out, flush=True)
+        nonlocal n, failed, said
+        n, failed, now = n + 1, failed + (not res.ok), time.monotonic()
+        if now - said >= every_s and n < len(items):
+            said = now
+            print(f"  compiled {n} of {len(items)} ({now - t0:.0f} s)", file=out, flush=True)
 
     results = compiler.compile_many(items, 0, on_done=done)
-    print(f"compiled {len(items)} kernels in {time.monotonic() - t0:.0f} s"
-          + (f" ({seen['failed']} failed)" if seen["failed"] else ""), file=out, flush=True)
+    print(f"compiled {len(items)} kernels in {time.monotonic() - t0:.0f} s" + (f" ({failed} failed)" if failed else ""),
+          file=out, flush=True)
     return {r.hash: r for r in results}
 
 
@@ -373,14 +377,20 @@ def compiled_same(doc: dict, items: list[Rendering], compiler, out: TextIO | Non
     todo = [it for it in items if it.new is not None and not it.note]
     need = {ks.hash: ks for it in todo for ks in (it.old, it.new)}
     pick = {h: (arch if arch in ks.meta.archs or not ks.meta.archs else ks.meta.archs[-1]) for h, ks in need.items()}
-    done = compile_all(compiler, [(ks, pick[h]) for h, ks in need.items()], out or sys.stderr)
-    for it in todo:
-        co, cn = done.get(it.old.hash), done.get(it.new.hash)
-        if co is None or cn is None or not (co.ok and cn.ok) or pick[it.old.hash] != pick[it.new.hash]:
+    note_same_machine_code(todo, compile_all(compiler, [(ks, pick[h]) for h, ks in need.items()], out or sys.stderr),
+                           sms)
+
+
+def note_same_machine_code(items: list[Rendering], compiled: dict, num_sms: int) -> None:
+    """Note the renderings whose old and new kernels, both compiled (`compiled`: results by kernel hash) for one arch,
+    are the same machine code launched the same way on the row's shape: a run does not time them."""
+    for it in items:
+        co, cn = compiled.get(it.old.hash), compiled.get(it.new.hash)
+        if co is None or cn is None or not (co.ok and cn.ok) or co.arch != cn.arch:
             continue
         if same_machine_code(it.old, co.cubin_path, it.new, cn.cubin_path, parse_shape(it.row.shape, it.row.layout),
-                             sms):
-            it.note = f"same machine code ({it.old.hash[:10]} -> {it.new.hash[:10]}: not timed)"
+                             num_sms):
+            it.note = SAME_CODE
 
 
 def doc_gpu(table_dir: Path) -> str:
@@ -440,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{it.row.shape:>18}  {it.row.family:<18} {what}")
         differ = sum(1 for it in items if it.new is not None and not it.note)
         print(f"{differ} of {len(items)} evo rows render differently"
-              + (f" ({sum(1 for it in items if it.note.startswith('same machine code'))} more only in their text: "
+              + (f" ({sum(1 for it in items if it.note == SAME_CODE)} more only in their text: "
                  "the same machine code)" if ns.compile else ""))
         return 0
     from .gpu.worker import GpuWorker

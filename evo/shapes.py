@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -59,19 +60,22 @@ class RowFilter:
         if self.every and not self:
             raise EvoError("rows that pass every filter: give the filters (a date, a speedup or ported rows)")
 
+    def _given(self) -> list[tuple[str, Callable[[str, float, str], bool]]]:
+        """The filters given: what each says, and whether a row (its date, speedup, timing source) passes it."""
+        return ([(f"dated before {self.dated_before}", lambda day, _, __: (day or "") < self.dated_before)]
+                if self.dated_before is not None else []) + \
+               ([(f"below {self.below:g}x the best library", lambda _, speedup, __: (speedup or 0.0) < self.below)]
+                if self.below is not None else []) + \
+               ([("ported from another GPU's table", lambda _, __, source: source == "port")] if self.ported else [])
+
     def __bool__(self) -> bool:
-        return self.dated_before is not None or self.below is not None or self.ported
+        return bool(self._given())
 
     def describe(self) -> str:
-        said = ([f"dated before {self.dated_before}"] if self.dated_before is not None else []) + \
-               ([f"below {self.below:g}x the best library"] if self.below is not None else []) + \
-               (["ported from another GPU's table"] if self.ported else [])
-        return (" and " if self.every else " or ").join(said)
+        return (" and " if self.every else " or ").join(said for said, _ in self._given())
 
     def takes(self, day: str, speedup: float, source: str) -> bool:
-        passed = ([(day or "") < self.dated_before] if self.dated_before is not None else []) + \
-                 ([(speedup or 0.0) < self.below] if self.below is not None else []) + \
-                 ([source == "port"] if self.ported else [])
+        passed = [test(day, speedup, source) for _, test in self._given()]
         return bool(passed) and (all(passed) if self.every else any(passed))
 
 

@@ -156,7 +156,7 @@ def test_rerender_does_not_time_a_rendering_that_compiles_to_the_same_kernel(tmp
     monkeypatch.setattr(FakeWorker, "call", lambda self, op, timeout_s, **kw: calls.append(op))
     out = io.StringIO()
     res = rerender(table, cfg_for(root), started(), FakeCompiler(tmp_path / "cache"), out=out)
-    assert [o.action for o in res] == ["same machine code"] and "not timed" in out.getvalue()
+    assert [o.action for o in res] == ["same machine code (not timed)"] and "not timed" in out.getvalue()
     after = read_table(table)[1][0]
     assert calls == [] and (after.hash, after.time_us, after.timing_source) == (before.hash, 20.0, "confirm")
 
@@ -203,7 +203,7 @@ def test_plan_compiled_marks_the_rows_a_run_would_not_time(tmp_path, monkeypatch
     monkeypatch.setattr(fakes, "fake_machine_code", lambda ks: "\x7fELF")
     doc, items = plan(table, root)
     compiled_same(doc, items, FakeCompiler(tmp_path / "cache2"))
-    assert items[0].note.startswith("same machine code")
+    assert items[0].note == "same machine code (not timed)"
 
 
 def test_compile_all_says_how_far_it_got(tmp_path):
