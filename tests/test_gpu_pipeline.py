@@ -351,6 +351,28 @@ def test_split_store_boxes_correct_on_gpu(gpu):
     assert ran == 28 and not failures, "\n".join(failures)
 
 
+SWAP_STORE_INSTANCES = [  # wgmma_sm90 SWAP_AB with the TMA-store epilogue: C^T's slices written transposed by
+    # stmatrix.trans into BN x 64 boxes of C (one C map)
+    {"BM": 128, "BN": 192, "SWAP_AB": 1, "STAGES": 4, "EPI": 1},                                  # cooperative, persistent
+    {"BM": 128, "BN": 96, "SWAP_AB": 1, "STAGES": 6, "EPI": 2, "PINGPONG": 1},                    # ping-pong
+    {"BM": 128, "BN": 96, "SWAP_AB": 1, "STAGES": 6, "EPI": 2, "PINGPONG": 1, "CLUSTER": 2},      # pairs (padded tiles)
+    {"BM": 128, "BN": 128, "CONSUMERS": 1, "STAGES": 4, "EPI": 2, "PANEL": 1, "GROUP": 1, "SWAP_AB": 1},  # row panel
+    {"BM": 256, "BN": 64, "CONSUMERS": 1, "SWAP_AB": 1, "STAGES": 4, "EPI": 4, "EARLY_STORE": 1},  # four slices, early
+    {"BM": 128, "BN": 80, "SWAP_AB": 1, "PERSISTENT": 0, "STAGES": 6, "EPI": 1, "EPI_HINT": 1},   # 80-row boxes
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "SWAP_AB": 1, "STAGES": 5, "EPI": 1, "STREAMK": 1},     # stream-K
+    {"BM": 128, "BN": 128, "PINGPONG": 1, "SWAP_AB": 1, "STAGES": 4, "EPI": 1, "EARLY_STORE": 2, "DYN": 1},  # claimed units
+]
+
+
+def test_swap_ab_tma_store_correct_on_gpu(gpu):
+    """C^T stored through TMA on off-tile shapes: tiles past M (C's rows, the boxes' BN rows clipped) and past N (C's
+    columns), K short, long and not a multiple of the k block; 12296x264x520 is the tall, narrow class the store is for.
+    37 evaluations (the row panel takes K <= 200 only)."""
+    ran, failures = check_instances(gpu, "wgmma_sm90", SWAP_STORE_INSTANCES,
+                                    ("200x136x72", "130x264x4104", "264x1096x200", "1000x1000x1000", "12296x264x520"))
+    assert ran == 37 and not failures, "\n".join(failures)
+
+
 EARLY_STORE_INSTANCES = [  # wgmma_sm90: each 64-row slice stored once its own wgmma group completes
     {"BM": 256, "BN": 128, "STAGES": 6, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 2},  # row panel, whole K
     {"BM": 256, "BN": 128, "STAGES": 5, "EPI": 2, "EPI_HINT": 1, "PANEL": 1, "GROUP": 1, "EARLY_STORE": 1},  # the last k block
