@@ -1,315 +1,654 @@
 /*---evo
-family: cutlass_sm90
-archs: [sm_90a]
-launch: host
-params: {CLUSTER_M: 1, CLUSTER_N: 1, DECOMP: 0, EPI: 1, RASTER: 0, SCHEDULE: 0, SCHEDULER: 0,
-  SPLITS: 1, STAGES: 0, SWAP_AB: 0, SWIZZLE: 1, TILE_K: 64, TILE_M: 64, TILE_N: 64}
-host_args: [RASTER, SWIZZLE, DECOMP, SPLITS]
-# estimates for the prior only: evo_host_params (CUTLASS's own scheduler) decides the launch
-block: ["256 if SCHEDULE == 0 else 384", 1, 1]
-grid: ["cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) if SCHEDULE == 0 else min(cdiv(N if SWAP_AB else M, TILE_M) * cdiv(M if SWAP_AB else N, TILE_N) * SPLITS, NUM_SMS // (CLUSTER_M * CLUSTER_N) * CLUSTER_M * CLUSTER_N)", 1, 1]
-smem: "(TILE_M + TILE_N) * TILE_K * 2 * STAGES + 16384 * EPI + 1024 if STAGES else 221184"   # auto stages fill it
-requires: "K % 8 == 0 and N % 8 == 0"   # 16-byte TMA strides of A, B (K) and C (N)
-cooperative: "SCHEDULER == 1"   # stream-K's fix-up waits on the partials of peer CTAs: the whole grid resident at once
+family: mma_small_sm80
+archs: [sm_80, sm_90a]
+params: {BK: 64, BM: 32, BN: 32, CLK: 1, EPI: 1, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 8,
+  WARPS_K: 1, WARPS_M: 2, WARPS_N: 1}
+block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
+grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
+smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4) + (CLK > 1) * PUSH * BM * BN * 4"
+workspace: "0 if SPLIT_K * CLK == 1 else (SPLIT_K * CLK + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K * CLK // 4 + 1 + CLK) * 4"
+requires: "M == 64 and N == 4096 and K == 1024 and K % 8 == 0 and cdiv(K, BK) % (SPLIT_K * CLK) == 0 and M * N * K <= 8589934592"
 ---*/
-// CUTLASS 3.x SM90 GEMM (nvidia-cutlass headers): C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation,
-// built from the CollectiveBuilders: TMA + wgmma mainloop with a (TILE_M x TILE_N x TILE_K) tile, a thread-block
-// cluster (CLUSTER_M x CLUSTER_N, TMA multicast across it), kernel schedule (SCHEDULE: 0 TMA warp-specialized,
-// 1 cooperative, 2 ping-pong), epilogue (EPI: 1 TMA store through shared memory, 0 direct stores), STAGES
-// (0 = as many as fit), tile scheduler (SCHEDULER: 0 persistent, 1 stream-K), SWAP_AB (computes C^T = B A^T so
-// that a small M lands in the tile's N). Runtime choices come in through host_args (no recompile): RASTER
-// (0 heuristic, 1 along M, 2 along N), SWIZZLE (max swizzle size), and for the stream-K scheduler DECOMP
-// (0 heuristic, 1 data-parallel, 2 stream-K) and SPLITS (> 1: split-K into SPLITS slices).
+// Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a). It takes shapes of
+// up to 2^33 multiply-adds (~17 GFLOP, ~25 us on an H200): beyond that the libraries' and the wgmma families'
+// large tiles win, and searches of large shapes need not compile and time this family's starts.
 //
-// Launch ABI "launch: host" (README): evo_host_query / evo_host_params build GemmKernel::Params with
-// to_underlying_arguments (TMA descriptors, scheduler state) and report grid, block, cluster, shared memory,
-// workspace and the workspace ranges to zero before each call; evo_gemm takes Params by value.
-#include <dlfcn.h>
-#include <stdio.h>
-#include <string.h>
+//   C[M,N] = A[M,K] * B[N,K]^T      (A, B, C row-major fp16: both operands K-major, "TN")
+//
+// What makes it cheap where a library call is mostly launch, prologue and epilogue:
+//   * M, N, K are compile-time constants (the family renders one kernel per shape; `requires`
+//     pins it): no runtime divisions, edge predicates vanish where the tiles divide the shape,
+//     and there the K loop (KT_PER tiles of BK) is fully unrolled up to 64 tiles.
+//   * Tiny CTAs: 1-4 warps, tiles from 16 rows (BM 16..128, BN 16..128; 8 warps for tiles of
+//     64x128 / 128x96 and up), so small outputs still give many CTAs; the tile is taken straight from
+//     blockIdx (no rasterizer).
+//   * The first cp.async is issued right after the tile origin is known: the prologue's
+//     STAGES-1 tiles go out before the accumulators are even cleared.
+//   * mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix.x4 from XOR-swizzled shared memory
+//     (chunk L of 16 bytes lives at L ^ ((L >> 3) & 7): conflict-free ldmatrix and cp.async),
+//     STAGES-deep cp.async ring (at most a split's K tiles + 1: short K keeps shared memory
+//     small and occupancy high), one __syncthreads per K tile.
+//   * WARPS_K: the warps of a CTA split each K tile's k16 steps; partial accumulators are
+//     summed through shared memory in fixed warp order (deterministic).
+//   * SPLIT_K: CTAs (grid z) split K. Each publishes its fp32 partial (fragment order, 16-byte
+//     coalesced stores), then one thread takes a ticket with atom.add.acq_rel.gpu after a CTA
+//     barrier (release is cumulative: it orders every thread's partial). The CTA drawing the
+//     last ticket sums the partials in fixed order 0..SPLIT_K-1, its own from registers
+//     (deterministic whichever CTA arrives last), writes C and resets the ticket to zero.
+//     No sequentially consistent fence (__threadfence / membar.sc) anywhere.
+//   * RED (SPLIT_K >= 8): a two-level reduce. Groups of 4 splits take a group ticket; the last
+//     of a group sums its 4 partials and publishes the group sum behind a second ticket, whose
+//     last CTA sums the SPLIT_K / 4 group sums (fixed tree: deterministic). The critical path
+//     reads 3 + SPLIT_K/4 - 1 partials instead of SPLIT_K - 1.
+//   * EPI: 0 stores C straight from the mma fragments (half2); 1 stages the tile in shared
+//     memory (padded rows) and writes whole 16-byte row chunks (N % 8 == 0, else as EPI 0).
+//   * OCC: 2 caps the registers so that two 8-warp CTAs share an SM (<= 128 per thread).
+//   * CLK (sm_90a): the CLK CTAs of a thread-block cluster (compile-time __cluster_dims__(1, 1,
+//     CLK), consecutive grid z) split a tile's K range further. Each stages its fp32 partial in
+//     its own shared memory (row-major, padded rows), one cluster barrier (arrive.release /
+//     wait.acquire), then cluster rank r sums C-row slice r (BM / CLK rows) over the CLK
+//     partials in fixed order 0..CLK-1, read through distributed shared memory (mapa + ld.shared::cluster), and stores C (8-byte
+//     half4 rows). With SPLIT_K > 1 on top, rank r publishes its fp32 slice instead and takes
+//     the acq_rel ticket of (tile, r); the last of the SPLIT_K clusters sums the slices in
+//     order g = 0..SPLIT_K-1 and stores C. A second cluster barrier before exit keeps each
+//     CTA's shared memory alive while its peers read it. PUSH (the default): no barrier before the
+//     sums; once its partial is staged, each CTA sends every rank r its slice r with st.async into
+//     r's receive slots ([CLK][BM / CLK][BN] fp32 beside the ring), the bytes completing r's receive
+//     mbarrier (initialised and armed before the main loop, published by a relaxed cluster arrive
+//     whose wait comes only before the first send); each rank waits for its own slots and sums them
+//     locally in the same order 0..CLK-1 (the same bits as the pull), and the exit barrier is arrived
+//     at right after that wait. No partial goes through L2 when
+//     SPLIT_K == 1. Built for sm_80 (no clusters), the same instance treats the cluster's
+//     CTAs as SPLIT_K * CLK global splits (the ticket path above): correct everywhere, the
+//     cluster reduce only where the hardware has it. (CLK: the name evo.prior, the cost model
+//     and the mutation moves know for "cluster CTAs splitting K", as in wgmma_skinny_sm90.)
+#include <cuda_fp16.h>
+#include <cstdint>
 
-#include <cuda.h>
+namespace {
 
-#define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1   // cuTensorMapEncodeTiled: our forwarder below, no cudart
-#define CUTLASS_ENABLE_CUDA_HOST_ADAPTER 1         // workspace fills go to our recorder, not to the runtime
-
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/gemm.h"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-
-using namespace cute;
-
-namespace evo_cutlass {
-
-constexpr int TILE_M = 64;
-constexpr int TILE_N = 64;
-constexpr int TILE_K = 64;
-constexpr int CLUSTER_M = 1;
-constexpr int CLUSTER_N = 1;
-constexpr int SCHEDULE = 0;     // 0 TMA warp-specialized, 1 cooperative, 2 ping-pong
-constexpr int EPI = 1;               // 1 TMA store epilogue, 0 no shared memory
-constexpr int STAGES = 0;         // 0: auto (fill shared memory)
-constexpr int SCHEDULER = 0;   // 0 persistent, 1 stream-K
-constexpr int SWAP_AB = 0;
-
-using ElementA = cutlass::half_t;
-using ElementB = cutlass::half_t;
-using ElementD = cutlass::half_t;
-using ElementC = std::conditional_t<EPI == 1, void, cutlass::half_t>;   // no source: beta = 0
-using ElementAccumulator = float;
-using LayoutA = cutlass::layout::RowMajor;      // kernel-view A: m x K, K contiguous
-using LayoutB = cutlass::layout::ColumnMajor;   // kernel-view B: K x n, K contiguous
-// kernel-view D is m x n; with SWAP_AB it is C^T (N x M), which is C's row-major memory read column-major
-using LayoutD = std::conditional_t<SWAP_AB == 1, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
-constexpr int Align = 8;  // 16 bytes of fp16
-
-using TileShape = Shape<Int<TILE_M>, Int<TILE_N>, Int<TILE_K>>;
-using ClusterShape = Shape<Int<CLUSTER_M>, Int<CLUSTER_N>, _1>;
-
-using KernelSchedule = std::conditional_t<SCHEDULE == 1, cutlass::gemm::KernelTmaWarpSpecializedCooperative,
-                       std::conditional_t<SCHEDULE == 2, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                          cutlass::gemm::KernelTmaWarpSpecialized>>;
-using EpilogueSchedule = std::conditional_t<EPI == 0, cutlass::epilogue::NoSmemWarpSpecialized,
-                         std::conditional_t<SCHEDULE == 1, cutlass::epilogue::TmaWarpSpecializedCooperative,
-                                            cutlass::epilogue::TmaWarpSpecialized>>;
-using TileScheduler = std::conditional_t<SCHEDULER == 1, cutlass::gemm::StreamKScheduler,
-                                         cutlass::gemm::PersistentScheduler>;
-
-using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-    cutlass::epilogue::collective::EpilogueTileAuto, ElementAccumulator, ElementAccumulator,
-    ElementC, LayoutD, Align, ElementD, LayoutD, Align, EpilogueSchedule>::CollectiveOp;
-
-using StageCount = std::conditional_t<STAGES == 0,
-    cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-    cutlass::gemm::collective::StageCount<(STAGES > 0 ? STAGES : 2)>>;
-
-using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, ElementA, LayoutA, Align, ElementB, LayoutB, Align,
-    ElementAccumulator, TileShape, ClusterShape, StageCount, KernelSchedule>::CollectiveOp;
-
-using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, CollectiveMainloop,
-                                                        CollectiveEpilogue, TileScheduler>;
-using Params = GemmKernel::Params;
-using Arguments = GemmKernel::Arguments;
-
-}  // namespace evo_cutlass
-
-extern "C" __global__ void __launch_bounds__(evo_cutlass::GemmKernel::MaxThreadsPerBlock,
-                                             evo_cutlass::GemmKernel::MinBlocksPerMultiprocessor)
-evo_gemm(CUTLASS_GRID_CONSTANT evo_cutlass::Params const params) {
-    extern __shared__ char smem[];
-    evo_cutlass::GemmKernel op;
-    op(params, smem);
-}
-
-// ---------------------------------------------------------------- host side -----------------------------------
-// cuTensorMapEncodeTiled, forwarded to the driver the process has loaded (CUTLASS calls it by this name). The
-// geometry query encodes nothing (its descriptors are never used; it runs without a GPU); a failed encode is
-// remembered so that evo_host_params reports it instead of returning a block with a broken descriptor.
-static thread_local bool evo_query_only = false;
-static thread_local CUresult evo_tma_error = CUDA_SUCCESS;
-
-extern "C" CUresult cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* addr,
-                                           const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                                           const cuuint32_t* estrides, CUtensorMapInterleave il,
-                                           CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
-                                           CUtensorMapFloatOOBfill oob) {
-    using Fn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                            const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                            CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-    static Fn fn = [] {
-        void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-        if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW);
-        return lib ? reinterpret_cast<Fn>(dlsym(lib, "cuTensorMapEncodeTiled")) : nullptr;
-    }();
-    if (evo_query_only) return CUDA_SUCCESS;
-    CUresult rc = fn ? fn(map, type, rank, addr, dims, strides, box, estrides, il, sw, l2, oob) : CUDA_ERROR_NOT_INITIALIZED;
-    if (rc != CUDA_SUCCESS && evo_tma_error == CUDA_SUCCESS) evo_tma_error = rc;
-    return rc;
-}
-
-struct EvoHostLaunch {  // the host-launch ABI, mirrored by evo/gpu/host_launch.py
-    int abi;
-    int params_bytes;
-    unsigned grid[3];
-    unsigned block[3];
-    unsigned cluster[3];
-    int smem;
-    int pdl;
-    long long workspace;
-    int n_fills;
-    int fill_elem[4];
-    long long fill_offset[4];
-    long long fill_count[4];
-    unsigned fill_value[4];
-    char message[160];
-};
-
-namespace evo_cutlass {
-
-// records the workspace fills CUTLASS asks for (stream-K locks) instead of running them: the launcher replays
-// them on its stream before every call
-struct FillRecorder : cutlass::CudaHostAdapter {
-    EvoHostLaunch* out;
-    char* base;
-    bool overflow = false;
-    FillRecorder(EvoHostLaunch* o, void* b) : out(o), base(static_cast<char*>(b)) {}
-    cutlass::Status query_occupancy(int32_t*, int32_t*, int32_t, int32_t, int32_t) const override {
-        return cutlass::Status::kErrorNotSupported;
-    }
-    cutlass::Status launch(dim3, dim3, size_t, cudaStream_t, void**, int32_t) const override {
-        return cutlass::Status::kErrorNotSupported;
-    }
-    cutlass::Status launch(dim3, dim3, dim3, size_t, cudaStream_t, void**, int32_t) const override {
-        return cutlass::Status::kErrorNotSupported;
-    }
-    cutlass::Status launch(dim3, dim3, dim3, dim3, size_t, cudaStream_t, void**, int32_t) const override {
-        return cutlass::Status::kErrorNotSupported;
-    }
-#if defined(CUDA_HOST_ADAPTER_TENSORMAP_ENABLED)  // declared by the adapter; CUTLASS's TMA path does not use them
-    CUresult tensorMapEncodeIm2col(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                   const cuuint64_t*, const int*, const int*, cuuint32_t, cuuint32_t,
-                                   const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                   CUtensorMapL2promotion, CUtensorMapFloatOOBfill) const override {
-        return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    CUresult tensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* addr,
-                                  const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
-                                  const cuuint32_t* estrides, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
-                                  CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) const override {
-        return ::cuTensorMapEncodeTiled(map, type, rank, addr, dims, strides, box, estrides, il, sw, l2, oob);
-    }
-    CUresult tensorMapReplaceAddress(CUtensorMap*, void*) const override { return CUDA_ERROR_NOT_SUPPORTED; }
+constexpr int kM = 64;
+constexpr int kN = 4096;
+constexpr int kK = 1024;
+constexpr int BM = 32;
+constexpr int BN = 32;
+constexpr int BK = 64;
+constexpr int WARPS_M = 2;
+constexpr int WARPS_N = 1;
+constexpr int WARPS_K = 1;
+constexpr int STAGES_MAX = 8;   // ring depth asked for; STAGES: what a split's K tiles can use
+constexpr int SPLIT_K = 1;
+constexpr int EPI = 1;
+constexpr int RED = 0;
+constexpr int OCC = 1;               // CTAs per SM the register budget must allow (__launch_bounds__)
+constexpr int CLK = 1;               // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
+constexpr int PUSH_ASKED = 1;      // 1: slices sent to their owners (st.async + mbarrier), no barrier before the sums
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int CL = 1;                      // no clusters before sm_90: the cluster's CTAs are global splits
+#else
+constexpr int CL = CLK;
 #endif
-  protected:
-    cutlass::Status memsetDeviceImpl(void* dst, void const* value, size_t elem, size_t count, cudaStream_t) const override {
-        auto* self = const_cast<FillRecorder*>(this);
-        if (out->n_fills >= 4 || (elem != 1 && elem != 2 && elem != 4)) {
-            self->overflow = true;
-            return cutlass::Status::kErrorNotSupported;
+constexpr int SPLITS = SPLIT_K * CLK;      // CTAs along K (grid z)
+constexpr int GSPLIT = SPLITS / CL;        // K splits reduced through global memory (acq_rel ticket)
+
+constexpr int WARPS_MN = WARPS_M * WARPS_N;
+constexpr int THREADS = WARPS_MN * WARPS_K * 32;
+constexpr int WM = BM / WARPS_M;            // warp tile rows
+constexpr int WN = BN / WARPS_N;            // warp tile cols
+constexpr int MI = WM / 16;                 // m16 mma tiles per warp
+constexpr int NI = WN / 8;                  // n8 mma tiles per warp
+constexpr int CPR = BK / 8;                 // 16-byte chunks per smem row
+constexpr int KSTEPS = BK / 16;             // k16 steps per K tile
+constexpr int KS_PER_WARP = KSTEPS / WARPS_K;
+constexpr int KT = (kK + BK - 1) / BK;      // K tiles of the whole problem
+constexpr int KT_PER = KT / SPLITS;         // K tiles of one split (`requires`: KT % SPLITS == 0)
+constexpr int TILES_N = (kN + BN - 1) / BN;
+constexpr int TILES_M = (kM + BM - 1) / BM;
+constexpr int A_STAGE = BM * BK;            // halves per stage
+constexpr int B_STAGE = BN * BK;
+constexpr bool FULL_M = kM % BM == 0;       // no row predicates on A / C
+constexpr bool FULL_N = kN % BN == 0;       // no row predicates on B, column predicates on C
+constexpr bool FULL_K = kK % BK == 0;       // no K predicates
+constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x BN tile
+constexpr int STAGES = STAGES_MAX < KT_PER + 1 ? STAGES_MAX : (KT_PER + 1 < 2 ? 2 : KT_PER + 1);  // no idle smem
+// The K loop is fully unrolled (stage indices become constants) when the tiles divide the shape and a split has
+// at most 64 K tiles; otherwise it is unrolled by STAGES (off-tile shapes with the full unroll spilled: ptxas
+// kept every tile's row predicates live at once).
+constexpr int UNROLL = (FULL_M && FULL_N && FULL_K && KT_PER <= 64) ? KT_PER : STAGES;
+constexpr bool EPI_STAGED = EPI == 1 && kN % 8 == 0;   // 16-byte rows of C need N % 8 == 0
+constexpr int SC_LD = BN + 8;                          // staged C tile row stride (halves)
+constexpr int TILES = TILES_M * TILES_N;
+constexpr int GS = RED && GSPLIT >= 8 ? 4 : GSPLIT;     // splits per first-level group of the split-K reduce
+constexpr int GROUPS = GSPLIT / GS;                     // second level (RED): the group sums
+constexpr int RS = BM / CL;                             // cluster reduce: C rows of the slice each rank sums
+constexpr int RP = BN + 8;                              // fp32 row pitch of a staged partial (conflict-free float2)
+constexpr int ITEMS = RS * BN / 4;                      // float4s of one slice
+constexpr bool PUSH = CL > 1 && PUSH_ASKED == 1;        // (an sm_80 build has no cluster: nothing to send)
+constexpr int RING_BYTES = STAGES * (A_STAGE + B_STAGE) * 2;
+constexpr int RED_BYTES = (WARPS_K - 1) * BM * BN * 4 > BM * RP * 4 ? (WARPS_K - 1) * BM * BN * 4 : BM * RP * 4;
+// PUSH: the CLK receive slots ([CLK][RS][BN] fp32) after everything else the CTA stages (the front matter's smem
+// is the same max plus BM * BN * 4; every term is a multiple of 16 bytes)
+constexpr int RECV_OFF = RING_BYTES > RED_BYTES ? RING_BYTES : RED_BYTES;
+
+static_assert(BK == 32 || BK == 64, "swizzle is laid out for BK = 32 or 64");
+static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
+static_assert(KSTEPS % WARPS_K == 0, "WARPS_K must divide the k16 steps of a K tile");
+static_assert(KT % SPLITS == 0 && KT_PER >= 1, "every split gets the same number of K tiles");
+static_assert(kK % 8 == 0, "16-byte chunks never straddle the K edge");
+static_assert(STAGES >= 2, "need at least double buffering");
+static_assert(FRAG4 * 4 == BM * BN, "fragments cover the tile");
+static_assert(GSPLIT % GS == 0, "the reduce groups split the global splits evenly");
+static_assert(CLK == 1 || CLK == 2 || CLK == 4 || CLK == 8, "portable cluster size");
+static_assert(BM % CL == 0, "the tile's rows split evenly over the cluster ranks");
+static_assert(CLK == 1 || (RED == 0 && EPI == 0), "the cluster reduce writes C itself");
+
+__device__ __forceinline__ int swz(int L) { return L ^ ((L >> 3) & 7); }
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Split-K ticket: release this CTA's partial (ordered before by the CTA barrier; release is
+// cumulative) and acquire every earlier arrival's, in one gpu-scope atomic.
+__device__ __forceinline__ unsigned int ticket_acq_rel(unsigned int* p) {
+    unsigned int old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(p) : "memory");
+    return old;
+}
+
+// Thread-block cluster (sm_90+): barrier halves, this CTA's rank, a peer's shared address, a 16-byte DSMEM load.
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+    return r;
+}
+__device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {
+    uint32_t r = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+    return r;
+}
+// Arrive without release (it publishes no data: the receive barrier's initialisation is released by
+// fence.mbarrier_init.release.cluster).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_init_armed(uint32_t bar, uint32_t bytes) {   // count 1, armed for `bytes`
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(bar) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_wait0(uint32_t bar) {   // phase 0 of `bar` has completed
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n.reg .pred P1;\n"
+                 "WAIT_RECV:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], 0;\n"
+                 "@!P1 bra WAIT_RECV;\n}\n" :: "r"(bar) : "memory");
+#endif
+}
+// 16 bytes into a peer's shared memory; the bytes complete the peer's mbarrier `bar` (both cluster addresses).
+__device__ __forceinline__ void st_async_v4(uint32_t addr, float4 v, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
+                 :: "r"(addr), "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+                    "r"(__float_as_uint(v.w)), "r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ float4 ld_dsmem(uint32_t addr) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+#endif
+    return v;
+}
+
+// One ROWS x BK tile from global row pointer g (row stride kK; rows [0, rows_left) valid)
+// at K column k0 into the swizzled smem stage at s. Chunk L = r * CPR + c.
+template <int ROWS, bool FULL_ROWS>
+__device__ __forceinline__ void load_tile(uint32_t s, const __half* g, int rows_left, int k0, unsigned tid) {
+    constexpr int CHUNKS = ROWS * CPR;
+    constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+        const unsigned L = tid + it * THREADS;   // unsigned: / and % by CPR are plain shifts
+        if (CHUNKS % THREADS != 0 && L >= CHUNKS) break;
+        const int r = L / CPR;
+        const int gk = k0 + (L % CPR) * 8;
+        const bool ok = (FULL_ROWS || r < rows_left) && (FULL_K || gk < kK);
+        const __half* src = g + r * kK + gk;
+        cp_async_16(s + swz(L) * 16, ok ? src : g, ok ? 16 : 0);
+    }
+}
+
+// Four consecutive C columns of one row (8-byte store where N % 4 == 0; predicated at the edges).
+__device__ __forceinline__ void store4(__half* c, int row, int col, float4 v) {
+    if (!FULL_M && row >= kM) return;
+    __half* p = c + row * kN + col;
+    if (kN % 4 == 0) {
+        if (!FULL_N && col >= kN) return;
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        uint2 u;
+        u.x = *reinterpret_cast<const uint32_t*>(&lo);
+        u.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(p) = u;
+    } else {
+        const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (col + i < kN) p[i] = __float2half_rn(e[i]);
+    }
+}
+
+__device__ __forceinline__ void store_pair(__half* c, int row, int col, float v0, float v1) {
+    if (!FULL_M && row >= kM) return;
+    __half* p = c + row * kN + col;
+    if (kN % 2 == 0) {
+        if (FULL_N || col < kN) *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
+    } else {
+        if (col < kN) p[0] = __float2half_rn(v0);
+        if (col + 1 < kN) p[1] = __float2half_rn(v1);
+    }
+}
+
+// This warp's fragments of a BM x BN fp32 tile, in fragment order ([warp_mn][MI][NI][32] float4, coalesced).
+__device__ __forceinline__ void publish(const float (&acc)[MI][NI][4], float4* slot, int warp_mn, int lane) {
+    float4* mine = slot + warp_mn * MI * NI * 32 + lane;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+            __stcg(mine + (i * NI + j) * 32, make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
+}
+
+// acc = slot 0 + slot 1 + ... + slot COUNT-1 in this order (deterministic), slot `own` from registers; a few
+// slots' loads in flight at once (bounded registers).
+template <int COUNT>
+__device__ __forceinline__ void sum_slots(float (&acc)[MI][NI][4], const float4* slots, int own, int warp_mn, int lane) {
+    constexpr int ZU_ = 16 / (MI * NI) < 1 ? 1 : 16 / (MI * NI);
+    constexpr int ZU = ZU_ < COUNT ? ZU_ : COUNT;
+    const float4* base = slots + warp_mn * MI * NI * 32 + lane;
+    float sum[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sum[i][j][e] = 0.f;
+#pragma unroll ZU
+    for (int z = 0; z < COUNT; ++z) {
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const float4 v = z == own ? make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3])
+                                          : __ldcg(base + z * FRAG4 + (i * NI + j) * 32);
+                sum[i][j][0] += v.x;
+                sum[i][j][1] += v.y;
+                sum[i][j][2] += v.z;
+                sum[i][j][3] += v.w;
+            }
+    }
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = sum[i][j][e];
+}
+
+}  // namespace
+
+#if 1 > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define EVO_SMALL_CLUSTER __cluster_dims__(1, 1, CLK)
+#else
+#define EVO_SMALL_CLUSTER
+#endif
+
+extern "C" __global__ void EVO_SMALL_CLUSTER __launch_bounds__(THREADS, OCC)
+evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
+         int, int, int, float* __restrict__ workspace)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned tid = threadIdx.x;
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * BN;
+    const int kt0 = SPLITS > 1 ? blockIdx.z * KT_PER : 0;
+    const uint32_t sA = smem_u32(smem);                  // STAGES x [BM][BK]
+    const uint32_t sB = sA + STAGES * A_STAGE * 2;       // STAGES x [BN][BK]
+    const __half* gA = A + m0 * kK;
+    const __half* gB = B + n0 * kK;
+    const int rows_a = kM - m0;
+    const int rows_b = kN - n0;
+
+    // ---- prologue first: tiles 0 .. STAGES-2 in flight (one commit group per tile) ----
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT_PER) {
+            const int k0 = (kt0 + s) * BK;
+            load_tile<BM, FULL_M>(sA + s * A_STAGE * 2, gA, rows_a, k0, tid);
+            load_tile<BN, FULL_N>(sB + s * B_STAGE * 2, gB, rows_b, k0, tid);
         }
-        int i = out->n_fills++;
-        unsigned v = 0;
-        memcpy(&v, value, elem);
-        out->fill_elem[i] = (int)elem;
-        out->fill_offset[i] = static_cast<char*>(dst) - base;
-        out->fill_count[i] = (long long)count;
-        out->fill_value[i] = v;
-        return cutlass::Status::kSuccess;
+        cp_async_commit();
     }
-};
-
-// templates, so that the branch not taken is never instantiated
-template <class S>
-static S output_stride(int m, int n) {
-    if constexpr (SWAP_AB == 1) return make_stride(Int<1>{}, int64_t(m), int64_t(m) * n);  // column-major m x n
-    else return make_stride(int64_t(n), Int<1>{}, int64_t(m) * n);                         // row-major m x n
-}
-
-template <class SchedulerArgs>
-static void set_decomposition(SchedulerArgs& s, int splits, int decomp) {
-    if constexpr (SCHEDULER == 1) {
-        using Decomp = cutlass::gemm::kernel::detail::DecompositionMode;
-        s.splits = splits < 1 ? 1 : splits;
-        s.decomposition_mode = splits > 1 ? Decomp::SplitK : decomp == 1 ? Decomp::DataParallel
-                             : decomp == 2 ? Decomp::StreamK : Decomp::Heuristic;
+    // PUSH: our receive barrier, armed for the CL slices the ranks (this one included) will send us; the relaxed
+    // arrive publishes it, and its wait comes right before our first send (the cluster's start is not serialised).
+    __shared__ alignas(8) uint64_t recv_bar;
+    if constexpr (PUSH) {
+        if (tid == 0) mbar_init_armed(smem_u32(&recv_bar), CL * RS * BN * 4);
+        cluster_arrive_relaxed();
     }
-}
 
-static int fail(EvoHostLaunch* out, const char* why) {
-    strncpy(out->message, why, sizeof(out->message) - 1);
-    return 1;
-}
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int warp_k = warp / WARPS_MN;
+    const int warp_mn = warp % WARPS_MN;
+    const int warp_m = warp_mn / WARPS_N;
+    const int warp_n = warp_mn % WARPS_N;
+    // ldmatrix sources (16-byte chunks, stage 0, k-step 0), as in mma_sm80: a k-step adds 2 to
+    // the chunk column (swz(L + 2ks) = swz(L) ^ 2ks), 16 rows add 16 * CPR chunks (a multiple
+    // of 64: the swizzle key is unchanged).
+    const int a_chunk = swz((warp_m * WM + (lane & 15)) * CPR + (lane >> 4));
+    const int b_chunk = swz((warp_n * WN + ((lane >> 4) << 3) + (lane & 7)) * CPR + ((lane >> 3) & 1));
 
-static int build(int M, int N, int K, int num_sms, const long long* args, int nargs, const void* A, const void* B,
-                 void* C, void* workspace, EvoHostLaunch* out, void* params, int params_cap) {
-    memset(out, 0, sizeof(*out));
-    out->abi = 1;
-    out->params_bytes = (int)sizeof(Params);
-    auto arg = [&](int i, long long dflt) { return i < nargs ? args[i] : dflt; };
-    int raster = (int)arg(0, 0), swizzle = (int)arg(1, 1), decomp = (int)arg(2, 0), splits = (int)arg(3, 1);
-    // kernel view: with SWAP_AB the kernel computes C^T (N x M) = B (N x K) * A^T
-    int m = SWAP_AB ? N : M, n = SWAP_AB ? M : N;
-    auto* pa = static_cast<ElementA const*>(SWAP_AB ? B : A);
-    auto* pb = static_cast<ElementB const*>(SWAP_AB ? A : B);
-    auto* pd = static_cast<ElementD*>(C);
-    using StrideA = typename GemmKernel::StrideA;
-    using StrideB = typename GemmKernel::StrideB;
-    using StrideD = typename GemmKernel::StrideD;
-    using StrideC = typename GemmKernel::StrideC;
-    StrideA sa = make_stride(int64_t(K), Int<1>{}, int64_t(m) * K);
-    StrideB sb = make_stride(int64_t(K), Int<1>{}, int64_t(n) * K);
-    StrideD sd = output_stride<StrideD>(m, n);
-    StrideC sc = output_stride<StrideC>(m, n);
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = 0;
-    hw.sm_count = num_sms;
-    Arguments a{};
-    a.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-    a.problem_shape = make_shape(m, n, K, 1);
-    a.mainloop.ptr_A = pa;
-    a.mainloop.dA = sa;
-    a.mainloop.ptr_B = pb;
-    a.mainloop.dB = sb;
-    a.epilogue.ptr_C = nullptr;  // beta = 0: no source
-    a.epilogue.dC = sc;
-    a.epilogue.ptr_D = pd;
-    a.epilogue.dD = sd;
-    a.hw_info = hw;
-    a.epilogue.thread.alpha = 1.0f;
-    a.epilogue.thread.beta = 0.0f;
-    using Raster = cutlass::gemm::kernel::detail::RasterOrderOptions;
-    a.scheduler.raster_order = raster == 1 ? Raster::AlongM : raster == 2 ? Raster::AlongN : Raster::Heuristic;
-    a.scheduler.max_swizzle_size = swizzle < 1 ? 1 : swizzle;
-    set_decomposition(a.scheduler, splits, decomp);
-    if (!GemmKernel::can_implement(a)) return fail(out, "CUTLASS can_implement: this shape is not supported");
-    size_t ws_bytes = GemmKernel::get_workspace_size(a);
-    out->workspace = (long long)ws_bytes;
-    // the geometry query builds Params at a fake, never dereferenced address
-    void* ws = workspace ? workspace : reinterpret_cast<void*>(uintptr_t(1) << 20);
-    FillRecorder rec(out, ws);
-    if (GemmKernel::initialize_workspace(a, ws, nullptr, &rec) != cutlass::Status::kSuccess || rec.overflow)
-        return fail(out, "CUTLASS initialize_workspace asked for more than 4 fills");
-    if (!A) {  // the query: fake operand addresses (TMA descriptors are encoded, never used)
-        a.mainloop.ptr_A = reinterpret_cast<ElementA const*>(uintptr_t(1) << 20);
-        a.mainloop.ptr_B = reinterpret_cast<ElementB const*>(uintptr_t(1) << 20);
-        a.epilogue.ptr_D = reinterpret_cast<ElementD*>(uintptr_t(1) << 20);
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    // ---- main loop: fully unrolled when KT_PER <= 64 (stage indices become constants) ----
+#pragma unroll UNROLL
+    for (int t = 0; t < KT_PER; ++t) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int tn = t + STAGES - 1;
+        if (tn < KT_PER) {
+            const int ws = tn % STAGES;
+            const int k0 = (kt0 + tn) * BK;
+            load_tile<BM, FULL_M>(sA + ws * A_STAGE * 2, gA, rows_a, k0, tid);
+            load_tile<BN, FULL_N>(sB + ws * B_STAGE * 2, gB, rows_b, k0, tid);
+        }
+        cp_async_commit();
+
+        const int rs = t % STAGES;
+        const uint32_t a_base = sA + rs * A_STAGE * 2;
+        const uint32_t b_base = sB + rs * B_STAGE * 2;
+#pragma unroll
+        for (int kk = 0; kk < KS_PER_WARP; ++kk) {
+            const int ks = warp_k * KS_PER_WARP + kk;
+            uint32_t af[MI][4];
+            uint32_t bf[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+                ldmatrix_x4(af[i], a_base + ((a_chunk ^ (2 * ks)) + i * 16 * CPR) * 16);
+#pragma unroll
+            for (int j = 0; j < NI / 2; ++j) {
+                uint32_t r[4];
+                ldmatrix_x4(r, b_base + ((b_chunk ^ (2 * ks)) + j * 16 * CPR) * 16);
+                bf[2 * j][0] = r[0];
+                bf[2 * j][1] = r[1];
+                bf[2 * j + 1][0] = r[2];
+                bf[2 * j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) mma_16816(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        }
     }
-    evo_query_only = params == nullptr;
-    evo_tma_error = CUDA_SUCCESS;
-    Params p = GemmKernel::to_underlying_arguments(a, ws);
-    evo_query_only = false;
-    if (evo_tma_error != CUDA_SUCCESS) {
-        snprintf(out->message, sizeof(out->message), "cuTensorMapEncodeTiled failed (CUresult %d)", (int)evo_tma_error);
-        return 1;
+    cp_async_wait<0>();  // only empty groups can remain
+
+    // ---- WARPS_K: warps 1.. hand their partials to warp group 0 through shared memory ----
+    if (WARPS_K > 1) {
+        float4* red = reinterpret_cast<float4*>(smem);   // [WARPS_K-1][WARPS_MN][MI][NI][32]
+        __syncthreads();                                 // everyone is done reading the ring
+        if (warp_k > 0) {
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j)
+                    red[(((warp_k - 1) * WARPS_MN + warp_mn) * MI + i) * NI * 32 + j * 32 + lane] =
+                        make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
+        }
+        __syncthreads();
+        if (warp_k == 0) {
+#pragma unroll
+            for (int w = 1; w < WARPS_K; ++w)
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) {
+                        const float4 v = red[(((w - 1) * WARPS_MN + warp_mn) * MI + i) * NI * 32 + j * 32 + lane];
+                        acc[i][j][0] += v.x;
+                        acc[i][j][1] += v.y;
+                        acc[i][j][2] += v.z;
+                        acc[i][j][3] += v.w;
+                    }
+        }
     }
-    dim3 grid = GemmKernel::get_grid_shape(p), block = GemmKernel::get_block_shape();
-    out->grid[0] = grid.x; out->grid[1] = grid.y; out->grid[2] = grid.z;
-    out->block[0] = block.x; out->block[1] = block.y; out->block[2] = block.z;
-    out->cluster[0] = CLUSTER_M; out->cluster[1] = CLUSTER_N; out->cluster[2] = 1;
-    out->smem = GemmKernel::SharedStorageSize;
-    out->pdl = 0;
-    if (params) {
-        if (params_cap < (int)sizeof(Params)) return fail(out, "parameter buffer too small");
-        memcpy(params, &p, sizeof(Params));
+
+    // ---- CLK (sm_90+): the cluster's partials summed on chip, rank r owns C rows [r * RS, (r + 1) * RS) ----
+    if constexpr (CL > 1) {
+        float* red = reinterpret_cast<float*>(smem);     // [BM][RP] fp32, this CTA's partial
+        __syncthreads();                                 // every warp is done with the ring / WARPS_K buffer
+        if (warp_k == 0) {
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    const int r = warp_m * WM + i * 16 + (lane >> 2);
+                    const int c = warp_n * WN + j * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<float2*>(red + r * RP + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<float2*>(red + (r + 8) * RP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
+                }
+        }
+        const uint32_t rank = cluster_rank();            // == blockIdx.z % CL (cluster dims 1 x 1 x CL)
+        if constexpr (PUSH) {
+            const uint32_t recv = smem_u32(smem) + RECV_OFF;  // [CL][RS][BN] fp32 receive slots
+            __syncthreads();                             // the staged partial is complete
+            cluster_wait_acquire();                      // every rank's receive barrier is initialised and armed
+            // float4 q of the partial (row lr, columns 4 * c4..) goes to owner lr / RS, into slot `rank`
+#pragma unroll 1
+            for (int q = tid; q < BM * BN / 4; q += THREADS) {
+                const int lr = q / (BN / 4), c4 = q % (BN / 4);
+                const uint32_t owner = lr / RS;
+                const float4 v = *reinterpret_cast<const float4*>(red + lr * RP + 4 * c4);
+                const uint32_t dst = recv + ((rank * RS + lr % RS) * BN + 4 * c4) * 4;
+                st_async_v4(map_rank(dst, owner), v, map_rank(smem_u32(&recv_bar), owner));
+            }
+            mbar_wait0(smem_u32(&recv_bar));             // our CL slots (ours included) have landed
+            // Every rank's arrival means its slots have landed: once all have arrived no send is in flight and
+            // nobody writes another CTA's memory (the exit wait). Relaxed: it publishes nothing.
+            cluster_arrive_relaxed();
+        } else {
+            cluster_arrive_release();                    // publishes the partial to the cluster ...
+            cluster_wait_acquire();                      // ... and sees every peer's
+        }
+        const int g = blockIdx.z / CL;                   // global split (SPLIT_K > 1)
+        const int tile = blockIdx.y * TILES_N + blockIdx.x;
+        uint32_t peer[CL];
+#pragma unroll
+        for (int j = 0; j < CL; ++j) peer[j] = map_rank(smem_u32(smem), j);
+        float4* slices = reinterpret_cast<float4*>(workspace) + (tile * CL + rank) * GSPLIT * ITEMS;  // [GSPLIT][ITEMS]
+        constexpr int U = ITEMS / THREADS >= 2 ? 2 : 1;  // items per thread per round (CL loads each in flight)
+#pragma unroll 1
+        for (int i0 = 0; i0 < ITEMS; i0 += U * THREADS) {
+            float4 v[U][CL];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int idx = i0 + u * THREADS + tid;
+                if (ITEMS % (U * THREADS) == 0 || idx < ITEMS) {
+                    const int lr = rank * RS + idx / (BN / 4);
+                    const uint32_t off = (lr * RP + (idx % (BN / 4)) * 4) * 4;
+#pragma unroll
+                    for (int j = 0; j < CL; ++j)
+                        v[u][j] = PUSH ? *reinterpret_cast<const float4*>(smem + RECV_OFF + ((j * RS * BN) + idx * 4) * 4)
+                                       : ld_dsmem(peer[j] + off);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int idx = i0 + u * THREADS + tid;
+                if (ITEMS % (U * THREADS) == 0 || idx < ITEMS) {
+                    float4 s = v[u][0];
+#pragma unroll
+                    for (int j = 1; j < CL; ++j) {
+                        s.x += v[u][j].x;
+                        s.y += v[u][j].y;
+                        s.z += v[u][j].z;
+                        s.w += v[u][j].w;
+                    }
+                    if (GSPLIT == 1)
+                        store4(C, m0 + rank * RS + idx / (BN / 4), n0 + (idx % (BN / 4)) * 4, s);
+                    else
+                        __stcg(slices + g * ITEMS + idx, s);
+                }
+            }
+        }
+        if constexpr (!PUSH) cluster_arrive_release();   // done reading the peers' shared memory
+        if (GSPLIT > 1) {
+            // the last of the GSPLIT clusters to finish slice (tile, rank) sums the slices in order g = 0..GSPLIT-1
+            __shared__ unsigned int s_last_cl;
+            unsigned int* tickets = reinterpret_cast<unsigned int*>(reinterpret_cast<float4*>(workspace) + TILES * GSPLIT * FRAG4);
+            __syncthreads();
+            if (tid == 0) {
+                unsigned int* t = tickets + tile * CL + rank;
+                s_last_cl = ticket_acq_rel(t) == (unsigned int)(GSPLIT - 1);
+                if (s_last_cl) *t = 0u;                  // every split has arrived: ready for the next launch
+            }
+            __syncthreads();
+            if (s_last_cl) {
+                constexpr int GU = GSPLIT < 8 ? GSPLIT : 8;   // slices loaded at once
+#pragma unroll 1
+                for (int idx = tid; idx < ITEMS; idx += THREADS) {
+                    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll GU
+                    for (int q = 0; q < GSPLIT; ++q) {
+                        const float4 w = __ldcg(slices + q * ITEMS + idx);
+                        s.x += w.x;
+                        s.y += w.y;
+                        s.z += w.z;
+                        s.w += w.w;
+                    }
+                    store4(C, m0 + rank * RS + idx / (BN / 4), n0 + (idx % (BN / 4)) * 4, s);
+                }
+            }
+        }
+        cluster_wait_acquire();                          // the peers are done with our shared memory before we exit
+        return;
     }
-    return 0;
-}
 
-}  // namespace evo_cutlass
+    // ---- SPLIT_K: publish the partial; the last ticket of a group sums the group in fixed order; with RED the
+    //      group sums go through a second ticket (two short chains instead of one long one) ----
+    if (GSPLIT > 1) {
+        __shared__ unsigned int s_last;
+        const int tile = blockIdx.y * TILES_N + blockIdx.x;
+        const int kz = blockIdx.z;
+        const int grp = kz / GS;
+        const int mem = kz % GS;
+        float4* ws4 = reinterpret_cast<float4*>(workspace);
+        float4* part = ws4 + (tile * GSPLIT + grp * GS) * FRAG4;               // this group's GS partials
+        float4* gsum = ws4 + (TILES * GSPLIT + tile * GROUPS) * FRAG4;         // [GROUPS] group sums (RED)
+        unsigned int* tickets = reinterpret_cast<unsigned int*>(ws4 + TILES * (GSPLIT + (GROUPS > 1 ? GROUPS : 0)) * FRAG4);
+        unsigned int* t_group = tickets + tile * GROUPS + grp;
+        unsigned int* t_final = tickets + TILES * GROUPS + tile;
+        if (warp_k == 0) publish(acc, part + mem * FRAG4, warp_mn, lane);
+        __syncthreads();
+        if (tid == 0) s_last = ticket_acq_rel(t_group) == (unsigned int)(GS - 1);
+        __syncthreads();
+        if (!s_last) return;
+        if (warp_k == 0) sum_slots<GS>(acc, part, mem, warp_mn, lane);
+        if (tid == 0) *t_group = 0u;  // the whole group has arrived: ready for the next launch
+        if (GROUPS > 1) {
+            if (warp_k == 0) publish(acc, gsum + grp * FRAG4, warp_mn, lane);
+            __syncthreads();
+            if (tid == 0) s_last = ticket_acq_rel(t_final) == (unsigned int)(GROUPS - 1);
+            __syncthreads();
+            if (!s_last) return;
+            if (warp_k == 0) sum_slots<GROUPS>(acc, gsum, grp, warp_mn, lane);
+            if (tid == 0) *t_final = 0u;
+        }
+    }
 
-extern "C" int evo_host_query(int M, int N, int K, int num_sms, const long long* args, int nargs, EvoHostLaunch* out) {
-    return evo_cutlass::build(M, N, K, num_sms, args, nargs, nullptr, nullptr, nullptr, nullptr, out, nullptr, 0);
-}
+    // ---- epilogue, EPI = 1: fragments -> padded smem tile -> 16-byte coalesced row stores ----
+    if (EPI_STAGED) {
+        __half* sC = reinterpret_cast<__half*>(smem);   // [BM][SC_LD]; (SC_LD / 2) % 32 == 4: conflict-free half2
+        __syncthreads();                                 // every warp is done with the ring / reduce buffer
+        if (warp_k == 0) {
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    const int r = warp_m * WM + i * 16 + (lane >> 2);
+                    const int c = warp_n * WN + j * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<__half2*>(sC + r * SC_LD + c) = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<__half2*>(sC + (r + 8) * SC_LD + c) = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
+                }
+        }
+        __syncthreads();
+        constexpr int CH = BM * BN / 8;
+#pragma unroll
+        for (int it = 0; it < (CH + THREADS - 1) / THREADS; ++it) {
+            const unsigned idx = tid + it * THREADS;
+            if (CH % THREADS != 0 && idx >= CH) break;
+            const int r = idx / (BN / 8);
+            const int c = (idx % (BN / 8)) * 8;
+            if ((!FULL_M && m0 + r >= kM) || (!FULL_N && n0 + c >= kN)) continue;
+            *reinterpret_cast<uint4*>(C + (m0 + r) * kN + n0 + c) = *reinterpret_cast<const uint4*>(sC + r * SC_LD + c);
+        }
+        return;
+    }
 
-extern "C" int evo_host_params(int M, int N, int K, int num_sms, const long long* args, int nargs, const void* A,
-                               const void* B, void* C, void* workspace, EvoHostLaunch* out, void* params,
-                               int params_cap) {
-    return evo_cutlass::build(M, N, K, num_sms, args, nargs, A, B, C, workspace, out, params, params_cap);
+    // ---- epilogue, EPI = 0: fragment (i, j) holds c0,c1 at (row, col..col+1), c2,c3 at row + 8 ----
+    if (warp_k != 0) return;
+    const int row0 = m0 + warp_m * WM + (lane >> 2);
+    const int col0 = n0 + warp_n * WN + (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            store_pair(C, row0 + i * 16, col0 + j * 8, acc[i][j][0], acc[i][j][1]);
+            store_pair(C, row0 + i * 16 + 8, col0 + j * 8, acc[i][j][2], acc[i][j][3]);
+        }
 }

@@ -1,8 +1,8 @@
 /*---evo
 family: mma_small_sm80
 archs: [sm_80, sm_90a]
-params: {BK: 64, BM: 16, BN: 128, CLK: 1, EPI: 0, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 6,
-  WARPS_K: 2, WARPS_M: 1, WARPS_N: 1}
+params: {BK: 64, BM: 16, BN: 32, CLK: 8, EPI: 0, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 6,
+  WARPS_K: 1, WARPS_M: 1, WARPS_N: 2}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
 smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4) + (CLK > 1) * PUSH * BM * BN * 4"
@@ -71,17 +71,17 @@ constexpr int kM = 8;
 constexpr int kN = 28672;
 constexpr int kK = 4096;
 constexpr int BM = 16;
-constexpr int BN = 128;
+constexpr int BN = 32;
 constexpr int BK = 64;
 constexpr int WARPS_M = 1;
-constexpr int WARPS_N = 1;
-constexpr int WARPS_K = 2;
+constexpr int WARPS_N = 2;
+constexpr int WARPS_K = 1;
 constexpr int STAGES_MAX = 6;   // ring depth asked for; STAGES: what a split's K tiles can use
 constexpr int SPLIT_K = 1;
 constexpr int EPI = 0;
 constexpr int RED = 0;
 constexpr int OCC = 1;               // CTAs per SM the register budget must allow (__launch_bounds__)
-constexpr int CLK = 1;               // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
+constexpr int CLK = 8;               // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
 constexpr int PUSH_ASKED = 1;      // 1: slices sent to their owners (st.async + mbarrier), no barrier before the sums
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 constexpr int CL = 1;                      // no clusters before sm_90: the cluster's CTAs are global splits
@@ -337,7 +337,7 @@ __device__ __forceinline__ void sum_slots(float (&acc)[MI][NI][4], const float4*
 
 }  // namespace
 
-#if 1 > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#if 8 > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
 #define EVO_SMALL_CLUSTER __cluster_dims__(1, 1, CLK)
 #else
 #define EVO_SMALL_CLUSTER
