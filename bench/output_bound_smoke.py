@@ -88,6 +88,8 @@ INSTANCES: dict[str, dict] = {
                                             "GROUP": 1, "EPI_WIDE": 1, "DYN": 1},   # K = 128 only
     "pp128x128 s4 epi2 hint early dyn1": {"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 4, "EPI": 2, "EPI_HINT": 1,
                                           "EARLY_STORE": 2, "DYN": 1},
+    # C^T (swap-AB) stored through TMA: tall, narrow outputs, short K (a start)
+    "swap pp128x96 s6 epi2": {"BM": 128, "BN": 96, "PINGPONG": 1, "SWAP_AB": 1, "STAGES": 6, "EPI": 2},
 }
 # what a run measures by default: the old epilogue (the family default, the old start), the family's TMA-store starts,
 # the runners-up of the first H200 run, the raster variants and one CTA-pair instance (--instances all: every entry above)
@@ -100,7 +102,7 @@ DEFAULT = ["pp128x128 s6 epi0", "co128x256 s4 epi0", "co128x256 s3 epi1 hint", "
            "panel128x256 s4 epi1 hint", "pp128x128 s6 epi1", "pp128x128 s6 epi1 ring", "pp128x128 s4 epi2 hint early",
            "panel256x128 s5 epi2 hint early", "panel256x128 s5 epi2 hint wide", "panel256x128 s5 epi2 hint early wide",
            "panel128x256 s4 epi1 hint wide dyn1",
-           "pp128x128 s4 epi2 hint early dyn1"]  # the multicast loss, with how many of its clusters fit at once
+           "pp128x128 s4 epi2 hint early dyn1", "swap pp128x96 s6 epi2"]  # the multicast loss, with how many of its clusters fit at once
 TIMED = ["16384x16384x128", "2048x12288x128", "8192x8192x128", "4096x16384x256", "4096x4096x256"]
 CHECK_ONLY = ["2000x12000x128", "200x136x72"]  # off-tile M and N (TMA clips partial and whole boxes), partial K block
 

@@ -58,6 +58,20 @@ def test_c_map_of_narrow_boxes(fam):
         assert launch.smem == 4 * (128 + bn) * 128 + 1024 + 2 * p["EPI"] * bn * 128
 
 
+def test_c_map_of_swapped_tiles(fam):
+    """SWAP_AB: a consumer's 64-row slice of C^T is BN rows x 64 columns of C, stored as one box of a single C map
+    (128-byte rows, 128-byte swizzle) whatever BN is; pairs halve B's box (the kernel's row tile), not C's."""
+    prob = Problem(12288, 256, 512)
+    for bn, extra in ((96, {"PINGPONG": 1}), (192, {}), (80, {"PERSISTENT": 0}), (128, {"CLUSTER": 2})):
+        p = {"BM": 128, "BN": bn, "SWAP_AB": 1, "STAGES": 4, "EPI": 2 if bn < 192 else 1, **extra}
+        assert fam.valid(fam.complete(p)), p
+        launch = fam.render(p).launch(prob, num_sms=132)
+        assert [(t.operand, t.box_rows, t.box_cols, t.swizzle) for t in launch.tensor_maps] == [
+            ("A", bn, 64, 128), ("B", 128 // p.get("CLUSTER", 1), 64, 128), ("C", bn, 64, 128)], bn
+        assert launch.smem == 4 * (128 + bn) * 128 + 1024 + 2 * p["EPI"] * bn * 128
+    assert not fam.render({"BM": 128, "BN": 96, "SWAP_AB": 1, "STAGES": 4, "EPI": 1}).accepts(Problem(12288, 260, 512))
+
+
 def test_tma_store_needs_16_byte_rows_of_c(fam):
     off = Problem(2000, 12004, 128)  # N % 8 != 0: C's row stride is not a multiple of 16 bytes
     assert fam.render(PP).accepts(off)
@@ -68,14 +82,15 @@ def test_tma_store_needs_16_byte_rows_of_c(fam):
 def test_constraints(fam):
     ok = [{**PP, "EPI": 2}, {"BM": 256, "BN": 128, "STAGES": 3, "EPI": 2}, {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 1},
           {"BM": 128, "BN": 128, "STAGES": 5, "CONSUMERS": 1, "EPI": 2},
-          {"BM": 256, "BN": 176, "STAGES": 2}, {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1}]   # two consumers, whole tiles
+          {"BM": 256, "BN": 176, "STAGES": 2}, {"BM": 256, "BN": 192, "STAGES": 3, "EPI": 1},   # two consumers, whole tiles
+          {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "EPI": 1}]   # C^T stored through TMA (stmatrix.trans)
     for p in ok:
         assert fam.valid(fam.complete(p)), p
     bad = [
         {**PP, "STAGES": 6, "EPI": 2},                                   # 6 x 32 KB ring + 64 KB staging: too much smem
         {"BM": 128, "BN": 256, "STAGES": 3, "EPI": 2},                    # 2 x 2 x 32 KB staging + 3 x 48 KB ring
         {"BM": 128, "BN": 64, "SPLIT_K": 2, "STAGES": 4, "EPI": 1},       # no split-K reduce through TMA
-        {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "EPI": 1},       # C^T would need a transposed map
+        {"BM": 128, "BN": 128, "SWAP_AB": 1, "STAGES": 4, "EPI": 1, "EPI_WIDE": 1},   # C^T's slices are one box already
         {"BM": 256, "BN": 192, "STAGES": 2},                              # 192 accumulators beside ordinary stores spill
         {"BM": 256, "BN": 160, "STAGES": 2, "SPLIT_K": 2},                # split-K keeps 128 accumulators (its reduce)
         {**PP, "EPI_HINT": 1},                                            # the L2 hint is for TMA stores
@@ -228,8 +243,7 @@ def test_cluster_pairs_share_a(fam, fam_cl):
     assert odd.launch(Problem(384, 384, 128), num_sms=132).grid == (6, 1, 1)  # 3 x 4 padded units, 2 per CTA, pairs
     assert odd.launch(Problem(128, 384, 128), num_sms=132).grid == (2, 1, 1)
     for bad in ({"BM": 128, "BN": 64, "SPLIT_K": 2, "SPLIT_RS": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2},
-                {"BM": 128, "BN": 64, "SPLIT_K": 2, "SPLIT_CLUSTER": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2},
-                {"BM": 128, "BN": 64, "SWAP_AB": 1, "STAGES": 4, "CLUSTER": 2, "EPI": 1}):
+                {"BM": 128, "BN": 64, "SPLIT_K": 2, "SPLIT_CLUSTER": 1, "PERSISTENT": 0, "STAGES": 4, "CLUSTER": 2}):
         assert not fam.valid(fam.complete(bad))
     # swap-AB pairs: the kernel's row tile is B's, so B's box is halved (each CTA multicasts half) and A's is whole
     sw = fam.render(fam.complete({"BM": 128, "BN": 64, "SWAP_AB": 1, "SPLIT_K": 4, "STAGES": 7, "CLUSTER": 2}))
