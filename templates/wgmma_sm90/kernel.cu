@@ -77,20 +77,20 @@ constexpr int GROUP = {{GROUP}};
 constexpr int SPLIT_K = {{SPLIT_K}};
 constexpr int SWAP_AB = {{SWAP_AB}};
 constexpr int PINGPONG = {{PINGPONG}};
-constexpr int EPI = {{EPI}};                 // TMA-store staging buffers per consumer (0: ordinary stores)
-constexpr int CLUSTER = {{CLUSTER}};         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = {{EPI_HINT}};       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int PANEL = {{PANEL}};             // 1: the row operand's BM x K panel stays in smem across a row block's units
-constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = {{SPLIT_RS}};      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_OWNER = {{SPLIT_OWNER}};  // 1: split SPLIT_K-1 reduces, its partial kept in registers
-constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int EPI = {{EPI}};
+constexpr int CLUSTER = {{CLUSTER}};
+constexpr int EPI_HINT = {{EPI_HINT}};
+constexpr int PANEL = {{PANEL}};
+constexpr int SPLIT_CLUSTER = {{SPLIT_CLUSTER}};
+constexpr int SPLIT_RS = {{SPLIT_RS}};
+constexpr int SPLIT_OWNER = {{SPLIT_OWNER}};
+constexpr int SPLIT_MAJOR = {{SPLIT_MAJOR}};
 constexpr int SPLIT_SKEW = {{SPLIT_SKEW}};    // SPLIT_OWNER: k blocks each other split gives to the reducing split
-constexpr int EPI_WIDE = {{EPI_WIDE}};        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
-constexpr int DYN = {{DYN}};                  // eighths of the units dealt out at run time (claimed from a workspace counter)
-constexpr int STREAMK = {{STREAMK}};          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
+constexpr int EPI_WIDE = {{EPI_WIDE}};
+constexpr int DYN = {{DYN}};
+constexpr int STREAMK = {{STREAMK}};
 constexpr int RING_SPLIT = {{RING_SPLIT}};    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
-constexpr int EARLY_STORE = {{EARLY_STORE}};  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
+constexpr int EARLY_STORE = {{EARLY_STORE}};
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -125,7 +125,7 @@ static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte align
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
 static_assert(EPI == 0 || (SPLIT_K == 1 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
-              "TMA-store epilogue: no split-K, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
+              "TMA-store epilogue: no split-K, BN a multiple of 16, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
 static_assert(EPI_WIDE == 0 || (EPI > 0 && SWAP_AB == 0 && BN % 128 == 0),
               "wide C boxes: the TMA-store epilogue, 128-column box pairs (C^T's slices are one box already)");
@@ -786,27 +786,25 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
     for (int j = 0; j < BN / 8; j += 2) {
       const int jj = j + (mi >> 1);
-      if (SWAP_AB) {
-        // C^T: transposed, this lane's matrix row is kernel column 8 jj + lane % 8 (C's row n of the box), holding
-        // kernel rows 8 q .. 8 q + 7 of the slice (C's columns: 16-byte chunk q), 128-byte swizzled like C's map
-        const int n = 8 * jj + lane % 8, q = 2 * warp + (mi & 1);
-        const uint32_t addr = buf + n * 128 + ((q ^ (n % 8)) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                     "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                     "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                     : "memory");
-        continue;
-      }
-      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half)
+      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half);
+      // SWAP_AB (transposed): lane's row is C's row n = 8 jj + lane % 8 of the BN x 64 box, its chunk q the slice's
+      // kernel rows 8q .. 8q + 7 (C's columns), 128-byte swizzled
       const int w = epi_box_w(j), first = epi_box_first(j);
       const int line = EPI_WIDE ? r * 2 + (jj / 8) % 2 : r;
       const int sw = w == 64 ? swizzle_w<64>(line) : w == 32 ? swizzle_w<32>(line) : swizzle_w<16>(line);
-      const uint32_t addr = EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
-                                     : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                   "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                   "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                   : "memory");
+      const int n = 8 * jj + lane % 8, q = 2 * warp + (mi & 1);
+      const uint32_t addr = SWAP_AB    ? buf + n * 128 + ((q ^ (n % 8)) << 4)
+                            : EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
+                                       : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
+      const float* a = &acc[mt][4 * j];
+      const uint32_t v0 = pack_half2(a[0], a[1]), v1 = pack_half2(a[2], a[3]), v2 = pack_half2(a[4], a[5]),
+                     v3 = pack_half2(a[6], a[7]);
+      if (SWAP_AB)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0),
+                     "r"(v1), "r"(v2), "r"(v3) : "memory");
+      else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0), "r"(v1),
+                     "r"(v2), "r"(v3) : "memory");
     }
   }
   fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
