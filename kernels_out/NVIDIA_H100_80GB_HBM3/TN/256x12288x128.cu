@@ -1,1399 +1,654 @@
 /*---evo
-family: wgmma_sm90
-archs: [sm_90a]
-params: {BM: 256, BN: 96, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 0,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 0, PINGPONG: 0, RING_SPLIT: 0, SPLIT_CLUSTER: 0,
-  SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 4,
-  STREAMK: 0, SWAP_AB: 0}
-block: ["128 * (CONSUMERS + 1)", 1, 1]
-grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
-smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
-requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
-cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
-tensor_maps:
-  - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
-  - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
-  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and EPI_WIDE == 0 and BN >= 64"}
-  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
-  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 >= 32"}
-  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 == 16"}
+family: mma_small_sm80
+archs: [sm_80, sm_90a]
+params: {BK: 64, BM: 128, BN: 64, CLK: 1, EPI: 1, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 2,
+  WARPS_K: 1, WARPS_M: 2, WARPS_N: 2}
+block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
+grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
+smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4) + (CLK > 1) * PUSH * BM * BN * 4"
+workspace: "0 if SPLIT_K * CLK == 1 else (SPLIT_K * CLK + RED * SPLIT_K // 4) * cdiv(M, BM) * cdiv(N, BN) * BM * BN * 4 + cdiv(M, BM) * cdiv(N, BN) * (SPLIT_K * CLK // 4 + 1 + CLK) * 4"
+requires: "M == 256 and N == 12288 and K == 128 and K % 8 == 0 and cdiv(K, BK) % (SPLIT_K * CLK) == 0 and M * N * K <= 8589934592"
 ---*/
-// Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
+// Low-latency tensor-core HGEMM for small shapes, the shape compiled in (sm_80+, sm_90a). It takes shapes of
+// up to 2^33 multiply-adds (~17 GFLOP, ~25 us on an H200): beyond that the libraries' and the wgmma families'
+// large tiles win, and searches of large shapes need not compile and time this family's starts.
 //
-// Pipeline (warp specialized, one CTA per SM when PERSISTENT):
-//   warpgroup 0: producer; one thread issues TMA loads (128-byte swizzle, BK = 64) of A and B into a STAGES-deep ring.
-//   warpgroups 1..C: consumers; each owns BM/C rows of the BM x BN tile, wgmma.m64nBNk16 from smem per k16 slice.
-//   PINGPONG (C = 2): the consumers take alternate whole units (0, 2, ... / 1, 3, ...), so one's epilogue runs while
-//     the other's wgmmas do; order mbarriers make the two k loops strictly alternate (no wait more than a lap ahead).
-//   full[s]: the producer arms it with the stage's bytes, TMA completes it. empty[s]: one thread per consumer
-//     warpgroup arrives once its wgmmas no longer read stage s. Both waited by parity ((i / STAGES) & 1).
-// Work units: tiles (raster groups of GROUP tile-rows for L2 reuse) x SPLIT_K slices of K (a tile's splits adjacent,
-//   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
-// SPLIT_K > 1: each unit writes an fp32 partial to `workspace` and bumps its tile's counter; the last to arrive sums
-//   the partials in split order (deterministic), writes C and resets the counter.
-// SPLIT_OWNER: split SPLIT_K-1 reduces instead (its partial in registers; it waits (acquire) for the others' release
-//   arrivals). Deadlock-free: a split waits only for lower-numbered units, taken or dispatched first.
-// SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
-//   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
-// SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
-//   other slices to their owners' smem (st.async, completing the owner's recv_bar), then sums its own in split order.
-// SWAP_AB: C^T = B * A^T (kernel rows run over N), so a small M sits in wgmma's N; the epilogue stores transposed.
-// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units and keeps the row operand's
-//   whole-K panel in smem across a row block's units; only column tiles stream through the ring. panel_full[kb]: one
-//   per k block, armed right before that k block's column tile, so a new row block waits for its first k block only;
-//   panel_empty: every consumer warp arrives after its last wgmma of the row block.
-// STREAMK (persistent, G = NUM_SMS CTAs): after its whole tiles b, b + G, ..., CTA b streams k blocks [b I / G,
-//   (b + 1) I / G) of the last r + G tiles (r = T mod G; I k blocks in all): at most three pieces a tile. A piece past
-//   k block 0 stores its fp32 partial in its CTA's slot and adds its k blocks to the tile's counter (release); the piece
-//   from k block 0 waits (acquire) for the rest, adds the partials in CTA order, stores C, zeroes the counter.
-// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units, then claims
-//   the rest one at a time from a workspace counter; a scheduler thread (producer warp 1) publishes them in a UQ-slot
-//   smem queue (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
-// Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
-//   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
-//   fence to the async proxy, warpgroup sync, one thread issues and commits the TMA stores; it waits for their reads
-//   only before reusing a buffer, so unit i's stores drain during unit i+1's wgmmas (EPI = 2 * min(MT, 2): i-1's).
-//   The TMA unit clips past M and N. Stages are released before the epilogue; the producer runs ahead across units.
-//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
-// EARLY_STORE (two or more 64-row slices per consumer): each slice's last wgmmas are a commit group of their own, and
-//   slice mt is stored once `wgmma.wait_group MT-1-mt` returns, while the tensor cores run the later slices.
-// CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's):
-//   each producer loads half its rows and multicasts them to both rings; a stage refills only when both CTAs released
-//   it. Column tiles are padded to an even count (a tile past N computes zeros, its stores dropped).
+//   C[M,N] = A[M,K] * B[N,K]^T      (A, B, C row-major fp16: both operands K-major, "TN")
+//
+// What makes it cheap where a library call is mostly launch, prologue and epilogue:
+//   * M, N, K are compile-time constants (the family renders one kernel per shape; `requires`
+//     pins it): no runtime divisions, edge predicates vanish where the tiles divide the shape,
+//     and there the K loop (KT_PER tiles of BK) is fully unrolled up to 64 tiles.
+//   * Tiny CTAs: 1-4 warps, tiles from 16 rows (BM 16..128, BN 16..128; 8 warps for tiles of
+//     64x128 / 128x96 and up), so small outputs still give many CTAs; the tile is taken straight from
+//     blockIdx (no rasterizer).
+//   * The first cp.async is issued right after the tile origin is known: the prologue's
+//     STAGES-1 tiles go out before the accumulators are even cleared.
+//   * mma.sync m16n8k16 (fp32 accumulate) fed by ldmatrix.x4 from XOR-swizzled shared memory
+//     (chunk L of 16 bytes lives at L ^ ((L >> 3) & 7): conflict-free ldmatrix and cp.async),
+//     STAGES-deep cp.async ring (at most a split's K tiles + 1: short K keeps shared memory
+//     small and occupancy high), one __syncthreads per K tile.
+//   * WARPS_K: the warps of a CTA split each K tile's k16 steps; partial accumulators are
+//     summed through shared memory in fixed warp order (deterministic).
+//   * SPLIT_K: CTAs (grid z) split K. Each publishes its fp32 partial (fragment order, 16-byte
+//     coalesced stores), then one thread takes a ticket with atom.add.acq_rel.gpu after a CTA
+//     barrier (release is cumulative: it orders every thread's partial). The CTA drawing the
+//     last ticket sums the partials in fixed order 0..SPLIT_K-1, its own from registers
+//     (deterministic whichever CTA arrives last), writes C and resets the ticket to zero.
+//     No sequentially consistent fence (__threadfence / membar.sc) anywhere.
+//   * RED (SPLIT_K >= 8): a two-level reduce. Groups of 4 splits take a group ticket; the last
+//     of a group sums its 4 partials and publishes the group sum behind a second ticket, whose
+//     last CTA sums the SPLIT_K / 4 group sums (fixed tree: deterministic). The critical path
+//     reads 3 + SPLIT_K/4 - 1 partials instead of SPLIT_K - 1.
+//   * EPI: 0 stores C straight from the mma fragments (half2); 1 stages the tile in shared
+//     memory (padded rows) and writes whole 16-byte row chunks (N % 8 == 0, else as EPI 0).
+//   * OCC: 2 caps the registers so that two 8-warp CTAs share an SM (<= 128 per thread).
+//   * CLK (sm_90a): the CLK CTAs of a thread-block cluster (compile-time __cluster_dims__(1, 1,
+//     CLK), consecutive grid z) split a tile's K range further. Each stages its fp32 partial in
+//     its own shared memory (row-major, padded rows), one cluster barrier (arrive.release /
+//     wait.acquire), then cluster rank r sums C-row slice r (BM / CLK rows) over the CLK
+//     partials in fixed order 0..CLK-1, read through distributed shared memory (mapa + ld.shared::cluster), and stores C (8-byte
+//     half4 rows). With SPLIT_K > 1 on top, rank r publishes its fp32 slice instead and takes
+//     the acq_rel ticket of (tile, r); the last of the SPLIT_K clusters sums the slices in
+//     order g = 0..SPLIT_K-1 and stores C. A second cluster barrier before exit keeps each
+//     CTA's shared memory alive while its peers read it. PUSH (the default): no barrier before the
+//     sums; once its partial is staged, each CTA sends every rank r its slice r with st.async into
+//     r's receive slots ([CLK][BM / CLK][BN] fp32 beside the ring), the bytes completing r's receive
+//     mbarrier (initialised and armed before the main loop, published by a relaxed cluster arrive
+//     whose wait comes only before the first send); each rank waits for its own slots and sums them
+//     locally in the same order 0..CLK-1 (the same bits as the pull), and the exit barrier is arrived
+//     at right after that wait. No partial goes through L2 when
+//     SPLIT_K == 1. Built for sm_80 (no clusters), the same instance treats the cluster's
+//     CTAs as SPLIT_K * CLK global splits (the ticket path above): correct everywhere, the
+//     cluster reduce only where the hardware has it. (CLK: the name evo.prior, the cost model
+//     and the mutation moves know for "cluster CTAs splitting K", as in wgmma_skinny_sm90.)
 #include <cuda_fp16.h>
-#include <stdint.h>
+#include <cstdint>
 
-struct alignas(64) TmaDesc { unsigned char bytes[128]; };
+namespace {
 
-namespace evo_sm90 {
-
-constexpr int BM = 256;                 // tile rows (kernel view)
-constexpr int BN = 96;                 // tile cols = wgmma N
-constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 4;
-constexpr int CONSUMERS = 2;
-constexpr int PERSISTENT = 0;
-constexpr int GROUP = 8;
+constexpr int kM = 256;
+constexpr int kN = 12288;
+constexpr int kK = 128;
+constexpr int BM = 128;
+constexpr int BN = 64;
+constexpr int BK = 64;
+constexpr int WARPS_M = 2;
+constexpr int WARPS_N = 2;
+constexpr int WARPS_K = 1;
+constexpr int STAGES_MAX = 2;   // ring depth asked for; STAGES: what a split's K tiles can use
 constexpr int SPLIT_K = 1;
-constexpr int SWAP_AB = 0;
-constexpr int PINGPONG = 0;
-constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
-constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
-constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
-constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
-constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
-constexpr int EPI_WIDE = 0;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
-constexpr int DYN = 0;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
-constexpr int STREAMK = 0;          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
-constexpr int RING_SPLIT = 0;    // 1: the ring holds A's stages, then B's (CUTLASS's layout)
-constexpr int EARLY_STORE = 0;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
+constexpr int EPI = 1;
+constexpr int RED = 0;
+constexpr int OCC = 1;               // CTAs per SM the register budget must allow (__launch_bounds__)
+constexpr int CLK = 1;               // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)
+constexpr int PUSH_ASKED = 1;      // 1: slices sent to their owners (st.async + mbarrier), no barrier before the sums
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr int CL = 1;                      // no clusters before sm_90: the cluster's CTAs are global splits
+#else
+constexpr int CL = CLK;
+#endif
+constexpr int SPLITS = SPLIT_K * CLK;      // CTAs along K (grid z)
+constexpr int GSPLIT = SPLITS / CL;        // K splits reduced through global memory (acq_rel ticket)
 
-constexpr int THREADS = 128 * (CONSUMERS + 1);
-constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
-constexpr int STAGE_READERS = PINGPONG ? 1 : CONSUMERS;  // consumer warpgroups reading each stage
-constexpr int MT = WM / 64;                // m64 wgmmas per consumer per k16 slice
-constexpr int A_STAGE_BYTES = PANEL ? 0 : BM * BK * 2;  // PANEL: the row tiles live in the panel, not the ring
-constexpr int B_STAGE_BYTES = BN * BK * 2;
-constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
-constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel (a BM x 64 swizzled box)
-// Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
-// smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
-// XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
-// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts. SWAP_AB stages
-// transposed chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest buffer, one per consumer.
-constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
-constexpr int EPI_BYTES = 9216;
-// Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
-constexpr int CHUNKS = MT * BN / 8;
-// the largest power of two that divides x and is at most cap (SPLIT_K 3, 6: 1, 2)
-constexpr int pow2_div(int x, int cap) { return (cap >= 2 && x % 2 == 0) ? 2 * pow2_div(x / 2, cap / 2) : 1; }
-// two consumers (232 registers each after setmaxnreg): RU * CHUNKS float4 beside 4 * CHUNKS accumulators and ~40 others
-constexpr int RU_BUDGET = CONSUMERS == 1 ? 32 / CHUNKS : 48 / CHUNKS - 1;
-constexpr int RU = pow2_div(SPLIT_K, RU_BUDGET < 1 ? 1 : RU_BUDGET);
-static_assert(SPLIT_K % RU == 0, "RU splits per round");
-constexpr int SK_LOADS = pow2_div(CHUNKS, 8);  // STREAMK: a partial's float4 loads in flight at once
-static_assert(WM % 64 == 0, "each consumer owns a multiple of 64 rows");
-static_assert(BN % 8 == 0 && BN >= 16 && BN <= 256, "wgmma N");
-static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI ? 384 : 352) : 256),
-              "at most 128 fp32 accumulators per thread (two consumers on whole tiles: 176 of 232 registers, 192 with "
-              "the TMA-store epilogue)");
-static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
-static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
-static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
-static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
-static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
-static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
-              "early slice stores: the TMA-store epilogue of a consumer with two or more 64-row slices");
-static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
-              "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
-static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
-              "row-tile multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
-// TMA-store staging: per consumer EPI buffers of one 64-row slice (64 x BN fp16) in boxes of 64 columns, then one of 32
-// and one of 16 for the rest (BN 112: 64 + 32 + 16; one C map per width, front matter), rows of 128, 64, 32 bytes, each
-// swizzled like its span: TMA's S-byte pattern XORs 16-byte chunk q of row r with (r / (128 / S)) % (S / 16), so an
-// stmatrix's 8 rows take 8 bank groups.
-constexpr int EPI_N64 = BN / 64, EPI_N32 = BN % 64 / 32, EPI_N16 = BN % 32 / 16;  // boxes of each width
-constexpr int EPI_BOX_BYTES = 64 * 64 * 2, EPI_BUF_BYTES = 64 * BN * 2;
-template <int W>
-__device__ __forceinline__ int swizzle_w(int r) { return (r / (64 / W)) % (W / 8); }
-__device__ __forceinline__ int epi_swizzle(int r) { return swizzle_w<EPI_CW>(r); }  // EPI == 0's chunks
-// 8-column chunk j's box: its width and first chunk
-__device__ __forceinline__ constexpr int epi_box_w(int j) { return j < 8 * EPI_N64 ? 64 : j < 8 * EPI_N64 + 4 * EPI_N32 ? 32 : 16; }
-__device__ __forceinline__ constexpr int epi_box_first(int j) { return epi_box_w(j) == 64 ? j / 8 * 8 : epi_box_w(j) == 32 ? 8 * EPI_N64 : 8 * EPI_N64 + 4 * EPI_N32; }
-// EPI_WIDE: one TMA box covers EPI_LINES = 2 of those 64-column boxes side by side, through a 3-D map (64 columns,
-// N / 64 blocks, M rows) whose box is (64, 2, 64): in shared memory row r's two 128-byte lines are lines 2r and 2r + 1
-// of the box (swizzled by the line index), in C they are 256 contiguous bytes, written together.
-constexpr int EPI_LINES = EPI_WIDE ? 2 : 1;
-constexpr int EPI_STORE_W = 64 * EPI_LINES;  // columns per TMA store of the 64-column boxes
-struct CMaps { const TmaDesc* m[3]; };  // the C maps by width: 64 (or EPI_WIDE), 32, 16, those BN has, in that order
-constexpr int EPI_MAP32 = EPI_N64 > 0, EPI_MAP16 = (EPI_N64 > 0) + EPI_N32;
-constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
-// PANEL: the most k blocks a panel can hold beside the ring and the staging (the kernel's `requires`), one barrier each
-constexpr int PANEL_KBS = PANEL ? (232448 - 512 - 1024 - STAGES * B_STAGE_BYTES - CONSUMERS * EPI_CONSUMER_BYTES) / PANEL_KB_BYTES : 1;
-static_assert(SPLIT_CLUSTER == 0 || (SPLIT_K >= 2 && SPLIT_K <= 16 && PERSISTENT == 0 && CLUSTER == 1 && PANEL == 0 &&
-                                     (BN / 8) % SPLIT_K == 0),
-              "split-K cluster: 2-16 splits, one unit per CTA, BN / 8 column chunks dealt out evenly");
-static_assert(SPLIT_RS == 0 || (SPLIT_K >= 2 && PERSISTENT == 0 && SPLIT_CLUSTER == 0 && CLUSTER == 1 && PANEL == 0 &&
-                                (BN / 8) % SPLIT_K == 0),
-              "split-K reduce-scatter: one unit per CTA, BN / 8 column chunks dealt out evenly over the splits");
-static_assert(SPLIT_OWNER == 0 || SPLIT_K > 1, "SPLIT_OWNER: split-K only");
-static_assert(SPLIT_OWNER == 0 || (SPLIT_RS == 0 && SPLIT_CLUSTER == 0), "SPLIT_OWNER: the workspace reduce");
-static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
-              "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
-static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
-              "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
-// split-K: one counter per tile in the workspace (SPLIT_RS: +SPLIT_K per launch, wrapped by `red.inc` at RS_WRAP)
-constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
-// SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
-// [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
-constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
-constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
+constexpr int WARPS_MN = WARPS_M * WARPS_N;
+constexpr int THREADS = WARPS_MN * WARPS_K * 32;
+constexpr int WM = BM / WARPS_M;            // warp tile rows
+constexpr int WN = BN / WARPS_N;            // warp tile cols
+constexpr int MI = WM / 16;                 // m16 mma tiles per warp
+constexpr int NI = WN / 8;                  // n8 mma tiles per warp
+constexpr int CPR = BK / 8;                 // 16-byte chunks per smem row
+constexpr int KSTEPS = BK / 16;             // k16 steps per K tile
+constexpr int KS_PER_WARP = KSTEPS / WARPS_K;
+constexpr int KT = (kK + BK - 1) / BK;      // K tiles of the whole problem
+constexpr int KT_PER = KT / SPLITS;         // K tiles of one split (`requires`: KT % SPLITS == 0)
+constexpr int TILES_N = (kN + BN - 1) / BN;
+constexpr int TILES_M = (kM + BM - 1) / BM;
+constexpr int A_STAGE = BM * BK;            // halves per stage
+constexpr int B_STAGE = BN * BK;
+constexpr bool FULL_M = kM % BM == 0;       // no row predicates on A / C
+constexpr bool FULL_N = kN % BN == 0;       // no row predicates on B, column predicates on C
+constexpr bool FULL_K = kK % BK == 0;       // no K predicates
+constexpr int FRAG4 = WARPS_MN * MI * NI * 32;  // float4 fragments of one BM x BN tile
+constexpr int STAGES = STAGES_MAX < KT_PER + 1 ? STAGES_MAX : (KT_PER + 1 < 2 ? 2 : KT_PER + 1);  // no idle smem
+// The K loop is fully unrolled (stage indices become constants) when the tiles divide the shape and a split has
+// at most 64 K tiles; otherwise it is unrolled by STAGES (off-tile shapes with the full unroll spilled: ptxas
+// kept every tile's row predicates live at once).
+constexpr int UNROLL = (FULL_M && FULL_N && FULL_K && KT_PER <= 64) ? KT_PER : STAGES;
+constexpr bool EPI_STAGED = EPI == 1 && kN % 8 == 0;   // 16-byte rows of C need N % 8 == 0
+constexpr int SC_LD = BN + 8;                          // staged C tile row stride (halves)
+constexpr int TILES = TILES_M * TILES_N;
+constexpr int GS = RED && GSPLIT >= 8 ? 4 : GSPLIT;     // splits per first-level group of the split-K reduce
+constexpr int GROUPS = GSPLIT / GS;                     // second level (RED): the group sums
+constexpr int RS = BM / CL;                             // cluster reduce: C rows of the slice each rank sums
+constexpr int RP = BN + 8;                              // fp32 row pitch of a staged partial (conflict-free float2)
+constexpr int ITEMS = RS * BN / 4;                      // float4s of one slice
+constexpr bool PUSH = CL > 1 && PUSH_ASKED == 1;        // (an sm_80 build has no cluster: nothing to send)
+constexpr int RING_BYTES = STAGES * (A_STAGE + B_STAGE) * 2;
+constexpr int RED_BYTES = (WARPS_K - 1) * BM * BN * 4 > BM * RP * 4 ? (WARPS_K - 1) * BM * BN * 4 : BM * RP * 4;
+// PUSH: the CLK receive slots ([CLK][RS][BN] fp32) after everything else the CTA stages (the front matter's smem
+// is the same max plus BM * BN * 4; every term is a multiple of 16 bytes)
+constexpr int RECV_OFF = RING_BYTES > RED_BYTES ? RING_BYTES : RED_BYTES;
 
-__host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
-// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
-// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it (the
-// integer division's sequence delayed the first TMA load).
-__device__ __forceinline__ int div_small(int a, int b) {
-  const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
-  const int r = a - q * b;
-  return q + (r >= b) - (r < 0);
-}
+static_assert(BK == 32 || BK == 64, "swizzle is laid out for BK = 32 or 64");
+static_assert(WM % 16 == 0 && WN % 16 == 0, "warp tile must be a multiple of 16x16");
+static_assert(KSTEPS % WARPS_K == 0, "WARPS_K must divide the k16 steps of a K tile");
+static_assert(KT % SPLITS == 0 && KT_PER >= 1, "every split gets the same number of K tiles");
+static_assert(kK % 8 == 0, "16-byte chunks never straddle the K edge");
+static_assert(STAGES >= 2, "need at least double buffering");
+static_assert(FRAG4 * 4 == BM * BN, "fragments cover the tile");
+static_assert(GSPLIT % GS == 0, "the reduce groups split the global splits evenly");
+static_assert(CLK == 1 || CLK == 2 || CLK == 4 || CLK == 8, "portable cluster size");
+static_assert(BM % CL == 0, "the tile's rows split evenly over the cluster ranks");
+static_assert(CLK == 1 || (RED == 0 && EPI == 0), "the cluster reduce writes C itself");
 
-// ---------------------------------------------------------------- shared memory / mbarrier
+__device__ __forceinline__ int swz(int L) { return L ^ ((L >> 3) & 7); }
+
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count));
-}
-// Producer: announce that `bytes` will land on this barrier (and arrive once).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-// Spin until the phase with the given parity has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred P1;\n"
-      "WAIT_LOOP:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
-      "@!P1 bra WAIT_LOOP;\n"
-      "}\n" ::"r"(bar), "r"(parity) : "memory");
-}
-// Named barrier over the consumer warpgroups only (the producer never joins).
-__device__ __forceinline__ void consumer_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory");
-}
-// Named barrier over one consumer warpgroup (ids 2, 3, ...).
-__device__ __forceinline__ void warpgroup_sync(int c) {
-  asm volatile("bar.sync %0, 128;" ::"r"(2 + c) : "memory");
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// ---------------------------------------------------------------- cluster (CLUSTER > 1)
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Split-K ticket: release this CTA's partial (ordered before by the CTA barrier; release is
+// cumulative) and acquire every earlier arrival's, in one gpu-scope atomic.
+__device__ __forceinline__ unsigned int ticket_acq_rel(unsigned int* p) {
+    unsigned int old;
+    asm volatile("atom.add.acq_rel.gpu.global.u32 %0, [%1], 1;\n" : "=r"(old) : "l"(p) : "memory");
+    return old;
+}
+
+// Thread-block cluster (sm_90+): barrier halves, this CTA's rank, a peer's shared address, a 16-byte DSMEM load.
+__device__ __forceinline__ void cluster_arrive_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
 __device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
-// No data of its own to publish (mbarrier init is released by fence.mbarrier_init.release.cluster).
-__device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
-// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
-// (wgmma.wait_group) before it arrives, and nothing else is published.
-__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
-  asm volatile(
-      "{\n.reg .b32 ra;\n"
-      "mapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(bar), "r"(rank) : "memory");
-}
-// A consumer warpgroup no longer reads ring stage `bar` belongs to: tell every CTA that writes into it.
-__device__ __forceinline__ void release_stage(uint32_t bar) {
-  if (CLUSTER > 1) {
-#pragma unroll
-    for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(bar, r);
-  } else {
-    mbar_arrive(bar);
-  }
-}
-
-// ---------------------------------------------------------------- TMA
-__device__ __forceinline__ void tma_prefetch_desc(const TmaDesc* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
-}
-// Load one box whose top-left element is (row c1, col c0) into shared memory at dst.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, uint32_t bar, int c0, int c1) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1)
-      : "memory");
-}
-
-// Same box, written at offset dst of every CTA in `mask` (completing their barriers at offset bar).
-__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const TmaDesc* map, uint32_t bar, int c0, int c1, uint16_t mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(dst),
-      "l"(map), "r"(bar), "r"(c0), "r"(c1), "h"(mask)
-      : "memory");
-}
-// TMA store (EPI > 0): the box at (row c1, col c0) of C from shared memory at src, in this thread's bulk group.
-__device__ __forceinline__ void tma_store_2d(const TmaDesc* map, uint32_t src, int c0, int c1, uint64_t policy) {
-  if (EPI_HINT) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3}], [%1], %4;" ::"l"(map),
-                 "r"(src), "r"(c0), "r"(c1), "l"(policy)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(map), "r"(src),
-                 "r"(c0), "r"(c1)
-                 : "memory");
-  }
-}
-// EPI_WIDE: the box at (64-column block c1, row c2) of C's 3-D map (its first coordinate, within the block, is 0).
-__device__ __forceinline__ void tma_store_3d(const TmaDesc* map, uint32_t src, int c1, int c2, uint64_t policy) {
-  if (EPI_HINT) {
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group.L2::cache_hint [%0, {%2, %3, %4}], [%1], %5;" ::"l"(map),
-                 "r"(src), "r"(0), "r"(c1), "r"(c2), "l"(policy)
-                 : "memory");
-  } else {
-    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(map), "r"(src),
-                 "r"(0), "r"(c1), "r"(c2)
-                 : "memory");
-  }
-}
-// L2 policy for C's TMA stores (EPI_HINT): lines written once are evicted first.
-__device__ __forceinline__ uint64_t policy_evict_first() {
-  uint64_t p = 0;
-  if (EPI_HINT) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Wait until at most N of this thread's bulk groups still read shared memory (their buffers are free).
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
-}
-// Order this thread's generic-proxy smem writes before later async-proxy (TMA) reads of them.
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
-// ---------------------------------------------------------------- split-K in a cluster (SPLIT_CLUSTER)
-// Send a float4 to our smem offset `addr` in CTA `rank` of the cluster; its 16 bytes complete that CTA's mbarrier at
-// our offset `bar` (st.async: no acknowledgement waited for here).
-__device__ __forceinline__ void dsmem_send_f4(uint32_t addr, uint32_t bar, uint32_t rank, float x, float y, float z, float w) {
-  asm volatile(
-      "{\n.reg .b32 ra, rb;\n"
-      "mapa.shared::cluster.u32 ra, %0, %2;\n"
-      "mapa.shared::cluster.u32 rb, %1, %2;\n"
-      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [ra], {%3, %4, %5, %6}, [rb];\n}\n" ::"r"(addr),
-      "r"(bar), "r"(rank), "f"(x), "f"(y), "f"(z), "f"(w)
-      : "memory");
-}
-__device__ __forceinline__ float4 lds_f4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
-  return v;
-}
-
-// ---------------------------------------------------------------- wgmma
-// Shared-memory matrix descriptor for a K-major tile written by TMA with 128-byte swizzle:
-// rows of 128 B, 8-row swizzle atoms 1024 B apart (stride byte offset), base 1024-aligned.
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (static_cast<uint64_t>(16 >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
-}
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-// Split-K ticket: one gpu-scope acq_rel atomic releases this CTA's partial (ordered before it by
-// the consumer barrier; release is cumulative) and acquires the earlier arrivals' (no SC fence).
-__device__ __forceinline__ int ticket_acq_rel(int* p) {
-  int old;
-  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
-  return old;
-}
-__device__ __forceinline__ int ld_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-// SPLIT_RS: an arrival that releases its partial and steps the tile's count, wrapping at RS_WRAP (0 after RS_WRAP - 1)
-__device__ __forceinline__ void inc_release_gpu(int* p) {
-  asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(RS_WRAP - 1) : "memory");
-}
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-// An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
-// later k ranges their k blocks
-__device__ __forceinline__ void add_release_gpu(int* p, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// Keep the compiler from moving accumulator reads/writes across wgmma waits.
-__device__ __forceinline__ void reg_fence(float& r) { asm volatile("" : "+f"(r)::"memory"); }
-
-template <int R>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
-}
-template <int R>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
-}
-
-// D[64 x N] (+)= A[64 x 16] * B[N x 16]^T; d holds this thread's N/2 fp32 accumulators.
-// scale_d == 0 overwrites D (first k slice of a tile). One specialisation per N used; its accumulators are
-// operands %0 .. %(N/2 - 1) in groups of eight (EVO_ACC_R names them in the instruction, EVO_ACC_D binds them).
-#define EVO_ACC_R0 "%0, %1, %2, %3, %4, %5, %6, %7"
-#define EVO_ACC_R1 "%8, %9, %10, %11, %12, %13, %14, %15"
-#define EVO_ACC_R2 "%16, %17, %18, %19, %20, %21, %22, %23"
-#define EVO_ACC_R3 "%24, %25, %26, %27, %28, %29, %30, %31"
-#define EVO_ACC_R4 "%32, %33, %34, %35, %36, %37, %38, %39"
-#define EVO_ACC_R5 "%40, %41, %42, %43, %44, %45, %46, %47"
-#define EVO_ACC_R6 "%48, %49, %50, %51, %52, %53, %54, %55"
-#define EVO_ACC_R7 "%56, %57, %58, %59, %60, %61, %62, %63"
-#define EVO_ACC_R8 "%64, %65, %66, %67, %68, %69, %70, %71"
-#define EVO_ACC_R9 "%72, %73, %74, %75, %76, %77, %78, %79"
-#define EVO_ACC_R10 "%80, %81, %82, %83, %84, %85, %86, %87"
-#define EVO_ACC_R11 "%88, %89, %90, %91, %92, %93, %94, %95"
-#define EVO_ACC_R12 "%96, %97, %98, %99, %100, %101, %102, %103"
-#define EVO_ACC_R13 "%104, %105, %106, %107, %108, %109, %110, %111"
-#define EVO_ACC_R14 "%112, %113, %114, %115, %116, %117, %118, %119"
-#define EVO_ACC_R15 "%120, %121, %122, %123, %124, %125, %126, %127"
-#define EVO_ACC_D(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-                     "+f"(d[i + 6]), "+f"(d[i + 7])
-template <int N>
-__device__ __forceinline__ void wgmma_m64k16(float* d, uint64_t da, uint64_t db, int scale_d);
-// EVO_RS<g> / EVO_DS<g>: the first g groups of eight accumulators, in the instruction and as bound operands
-#define EVO_RS1 EVO_ACC_R0
-#define EVO_DS1 EVO_ACC_D(0)
-#define EVO_RS2 EVO_RS1 ", " EVO_ACC_R1
-#define EVO_DS2 EVO_DS1, EVO_ACC_D(8)
-#define EVO_RS3 EVO_RS2 ", " EVO_ACC_R2
-#define EVO_DS3 EVO_DS2, EVO_ACC_D(16)
-#define EVO_RS4 EVO_RS3 ", " EVO_ACC_R3
-#define EVO_DS4 EVO_DS3, EVO_ACC_D(24)
-#define EVO_RS5 EVO_RS4 ", " EVO_ACC_R4
-#define EVO_DS5 EVO_DS4, EVO_ACC_D(32)
-#define EVO_RS6 EVO_RS5 ", " EVO_ACC_R5
-#define EVO_DS6 EVO_DS5, EVO_ACC_D(40)
-#define EVO_RS7 EVO_RS6 ", " EVO_ACC_R6
-#define EVO_DS7 EVO_DS6, EVO_ACC_D(48)
-#define EVO_RS8 EVO_RS7 ", " EVO_ACC_R7
-#define EVO_DS8 EVO_DS7, EVO_ACC_D(56)
-#define EVO_RS9 EVO_RS8 ", " EVO_ACC_R8
-#define EVO_DS9 EVO_DS8, EVO_ACC_D(64)
-#define EVO_RS10 EVO_RS9 ", " EVO_ACC_R9
-#define EVO_DS10 EVO_DS9, EVO_ACC_D(72)
-#define EVO_RS11 EVO_RS10 ", " EVO_ACC_R10
-#define EVO_DS11 EVO_DS10, EVO_ACC_D(80)
-#define EVO_RS12 EVO_RS11 ", " EVO_ACC_R11
-#define EVO_DS12 EVO_DS11, EVO_ACC_D(88)
-#define EVO_RS13 EVO_RS12 ", " EVO_ACC_R12
-#define EVO_DS13 EVO_DS12, EVO_ACC_D(96)
-#define EVO_RS14 EVO_RS13 ", " EVO_ACC_R13
-#define EVO_DS14 EVO_DS13, EVO_ACC_D(104)
-#define EVO_RS15 EVO_RS14 ", " EVO_ACC_R14
-#define EVO_DS15 EVO_DS14, EVO_ACC_D(112)
-#define EVO_RS16 EVO_RS15 ", " EVO_ACC_R15
-#define EVO_DS16 EVO_DS15, EVO_ACC_D(120)
-// wgmma m64nNk16 with G = N / 16 accumulator groups: operands %0 .. %(N/2 - 1), then da, db and scale_d
-#define EVO_WGMMA(N, G, DA, DB, SC)                                                                              \
-  template <> __device__ __forceinline__ void wgmma_m64k16<N>(float* d, uint64_t da, uint64_t db, int scale_d) {  \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #SC ", 0;\n"                                              \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 {" EVO_RS##G "}, %" #DA ", %" #DB       \
-                 ", p, 1, 1, 0, 0;\n}\n"                                                                   \
-                 : EVO_DS##G                                                                                \
-                 : "l"(da), "l"(db), "r"(scale_d));                                                          \
-  }
-EVO_WGMMA(16, 1, 8, 9, 10)
-EVO_WGMMA(32, 2, 16, 17, 18)
-EVO_WGMMA(64, 4, 32, 33, 34)
-EVO_WGMMA(80, 5, 40, 41, 42)
-EVO_WGMMA(96, 6, 48, 49, 50)
-EVO_WGMMA(112, 7, 56, 57, 58)
-EVO_WGMMA(128, 8, 64, 65, 66)
-EVO_WGMMA(144, 9, 72, 73, 74)
-EVO_WGMMA(160, 10, 80, 81, 82)
-EVO_WGMMA(176, 11, 88, 89, 90)
-EVO_WGMMA(192, 12, 96, 97, 98)
-EVO_WGMMA(224, 14, 112, 113, 114)
-EVO_WGMMA(256, 16, 128, 129, 130)
-
-// ---------------------------------------------------------------- work decomposition
-struct Work {
-  int tile, split;  // linear tile id, K slice id
-  int m0, n0;       // top-left element of the tile (kernel view)
-  int kb0, kb1;     // k blocks [kb0, kb1) of BK
-};
-
-// STREAMK: the tiles, the whole tiles dealt out first (a multiple of the grid), k blocks per tile and the stream's k
-// blocks (those of the last tiles). Units >= tiles name pieces: tiles + 3 b + p is piece p of CTA b's range.
-struct Stream {
-  int tiles, dp, nk;
-  unsigned iters;  // `requires`: iters * grid < 2^32, so the ranges' bounds take 32-bit divisions (64-bit ones are calls)
-};
-__device__ __forceinline__ Stream stream_of(int units, int K) {  // (STREAMK: a unit is a tile, no split, no pairs)
-  Stream st{};
-  if (STREAMK) {
-    st.tiles = units;
-    const int g = static_cast<int>(gridDim.x), r = st.tiles % g;
-    st.dp = r == 0 ? st.tiles : max(st.tiles - r - g, 0);
-    st.nk = cdiv(K, BK);
-    st.iters = static_cast<unsigned>(st.tiles - st.dp) * st.nk;
-  }
-  return st;
-}
-// the first of CTA b's stream k blocks (b == gridDim.x: the end)
-__device__ __forceinline__ unsigned stream_start(const Stream& st, int b) { return st.iters * b / gridDim.x; }
-// the unit after every unit of this CTA
-__device__ __forceinline__ int stream_end(const Stream& st) { return st.tiles + 3 * static_cast<int>(gridDim.x); }
-// piece p of this CTA's range (its part of tile s0 / nk + p), or the end when the range stops before it
-__device__ __forceinline__ int stream_piece(const Stream& st, int p) {
-  const int b = static_cast<int>(blockIdx.x);
-  const unsigned s0 = stream_start(st, b), s1 = stream_start(st, b + 1), nk = st.nk;
-  if (s1 <= s0) return stream_end(st);
-  return p == 0 || s1 > (s0 / nk + p) * nk ? st.tiles + 3 * b + p : stream_end(st);
-}
-// this CTA's first unit: its first whole tile, else its first piece
-__device__ __forceinline__ int stream_first(const Stream& st) {
-  const int b = static_cast<int>(blockIdx.x);
-  return b < st.dp ? b : stream_piece(st, 0);
-}
-// this CTA's unit after u: whole tiles strided by the grid, then its pieces
-__device__ __forceinline__ int stream_next(int u, const Stream& st) {
-  const int g = static_cast<int>(gridDim.x);
-  if (u < st.dp) return u + g < st.dp ? u + g : stream_piece(st, 0);
-  const int p = (u - st.tiles) % 3;
-  return p < 2 ? stream_piece(st, p + 1) : stream_end(st);
-}
-// piece u (>= tiles): its tile among the stream's, and its k blocks [kb0, kb1)
-__device__ __forceinline__ void stream_range(const Stream& st, int u, int& ta, int& kb0, int& kb1) {
-  const int b = (u - st.tiles) / 3, p = (u - st.tiles) % 3;
-  const unsigned s0 = stream_start(st, b), s1 = stream_start(st, b + 1), nk = st.nk;
-  ta = static_cast<int>(s0 / nk) + p;
-  kb0 = p ? 0 : static_cast<int>(s0 - ta * nk);
-  kb1 = static_cast<int>(min(s1 - ta * nk, nk));
-}
-// a tile's first piece (CTA b, k block 0 on) adds the partials of the CTAs b' > b with stream_start(b') before the
-// tile's end whose ranges are not empty, in CTA order
-__device__ __forceinline__ bool stream_empty(const Stream& st, int b) { return stream_start(st, b + 1) == stream_start(st, b); }
-
-// Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
-// STREAMK: a piece u >= tiles is k blocks [kb0, kb1) of its tile.
-__device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Stream& st) {
-  Work w;
-  int skb0 = 0, skb1 = 0;
-  if (STREAMK && u >= st.tiles) {
-    int ta;
-    stream_range(st, u, ta, skb0, skb1);
-    u = st.dp + ta;  // its tile's unit
-  }
-  // CLUSTER > 1: the CTAs of a cluster take consecutive units, the same k split of a pair of column tiles (multicast
-  // A tiles must cover the same k blocks); tiles are numbered over the pair-padded grid (the workspace's too)
-  // SPLIT_MAJOR: split s of every tile before split s + 1 of any, so CTAs launched side by side stream the same k
-  // blocks of neighbouring tiles (sharing A or B rows). A split still waits only for lower-numbered units.
-  const int r = u % CLUSTER, q = u / CLUSTER;
-  const int pairs = SPLIT_MAJOR ? cdiv(Mk, BM) * cdiv(cdiv(Nk, BN), CLUSTER) : 1;
-  w.split = SPLIT_MAJOR ? q / pairs : q % SPLIT_K;
-  const int pair = SPLIT_MAJOR ? q % pairs : q / SPLIT_K;
-  w.tile = pair * CLUSTER + r;
-  if (PANEL) {  // row blocks in order, column tiles fastest: a CTA's contiguous units share their row panel
-    const int tn = cdiv(Nk, BN), rb = div_small(u, tn);  // (units < 2^22: the float division is exact)
-    w.m0 = rb * BM;
-    w.n0 = (u - rb * tn) * BN;
-    w.kb0 = 0;
-    w.kb1 = cdiv(K, BK);
-    return w;
-  }
-  // CLUSTER > 1: raster over pairs of column tiles; CTA rank r of the cluster takes column tile 2 * pair column + r
-  const int tiles_m = cdiv(Mk, BM), tiles_n = cdiv(cdiv(Nk, BN), CLUSTER);
-  const int group_size = GROUP * tiles_n;
-  const int group = div_small(pair, group_size);
-  const int first_m = group * GROUP;
-  const int gm = min(tiles_m - first_m, GROUP);
-  const int in_group = pair - group * group_size;
-  const int col = div_small(in_group, gm);
-  w.m0 = (first_m + in_group - col * gm) * BM;
-  w.n0 = (col * CLUSTER + r) * BN;
-  const int kblocks = cdiv(K, BK);
-  // SPLIT_SKEW (with SPLIT_OWNER): the other splits take SPLIT_SKEW k blocks fewer each and the reducing split the rest,
-  // so their partials are published by the time its longer main loop ends
-  const int per = (SPLIT_OWNER && SPLIT_SKEW) ? max(cdiv(kblocks, SPLIT_K) - SPLIT_SKEW, 0) : cdiv(kblocks, SPLIT_K);
-  w.kb0 = min(w.split * per, kblocks);
-  w.kb1 = (SPLIT_OWNER && SPLIT_SKEW && w.split == SPLIT_K - 1) ? kblocks : min(w.kb0 + per, kblocks);
-  if (STREAMK && skb1 > 0) {
-    w.kb0 = skb0;
-    w.kb1 = skb1;
-  }
-  return w;
-}
-
-// CTA pairs (CLUSTER > 1): a cluster launch fills one GPC with consecutive clusters, so pair k takes the raster's pair
-// v(k) = the transpose of k over GPC_SPREAD rows (a bijection of [0, pairs)): one GPC's pairs spread over the raster.
-constexpr int GPC_SPREAD = 8;
-__device__ __forceinline__ int cluster_spread(int b) {
-  const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
-  const int j = k % GPC_SPREAD;
-  return ((j * (nk / GPC_SPREAD) + min(j, nk % GPC_SPREAD)) + k / GPC_SPREAD) * CLUSTER + r;
-}
-// The units of this CTA: strided by the grid, or (PANEL) the contiguous range [first, end) of its share:
-// b * units / grid in 32 bits (units < 2^22, grid < 2^10), as a 64-bit division's call delays the first load
-__device__ __forceinline__ int panel_bound(int units, unsigned b) { return b * static_cast<unsigned>(units) / gridDim.x; }
-__device__ __forceinline__ int unit_first(int units, const Stream& st) {
-  if (CLUSTER > 1) return cluster_spread(static_cast<int>(blockIdx.x));  // (PANEL takes no pairs)
-  if (STREAMK) return stream_first(st);
-  return PANEL ? panel_bound(units, blockIdx.x) : static_cast<int>(blockIdx.x);
-}
-__device__ __forceinline__ int unit_end(int units, const Stream& st) {
-  if (STREAMK) return stream_end(st);
-  return PANEL ? panel_bound(units, blockIdx.x + 1) : units;
-}
-__device__ __forceinline__ int unit_step() { return PANEL ? 1 : static_cast<int>(gridDim.x); }
-// this CTA's unit after u
-__device__ __forceinline__ int unit_next(int u, const Stream& st) { return STREAMK ? stream_next(u, st) : u + unit_step(); }
-// DYN: units of each CTA's static share; the pool [grid * share, units) is claimed at run time
-__device__ __forceinline__ int dyn_share(int units) {
-  return static_cast<int>(static_cast<long long>(units) * (8 - DYN) / 8 / gridDim.x);
-}
-// DYN: unit i of this CTA's static share
-__device__ __forceinline__ int dyn_static_unit(int i, int share) {
-  return PANEL ? static_cast<int>(blockIdx.x) * share + i : static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
-}
-constexpr int UQ = 2;  // DYN: slots of the unit queue (claims run at most this many units ahead of the consumers)
-// DYN: claim the next unit of the pool (.release: evo/ptx_checks.py takes an atomic after a global store as an arrival).
-__device__ __forceinline__ unsigned claim_unit(unsigned* counter) {
-  unsigned r;
-  asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(r) : "l"(counter) : "memory");
-  return r;
-}
-// DYN: the counter back to zero for the next launch (which the stream orders after this one)
-__device__ __forceinline__ void reset_claims(unsigned* counter) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], 0;" ::"l"(counter) : "memory");
-}
-
-// Epilogue of one consumer: its 64-row slices of the tile, registers -> smem (fp16) -> C.
-// Kernel element (r, c) is C[r][c] (C has Nk columns), or C[c][r] with SWAP_AB (C has Mk columns).
-// All stores are predicated on the problem bounds; 16-byte vector stores where alignment allows.
-__device__ __forceinline__ void store_tile(const float (&acc)[MT][BN / 2], __half* stage, int c, __half* C,
-                                           int Mk, int Nk, int row0, int col0) {
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  constexpr int PITCH = SWAP_AB ? 64 + 8 : EPI_CW;  // halves per staged row (SWAP_AB: padded; else swizzled chunks)
-  constexpr int VPL = SWAP_AB ? 64 / 8 : EPI_CW / 8;    // 16-byte vectors per staged row
-  constexpr int ITERS = 64 * EPI_CW / 8 / 128;          // vectors per thread per chunk
-  const bool vec_ok = SWAP_AB ? (Mk % 8 == 0) : (Nk % 8 == 0);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-    for (int q = 0; q < BN / EPI_CW; ++q) {
-      warpgroup_sync(c);  // the previous chunk has been read out of `stage`
-#pragma unroll
-      for (int jj = 0; jj < EPI_CW / 8; ++jj) {
-        const int j = q * (EPI_CW / 8) + jj;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = warp * 16 + lane / 4 + 8 * h, cc = 8 * jj + 2 * (lane % 4);
-          const float v0 = acc[mt][4 * j + 2 * h], v1 = acc[mt][4 * j + 2 * h + 1];
-          if (SWAP_AB) {
-            const __half2 pr = __floats2half2_rn(v0, v1);
-            stage[cc * PITCH + r] = __low2half(pr);
-            stage[(cc + 1) * PITCH + r] = __high2half(pr);
-          } else {
-            *reinterpret_cast<__half2*>(&stage[r * PITCH + ((jj ^ epi_swizzle(r)) * 8) + cc % 8]) = __floats2half2_rn(v0, v1);
-          }
-        }
-      }
-      warpgroup_sync(c);
-      const int tr0 = row0 + mt * 64, tc0 = col0 + q * EPI_CW;  // chunk origin, kernel view
-#pragma unroll
-      for (int it = 0; it < ITERS; ++it) {
-        const int v = tid + it * 128, sr = v / VPL, sv = (v % VPL) * 8;  // staged row, first element
-        // C row / first C column of this vector, and the C row length
-        const int gr = SWAP_AB ? tc0 + sr : tr0 + sr;
-        const int gc = SWAP_AB ? tr0 + sv : tc0 + sv;
-        const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
-        if (gr >= rows) continue;
-        const __half* src = &stage[sr * PITCH + (SWAP_AB ? sv : ((v % VPL) ^ epi_swizzle(sr)) * 8)];
-        __half* dst = C + static_cast<size_t>(gr) * cols + gc;
-        if (vec_ok && gc + 8 <= cols) {
-          *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e)
-            if (gc + e < cols) dst[e] = src[e];
-        }
-      }
-    }
-  }
-}
-
-// the largest divisor of x that is at most cap (at least 1)
-constexpr int div_at_most(int x, int cap) {
-  for (int d = cap < x ? cap : x; d > 1; --d)
-    if (x % d == 0) return d;
-  return 1;
-}
-// SPLIT_RS: splits whose chunks of the slice are loaded at once: at most 16 float4 in flight (32 with one consumer, 8
-// beside 128 accumulators per thread)
-constexpr int RS_BUDGET = MT * BN / 2 >= 128 ? 8 : CONSUMERS == 1 ? 32 : 16;
-constexpr int RS_ROUND = div_at_most(SPLIT_K, RS_BUDGET / (MT * RED_J));
-// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
-// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
-// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
-// registers and only one round's loads are in flight.
-template <int S>
-__device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const float4* base, int split, int tid) {
-  if constexpr (S < SPLIT_K) {
-    if (split != S) {
-      rs_sum_slice<S + 1>(acc, base, split, tid);
-      return;
-    }
-    constexpr size_t PART_F4 = static_cast<size_t>(BM) * BN / 4;  // one split's partial, in float4
-    float4 sum[MT][RED_J];
-    // a round's loads first, then its sums: with the loads and sums in one loop nest ptxas spills 20 bytes on the
-    // 128-accumulator instances (128x256 and 256x128 with 4 splits)
-#pragma unroll
-    for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RS_ROUND) {
-      float4 x[MT][RED_J][RS_ROUND];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int jj = 0; jj < RED_J; ++jj)
-#pragma unroll
-          for (int r = 0; r < RS_ROUND; ++r) {
-            const int sp = sp0 + r;
-            const float* a = &acc[mt][4 * (S * RED_J + jj)];
-            x[mt][jj][r] = sp == S ? make_float4(a[0], a[1], a[2], a[3])
-                                   : __ldcg(base + sp * PART_F4 + (mt * (BN / 8) + S * RED_J + jj) * 128 + tid);
-          }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int jj = 0; jj < RED_J; ++jj)
-#pragma unroll
-          for (int r = 0; r < RS_ROUND; ++r) {
-            const float4 v = x[mt][jj][r];
-            float4& t = sum[mt][jj];
-            if (sp0 + r == 0) t = v;
-            else { t.x += v.x; t.y += v.y; t.z += v.z; t.w += v.w; }
-          }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int jj = 0; jj < RED_J; ++jj) {
-        float* a = &acc[mt][4 * (S * RED_J + jj)];
-        a[0] = sum[mt][jj].x; a[1] = sum[mt][jj].y; a[2] = sum[mt][jj].z; a[3] = sum[mt][jj].w;
-      }
-  }
-}
-
-// SPLIT_CLUSTER: this thread's fragments of the n8 chunks owned by cluster rank `rank` straight to C (bounds-checked; a half2 per
-// row where C's rows allow, single halves transposed with SWAP_AB). The slice is 1/SPLIT_K of a small output.
-__device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __half* C, int Mk, int Nk, int row0,
-                                            int col0, uint32_t rank) {
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  const int rows = SWAP_AB ? Nk : Mk, cols = SWAP_AB ? Mk : Nk;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      if (j / RED_J != static_cast<int>(rank)) continue;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = row0 + mt * 64 + warp * 16 + lane / 4 + 8 * h;  // kernel view
-        const int cc = col0 + 8 * j + 2 * (lane % 4);
-        const __half2 v = __floats2half2_rn(acc[mt][4 * j + 2 * h], acc[mt][4 * j + 2 * h + 1]);
-        if (SWAP_AB) {  // kernel (r, cc) is C[cc][r]
-          if (r < Mk) {
-            if (cc < Nk) C[static_cast<size_t>(cc) * cols + r] = __low2half(v);
-            if (cc + 1 < Nk) C[static_cast<size_t>(cc + 1) * cols + r] = __high2half(v);
-          }
-        } else if (r < rows) {
-          __half* dst = C + static_cast<size_t>(r) * cols + cc;
-          if (cols % 2 == 0 && cc + 1 < cols) *reinterpret_cast<__half2*>(dst) = v;
-          else {
-            if (cc < cols) dst[0] = __low2half(v);
-            if (cc + 1 < cols) dst[1] = __high2half(v);
-          }
-        }
-      }
-    }
-}
-
-// EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
-// `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
-// (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
-// Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
-// bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
-// instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
-// EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
-constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
-static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-// One round: slices [mt0, mt0 + G) of the consumer's tile (G buffers, one bulk group).
-template <int G>
-__device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], int mt0, uint32_t stage, int c,
-                                                const CMaps& maps, int row0, int col0, int& k) {
-  const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
-  // stmatrix.x4: lanes 8i..8i+7 address the 8 rows of matrix i; matrix i = (rows +8 * (i & 1), column chunk +(i >> 1))
-  const int mi = lane / 8;
-  const int r = warp * 16 + (mi & 1) * 8 + lane % 8;  // row of the slice this lane addresses
-  // the round that last used these G buffers has finished reading them (EPI / G rounds rotate)
-  if (tid == 0) bulk_wait_read<EPI / G - 1>();
-  warpgroup_sync(c);
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    const int mt = mt0 + g;
-    const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j += 2) {
-      const int jj = j + (mi >> 1);
-      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half)
-      const int w = epi_box_w(j), first = epi_box_first(j);
-      const int line = EPI_WIDE ? r * 2 + (jj / 8) % 2 : r;
-      const int sw = w == 64 ? swizzle_w<64>(line) : w == 32 ? swizzle_w<32>(line) : swizzle_w<16>(line);
-      const uint32_t addr = EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
-                                     : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                   "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                   "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                   : "memory");
-    }
-  }
-  fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
-  warpgroup_sync(c);
-  if (tid == 0) {
-    const uint64_t policy = policy_evict_first();
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
-      const int row = row0 + (mt0 + g) * 64;
-#pragma unroll
-      for (int b = 0; b < EPI_N64 / EPI_LINES; ++b) {
-        if (EPI_WIDE)
-          tma_store_3d(maps.m[0], buf + b * EPI_BOX_BYTES * 2, (col0 + b * EPI_STORE_W) / 64, row, policy);
-        else
-          tma_store_2d(maps.m[0], buf + b * EPI_BOX_BYTES, col0 + b * 64, row, policy);
-      }
-      if (EPI_N32) tma_store_2d(maps.m[EPI_MAP32], buf + EPI_N64 * EPI_BOX_BYTES, col0 + 64 * EPI_N64, row, policy);
-      if (EPI_N16)
-        tma_store_2d(maps.m[EPI_MAP16], buf + EPI_N64 * EPI_BOX_BYTES + EPI_N32 * (EPI_BOX_BYTES / 2),
-                     col0 + 64 * EPI_N64 + 32 * EPI_N32, row, policy);
-    }
-    bulk_commit();
-  }
-  k += G;
-}
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const CMaps& maps,
-                                               int row0, int col0, int& k) {
-#pragma unroll
-  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) store_round_tma<EPI_GRP>(acc, mt0, stage, c, maps, row0, col0, k);
-}
-// wgmma.wait_group with a count the unrolled slice loop knows (at most MT - 1 <= 3 groups left in flight)
-__device__ __forceinline__ void wgmma_wait_upto(int n) {
-  if (n >= 3) wgmma_wait<3>();
-  else if (n == 2) wgmma_wait<2>();
-  else if (n == 1) wgmma_wait<1>();
-  else wgmma_wait<0>();
-}
-
-}  // namespace evo_sm90
-using namespace evo_sm90;
-
-#define EVO_EPI 1
-#define EVO_C_MAPS ((96 >= 64) + (96 % 64 >= 32) + (96 % 32 == 16))  // C maps, EPI > 0
-static_assert(EVO_C_MAPS == (EPI_N64 > 0) + EPI_N32 + EPI_N16, "one C map per box width");
-#if 1 > 1
-#define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
-#elif 0
-#define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
-#else
-#define EVO_CLUSTER_DIMS
+    uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
 #endif
-
-extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
-    evo_gemm(const __half* A, const __half* B, __half* C, int M, int N, int K, float* workspace,
-             const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB
-#if EVO_EPI
-             , const __grid_constant__ TmaDesc tmC  // C (M x N), then the maps of its narrower boxes (CMaps)
-#if EVO_C_MAPS > 1
-             , const __grid_constant__ TmaDesc tmC1
+    return r;
+}
+__device__ __forceinline__ uint32_t map_rank(uint32_t addr, uint32_t rank) {
+    uint32_t r = addr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
 #endif
-#if EVO_C_MAPS > 2
-             , const __grid_constant__ TmaDesc tmC2
+    return r;
+}
+// Arrive without release (it publishes no data: the receive barrier's initialisation is released by
+// fence.mbarrier_init.release.cluster).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
 #endif
+}
+__device__ __forceinline__ void mbar_init_armed(uint32_t bar, uint32_t bytes) {   // count 1, armed for `bytes`
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" :: "r"(bar) : "memory");
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" :: "r"(bar), "r"(bytes) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
-             ) {
-  // Kernel view: rows come from `map_rows` (BM boxes), columns from `map_cols` (BN boxes).
-  const int Mk = SWAP_AB ? N : M;
-  const int Nk = SWAP_AB ? M : N;
-  const TmaDesc* map_rows = SWAP_AB ? &tmB : &tmA;
-  const TmaDesc* map_cols = SWAP_AB ? &tmA : &tmB;
+}
+__device__ __forceinline__ void mbar_wait0(uint32_t bar) {   // phase 0 of `bar` has completed
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n.reg .pred P1;\n"
+                 "WAIT_RECV:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], 0;\n"
+                 "@!P1 bra WAIT_RECV;\n}\n" :: "r"(bar) : "memory");
+#endif
+}
+// 16 bytes into a peer's shared memory; the bytes complete the peer's mbarrier `bar` (both cluster addresses).
+__device__ __forceinline__ void st_async_v4(uint32_t addr, float4 v, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
+                 :: "r"(addr), "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)),
+                    "r"(__float_as_uint(v.w)), "r"(bar) : "memory");
+#endif
+}
+__device__ __forceinline__ float4 ld_dsmem(uint32_t addr) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+#endif
+    return v;
+}
 
-  extern __shared__ uint8_t smem_raw[];
-  __shared__ alignas(8) uint64_t full_bar[STAGES];
-  __shared__ alignas(8) uint64_t empty_bar[STAGES];
-  __shared__ alignas(8) uint64_t order_bar[2];  // PINGPONG: order_bar[c] completes when consumer 1-c ends a k loop
-  __shared__ alignas(8) uint64_t panel_full[PANEL_KBS], panel_empty;  // PANEL: k block kb of the row panel has landed / the panel is no longer read
-  __shared__ int s_last;  // split-K: this CTA is the last of its tile
-  __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
-  __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
-  __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it (RING_SPLIT: A's
-  // tiles, then B's). Every tile is 1024-byte aligned.
-  const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  auto ring_a = [&](int st) { return tiles + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
-  auto ring_b = [&](int st) { return RING_SPLIT ? ring_a(STAGES) + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
-  // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
-  const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
-  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (epi_stage_u32 - smem_u32(smem_raw)));
-  // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
-  const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
-  const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
+// One ROWS x BK tile from global row pointer g (row stride kK; rows [0, rows_left) valid)
+// at K column k0 into the swizzled smem stage at s. Chunk L = r * CPR + c.
+template <int ROWS, bool FULL_ROWS>
+__device__ __forceinline__ void load_tile(uint32_t s, const __half* g, int rows_left, int k0, unsigned tid) {
+    constexpr int CHUNKS = ROWS * CPR;
+    constexpr int ITERS = (CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+        const unsigned L = tid + it * THREADS;   // unsigned: / and % by CPR are plain shifts
+        if (CHUNKS % THREADS != 0 && L >= CHUNKS) break;
+        const int r = L / CPR;
+        const int gk = k0 + (L % CPR) * 8;
+        const bool ok = (FULL_ROWS || r < rows_left) && (FULL_K || gk < kK);
+        const __half* src = g + r * kK + gk;
+        cp_async_16(s + swz(L) * 16, ok ? src : g, ok ? 16 : 0);
+    }
+}
 
-  // warp-uniform as far as the compiler knows (a shuffle from lane 0): the consumers' ring addresses and wgmma
-  // descriptors derived from it stay in uniform registers (no R2UR before every wgmma)
-  const int wg = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
-  const int tid = threadIdx.x % 128;
-  const int units = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER) * SPLIT_K;
-  const Stream sk = stream_of(units, K);
-  const int u_end = unit_end(units, sk);
-
-  // Producer (thread 0 only): the next k block to load is block kb of unit pu (work pw), into ring slot ps.
-  int pu = unit_first(units, sk), pkb = 0, ps = 0;
-  uint32_t pphase = 0;
-  bool phave = false;
-  Work pw{};
-  int panel_m0 = -1;          // PANEL: the row block whose panel the producer loaded last
-  bool pnew = false;          // PANEL: the current unit's k blocks bring the panel's (a new row block)
-  bool pdone = false;         // DYN: the producer has read the queue's end (-1)
-  int pi = 0, sq = 0;         // DYN scheduler: static units handed out; the queue slot the next unit goes to
-  uint32_t sqphase = 0;
-  int pq = 0;                 // DYN producer: the queue slot it reads next
-  uint32_t pqphase = 0;
-  // DYN (the scheduler thread): the CTA's next unit (its static share of `share` units, then claims), published to the
-  // producer and the consumers; -1 when none is left
-  auto next_dyn_unit = [&](int share) -> int {
-    const int grid = static_cast<int>(gridDim.x);
-    int v;
-    if (pi < share) {
-      v = dyn_static_unit(pi++, share);
+// Four consecutive C columns of one row (8-byte store where N % 4 == 0; predicated at the edges).
+__device__ __forceinline__ void store4(__half* c, int row, int col, float4 v) {
+    if (!FULL_M && row >= kM) return;
+    __half* p = c + row * kN + col;
+    if (kN % 4 == 0) {
+        if (!FULL_N && col >= kN) return;
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        uint2 u;
+        u.x = *reinterpret_cast<const uint32_t*>(&lo);
+        u.y = *reinterpret_cast<const uint32_t*>(&hi);
+        *reinterpret_cast<uint2*>(p) = u;
     } else {
-      unsigned* counter = reinterpret_cast<unsigned*>(workspace);
-      const int pool = units - grid * share;
-      const int r = static_cast<int>(claim_unit(counter));
-      v = r < pool ? grid * share + r : -1;
-      if (r == pool + grid - 1) reset_claims(counter);  // the last claim of the launch: every CTA has made its last
+        const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (col + i < kN) p[i] = __float2half_rn(e[i]);
     }
-    mbar_wait(smem_u32(&uq_empty[sq]), sqphase ^ 1);  // first pass: fresh barrier, returns at once
-    uq[sq] = v;
-    mbar_arrive(smem_u32(&uq_full[sq]));  // release: the readers' acquire-wait sees the slot
-    if (++sq == UQ) { sq = 0; sqphase ^= 1; }
-    return v;
-  };
-  auto producer_fetch_unit = [&]() -> int {  // DYN: the producer's read of the queue
-    mbar_wait(smem_u32(&uq_full[pq]), pqphase);
-    const int v = uq[pq];
-    mbar_arrive(smem_u32(&uq_empty[pq]));
-    if (++pq == UQ) { pq = 0; pqphase ^= 1; }
-    return v;
-  };
-  uint32_t panel_phase = 0;   // PANEL: panels loaded so far, mod 2
-  const uint32_t prank = CLUSTER > 1 ? cluster_rank() : 0;  // CLUSTER > 1: which half of the A tile we load
-  // Issue the next k block's loads (waiting for its slot to be free); false once this CTA's units are done.
-  auto produce_next = [&]() -> bool {
-    while (!phave || pkb >= pw.kb1) {
-      if (DYN) {
-        if (pdone) return false;
-        pu = producer_fetch_unit();
-        if (pu < 0) { pdone = true; return false; }
-      } else {
-        if (phave) pu = unit_next(pu, sk);
-        if (pu >= u_end) return false;
-      }
-      pw = get_work(pu, Mk, Nk, K, sk);
-      pkb = pw.kb0;
-      phave = true;
-      pnew = PANEL && pw.m0 != panel_m0;
-      if (pnew) {  // a new row block: its whole-K panel, once the last one is read (k block by k block, below)
-        mbar_wait(smem_u32(&panel_empty), panel_phase ^ 1);  // first panel: fresh barrier, returns at once
-        panel_m0 = pw.m0;
-        panel_phase ^= 1;
-      }
-    }
-    if (pnew) {  // the panel's k block pkb goes right before the column tile it meets, on a barrier of its own
-      const uint32_t pf = smem_u32(&panel_full[pkb]);
-      mbar_arrive_expect_tx(pf, PANEL_KB_BYTES);
-      tma_load_2d(panel + pkb * PANEL_KB_BYTES, map_rows, pf, pkb * BK, pw.m0);
-    }
-    mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
-    const uint32_t full = smem_u32(&full_bar[ps]);
-    mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
-    const uint32_t a_dst = ring_a(ps);
-    if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
-      tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
-                     (1 << CLUSTER) - 1);
-    } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
-      tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
-    }
-    tma_load_2d(ring_b(ps), map_cols, full, pkb * BK, pw.n0);
-    ++pkb;
-    if (++ps == STAGES) { ps = 0; pphase ^= 1; }
-    return true;
-  };
+}
 
-  if (threadIdx.x == 0) {
-    tma_prefetch_desc(map_rows);  // the descriptors' fetch overlaps the barrier set-up
-    tma_prefetch_desc(map_cols);
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(smem_u32(&full_bar[s]), 1);
-      mbar_init(smem_u32(&empty_bar[s]), STAGE_READERS * CLUSTER);
+__device__ __forceinline__ void store_pair(__half* c, int row, int col, float v0, float v1) {
+    if (!FULL_M && row >= kM) return;
+    __half* p = c + row * kN + col;
+    if (kN % 2 == 0) {
+        if (FULL_N || col < kN) *reinterpret_cast<__half2*>(p) = __floats2half2_rn(v0, v1);
+    } else {
+        if (col < kN) p[0] = __float2half_rn(v0);
+        if (col + 1 < kN) p[1] = __float2half_rn(v1);
     }
-    mbar_init(smem_u32(&order_bar[0]), 4);
-    mbar_init(smem_u32(&order_bar[1]), 4);
-    if (DYN)
-      for (int q = 0; q < UQ; ++q) {
-        mbar_init(smem_u32(&uq_full[q]), 1);
-        mbar_init(smem_u32(&uq_empty[q]), CONSUMERS * 4 + 1);  // every consumer warp and the producer
-      }
-    if (PANEL) {
-      for (int kb = 0; kb < PANEL_KBS; ++kb) mbar_init(smem_u32(&panel_full[kb]), 1);
-      mbar_init(smem_u32(&panel_empty), CONSUMERS * 4);
-    }
-    if (SPLIT_CLUSTER) {  // armed before the cluster arrive below: no peer sends before it
-      mbar_init(smem_u32(&recv_bar), 1);
-      mbar_arrive_expect_tx(smem_u32(&recv_bar), (SPLIT_K - 1) * RED_SLOT_BYTES);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
-    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
-    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
-    if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)
-  }
-  if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
-    cluster_arrive_relaxed();
-    cluster_wait();
-  } else {
-    __syncthreads();
-    // SPLIT_CLUSTER: the others write into our smem only after their main loops; the consumers wait for this
-    // cluster barrier (every CTA has started) right before that, so its latency hides behind the main loop. The
-    // producer warps arrive here and exit: the cluster barrier waits for non-exited threads only.
-    if (SPLIT_CLUSTER) cluster_arrive_relaxed();
-  }
+}
 
-  if (wg == 0) {
-    // ------------------------------------------------------------ producer warpgroup
-    if (CONSUMERS > 1) setmaxnreg_dec<40>();
-    if (tid == 0) {
-      while (produce_next()) {
-      }
-    } else if (DYN && tid == 32) {  // the scheduler: a claim's round trip (and its release) never holds the loads
-      const int share = dyn_share(units);
-      while (next_dyn_unit(share) >= 0) {
-      }
+// This warp's fragments of a BM x BN fp32 tile, in fragment order ([warp_mn][MI][NI][32] float4, coalesced).
+__device__ __forceinline__ void publish(const float (&acc)[MI][NI][4], float4* slot, int warp_mn, int lane) {
+    float4* mine = slot + warp_mn * MI * NI * 32 + lane;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+            __stcg(mine + (i * NI + j) * 32, make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]));
+}
+
+// acc = slot 0 + slot 1 + ... + slot COUNT-1 in this order (deterministic), slot `own` from registers; a few
+// slots' loads in flight at once (bounded registers).
+template <int COUNT>
+__device__ __forceinline__ void sum_slots(float (&acc)[MI][NI][4], const float4* slots, int own, int warp_mn, int lane) {
+    constexpr int ZU_ = 16 / (MI * NI) < 1 ? 1 : 16 / (MI * NI);
+    constexpr int ZU = ZU_ < COUNT ? ZU_ : COUNT;
+    const float4* base = slots + warp_mn * MI * NI * 32 + lane;
+    float sum[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) sum[i][j][e] = 0.f;
+#pragma unroll ZU
+    for (int z = 0; z < COUNT; ++z) {
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int j = 0; j < NI; ++j) {
+                const float4 v = z == own ? make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3])
+                                          : __ldcg(base + z * FRAG4 + (i * NI + j) * 32);
+                sum[i][j][0] += v.x;
+                sum[i][j][1] += v.y;
+                sum[i][j][2] += v.z;
+                sum[i][j][3] += v.w;
+            }
     }
-  } else {
-    // ------------------------------------------------------------ consumer warpgroups
-    if (CONSUMERS > 1) setmaxnreg_inc<232>();
-    const int c = wg - 1;  // this consumer's slice: tile rows [c*WM, (c+1)*WM), or (PINGPONG) units j % 2 == c
-    const int row_off = PINGPONG ? 0 : c * WM;
-    const int warp = tid / 32, lane = tid % 32;
-    float acc[MT][BN / 2];
-    int s = 0;
-    uint32_t phase = 0;
-    int j = 0;  // this CTA's unit counter
-    int t = 0;  // PINGPONG: units this consumer has done
-    int epi_k = 0;  // EPI > 0: 64-row slices this consumer has staged (picks the staging buffer)
-#if EVO_EPI
-#if EVO_C_MAPS > 2
-    const CMaps cmaps = {&tmC, &tmC1, &tmC2};
-#elif EVO_C_MAPS > 1
-    const CMaps cmaps = {&tmC, &tmC1};
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = sum[i][j][e];
+}
+
+}  // namespace
+
+#if 1 > 1 && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define EVO_SMALL_CLUSTER __cluster_dims__(1, 1, CLK)
 #else
-    const CMaps cmaps = {&tmC};
+#define EVO_SMALL_CLUSTER
 #endif
-    if (tid == 0)
-      for (int i = 0; i < EVO_C_MAPS; ++i) tma_prefetch_desc(cmaps.m[i]);
-#endif
-    int cpanel_m0 = -1;         // PANEL: the row block of the panel this consumer reads
-    uint32_t cpanel_phase = 0;  // the phase parity of the panel being read (waits on a landed panel return at once)
-    int cq = 0;                 // DYN: the queue slot of this consumer's next read
-    uint32_t cqphase = 0;
-    auto fetch_unit = [&]() -> int {  // DYN: the CTA's next unit from the scheduler's queue (every thread)
-      mbar_wait(smem_u32(&uq_full[cq]), cqphase);
-      const int v = uq[cq];
-      __syncwarp();
-      if (lane == 0) mbar_arrive(smem_u32(&uq_empty[cq]));
-      if (++cq == UQ) { cq = 0; cqphase ^= 1; }
-      return v;
-    };
-    int u_next = 0;             // the unit after the current one, once asked for (have_next)
-    bool have_next = false;
-    auto next_of = [&](int cur) -> int {
-      if (!have_next) {
-        u_next = DYN ? fetch_unit() : unit_next(cur, sk);
-        have_next = true;
-      }
-      return u_next;
-    };
-    auto is_unit = [&](int v) { return DYN ? v >= 0 : v < u_end; };
-    for (int u = DYN ? fetch_unit() : unit_first(units, sk); is_unit(u); u = next_of(u), have_next = false, ++j) {
-      const Work w = get_work(u, Mk, Nk, K, sk);
-      const int nk = w.kb1 - w.kb0;
-      const bool fresh = PANEL && w.m0 != cpanel_m0;  // a new row block: its panel lands k block by k block
-      if (fresh) {
-        cpanel_phase = cpanel_m0 < 0 ? 0 : cpanel_phase ^ 1;
-        cpanel_m0 = w.m0;
-      }
-      auto panel_wait = [&](int i) {  // PANEL: k block i of this unit's row panel has landed
-        if (fresh) mbar_wait(smem_u32(&panel_full[w.kb0 + i]), cpanel_phase);
-      };
-      if (PINGPONG && (j & 1) != c) {  // the other consumer's unit: step over its stages of the ring
-        s += nk;
-        while (s >= STAGES) { s -= STAGES; phase ^= 1; }
-        continue;
-      }
-      if (!EARLY_STORE && nk == 0) {  // empty K slice (SPLIT_K > k blocks): the partial is zero (EARLY_STORE: no split-K)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) acc[mt][i] = 0.f;
-      }
-      if (PINGPONG) {  // consumer 0's unit t follows consumer 1's unit t-1; consumer 1's unit t follows consumer 0's unit t
-        if (c == 1) mbar_wait(smem_u32(&order_bar[1]), t & 1);
-        else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
-      }
-      int prev = 0;
-      // EARLY_STORE: one commit group per slice's last wgmmas, so slice 0 is stored while later slices compute. 2, where
-      // the ring holds two units' k blocks (2 * nk <= STAGES): slice by slice over the whole K, its stages released
-      // after the last slice's wait; otherwise the last k block slice by slice (the stage before it released after
-      // slice 0's wait, its own after the last slice's).
-      const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
-      // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
-      // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
-      auto a_at = [&](int st, int i) {
-        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : ring_a(st)) + row_off * 128;
-      };
-      // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
-      auto release_panel = [&]() {
-        if (!PANEL) return;
-        const int nx = next_of(u);  // (every thread: DYN reads the queue)
-        if (lane == 0 && (!is_unit(nx) || get_work(nx, Mk, Nk, K, sk).m0 != w.m0)) mbar_arrive(smem_u32(&panel_empty));
-      };
-      // EARLY_STORE: one slice's wgmmas over one k block (da: the slice's 64 rows of it)
-      auto slice_kblock = [&](float (&d)[BN / 2], uint64_t da, uint64_t db, int i) {
-#pragma unroll
-        for (int k = 0; k < BK / 16; ++k)
-          wgmma_m64k16<BN>(d, da + static_cast<uint64_t>(k * 32 / 16), db + static_cast<uint64_t>(k * 32 / 16), (i | k) != 0);
-      };
-      if (whole) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          int ss = s;
-          uint32_t pp = phase;
-          for (int i = 0; i < nk; ++i) {
-            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
-            if (mt == 0) panel_wait(i);
-            const uint32_t a_base = a_at(ss, i), b_base = ring_b(ss);
-            wgmma_fence();
-            slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
-            if (++ss == STAGES) { ss = 0; pp ^= 1; }
-          }
-          wgmma_commit();
-        }
-        for (int i = 0; i < nk; ++i) {
-          prev = s;
-          if (++s == STAGES) { s = 0; phase ^= 1; }
-        }
-      } else {
-        // (EARLY_STORE: the last k block after the loop, so every path to the epilogue ends with the slices' groups)
-        for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
-          mbar_wait(smem_u32(&full_bar[s]), phase);
-          panel_wait(i);
-          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
-          wgmma_fence();
-          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
-#pragma unroll
-          for (int k = 0; k < BK / 16; ++k) {  // 16-wide k slices: +32 B inside the swizzled row
-            const uint64_t db = db0 + static_cast<uint64_t>(k * 32 / 16);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-              wgmma_m64k16<BN>(acc[mt], da0 + static_cast<uint64_t>((mt * 64 * 128 + k * 32) / 16), db, (i | k) != 0);
-          }
-          wgmma_commit();
-          if (i > 0) {  // keep one wgmma group in flight; the previous stage is free now
-            wgmma_wait<1>();
-            if (tid == 0) release_stage(smem_u32(&empty_bar[prev]));
-          }
-          prev = s;
-          if (++s == STAGES) { s = 0; phase ^= 1; }
-        }
-        if (EARLY_STORE) {  // the last k block (K > 0: nk >= 1): one commit group per slice
-          const int i = nk - 1;
-          mbar_wait(smem_u32(full_bar + s), phase);  // last k block
-          panel_wait(i);
-          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
-          wgmma_fence();
-          const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            slice_kblock(acc[mt], da0 + static_cast<uint64_t>(mt * 64 * 128 / 16), db0, i);
-            wgmma_commit();
-          }
-          prev = s;
-          if (++s == STAGES) { s = 0; phase ^= 1; }
-        }
-      }
-      if (PINGPONG) {  // every wgmma of this unit is issued: the other consumer may start its k loop
-        __syncwarp();
-        if (lane == 0) mbar_arrive(smem_u32(&order_bar[1 - c]));
-        ++t;
-      }
-      if (!EARLY_STORE) {
-        wgmma_wait<0>();
-        if (nk > 0 && tid == 0) release_stage(smem_u32(&empty_bar[prev]));
-        release_panel();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
-      }
 
-      if (STREAMK && u >= sk.tiles && nk < sk.nk) {
-        // ---------------------------------------------------- stream-K piece: part of its tile's k blocks
-        int* counter = reinterpret_cast<int*>(workspace) + (w.tile - sk.dp);
-        float4* slots = reinterpret_cast<float4*>(workspace + (2 * gridDim.x + 63) / 64 * 64);  // BM x BN floats per CTA
-        const bool lead = PINGPONG ? tid == 0 : threadIdx.x == 128;  // the piece's one arriving / waiting thread
-        if (w.kb0 > 0) {  // a later k range: the partial to this CTA's slot, then its k blocks arrive (release)
-          float4* mine = slots + static_cast<size_t>(blockIdx.x) * (BM * BN / 4) + row_off * BN / 4;
+extern "C" __global__ void EVO_SMALL_CLUSTER __launch_bounds__(THREADS, OCC)
+evo_gemm(const __half* __restrict__ A, const __half* __restrict__ B, __half* __restrict__ C,
+         int, int, int, float* __restrict__ workspace)
+{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned tid = threadIdx.x;
+    const int m0 = blockIdx.y * BM;
+    const int n0 = blockIdx.x * BN;
+    const int kt0 = SPLITS > 1 ? blockIdx.z * KT_PER : 0;
+    const uint32_t sA = smem_u32(smem);                  // STAGES x [BM][BK]
+    const uint32_t sB = sA + STAGES * A_STAGE * 2;       // STAGES x [BN][BK]
+    const __half* gA = A + m0 * kK;
+    const __half* gB = B + n0 * kK;
+    const int rows_a = kM - m0;
+    const int rows_b = kN - n0;
+
+    // ---- prologue first: tiles 0 .. STAGES-2 in flight (one commit group per tile) ----
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int j = 0; j < BN / 8; ++j)
-              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-          if (PINGPONG) warpgroup_sync(c); else consumer_sync();
-          if (lead) add_release_gpu(counter, nk);
-          continue;
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < KT_PER) {
+            const int k0 = (kt0 + s) * BK;
+            load_tile<BM, FULL_M>(sA + s * A_STAGE * 2, gA, rows_a, k0, tid);
+            load_tile<BN, FULL_N>(sB + s * B_STAGE * 2, gB, rows_b, k0, tid);
         }
-        // k block 0 on: once the later ranges' k blocks have all arrived (acquire), their partials in CTA order
-        if (lead) {
-          while (ld_acquire_gpu(counter) != sk.nk - nk) __nanosleep(32);
-          *counter = 0;  // every piece of the tile has arrived: nothing adds to it again in this launch
+        cp_async_commit();
+    }
+    // PUSH: our receive barrier, armed for the CL slices the ranks (this one included) will send us; the relaxed
+    // arrive publishes it, and its wait comes right before our first send (the cluster's start is not serialised).
+    __shared__ alignas(8) uint64_t recv_bar;
+    if constexpr (PUSH) {
+        if (tid == 0) mbar_init_armed(smem_u32(&recv_bar), CL * RS * BN * 4);
+        cluster_arrive_relaxed();
+    }
+
+    const int lane = tid & 31;
+    const int warp = tid >> 5;
+    const int warp_k = warp / WARPS_MN;
+    const int warp_mn = warp % WARPS_MN;
+    const int warp_m = warp_mn / WARPS_N;
+    const int warp_n = warp_mn % WARPS_N;
+    // ldmatrix sources (16-byte chunks, stage 0, k-step 0), as in mma_sm80: a k-step adds 2 to
+    // the chunk column (swz(L + 2ks) = swz(L) ^ 2ks), 16 rows add 16 * CPR chunks (a multiple
+    // of 64: the swizzle key is unchanged).
+    const int a_chunk = swz((warp_m * WM + (lane & 15)) * CPR + (lane >> 4));
+    const int b_chunk = swz((warp_n * WN + ((lane >> 4) << 3) + (lane & 7)) * CPR + ((lane >> 3) & 1));
+
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    // ---- main loop: fully unrolled when KT_PER <= 64 (stage indices become constants) ----
+#pragma unroll UNROLL
+    for (int t = 0; t < KT_PER; ++t) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int tn = t + STAGES - 1;
+        if (tn < KT_PER) {
+            const int ws = tn % STAGES;
+            const int k0 = (kt0 + tn) * BK;
+            load_tile<BM, FULL_M>(sA + ws * A_STAGE * 2, gA, rows_a, k0, tid);
+            load_tile<BN, FULL_N>(sB + ws * B_STAGE * 2, gB, rows_b, k0, tid);
         }
-        if (PINGPONG) warpgroup_sync(c); else consumer_sync();
-        const unsigned tile_end = static_cast<unsigned>(w.tile - sk.dp + 1) * sk.nk;
-#pragma unroll 1
-        for (int b = static_cast<int>(blockIdx.x) + 1; stream_start(sk, b) < tile_end; ++b) {
-          if (stream_empty(sk, b)) continue;
-          const float4* src = slots + static_cast<size_t>(b) * (BM * BN / 4) + row_off * BN / 4;
+        cp_async_commit();
+
+        const int rs = t % STAGES;
+        const uint32_t a_base = sA + rs * A_STAGE * 2;
+        const uint32_t b_base = sB + rs * B_STAGE * 2;
 #pragma unroll
-          for (int q0 = 0; q0 < CHUNKS; q0 += SK_LOADS) {  // SK_LOADS loads in flight, then their adds
-            float4 v[SK_LOADS];
+        for (int kk = 0; kk < KS_PER_WARP; ++kk) {
+            const int ks = warp_k * KS_PER_WARP + kk;
+            uint32_t af[MI][4];
+            uint32_t bf[NI][2];
 #pragma unroll
-            for (int q = 0; q < SK_LOADS; ++q) v[q] = __ldcg(src + (q0 + q) * 128 + tid);
+            for (int i = 0; i < MI; ++i)
+                ldmatrix_x4(af[i], a_base + ((a_chunk ^ (2 * ks)) + i * 16 * CPR) * 16);
 #pragma unroll
-            for (int q = 0; q < SK_LOADS; ++q) {
-              float* a = &acc[(q0 + q) / (BN / 8)][4 * ((q0 + q) % (BN / 8))];
-              a[0] += v[q].x; a[1] += v[q].y; a[2] += v[q].z; a[3] += v[q].w;
+            for (int j = 0; j < NI / 2; ++j) {
+                uint32_t r[4];
+                ldmatrix_x4(r, b_base + ((b_chunk ^ (2 * ks)) + j * 16 * CPR) * 16);
+                bf[2 * j][0] = r[0];
+                bf[2 * j][1] = r[1];
+                bf[2 * j + 1][0] = r[2];
+                bf[2 * j + 1][1] = r[3];
             }
-          }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) mma_16816(acc[i][j], af[i], bf[j][0], bf[j][1]);
         }
-      }
-      if (SPLIT_CLUSTER) {
-        // ---------------------------------------------------- split-K in the cluster: slices through DSMEM
-        const uint32_t rank = cluster_rank();  // == w.split
-        cluster_wait();                        // every CTA of the cluster runs: its smem may be written
-        // chunk j belongs to owner j / RED_J, at chunk j % RED_J of its slot; the loops run over compile-time
-        // chunk indices (the accumulators stay in registers) with the owner compared at run time
-        const uint32_t mine = red_buf + (c * MT * RED_J * 128 + tid) * 16;  // + slot + (mt * RED_J + jj) * 2048
+    }
+    cp_async_wait<0>();  // only empty groups can remain
+
+    // ---- WARPS_K: warps 1.. hand their partials to warp group 0 through shared memory ----
+    if (WARPS_K > 1) {
+        float4* red = reinterpret_cast<float4*>(smem);   // [WARPS_K-1][WARPS_MN][MI][NI][32]
+        __syncthreads();                                 // everyone is done reading the ring
+        if (warp_k > 0) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+            for (int i = 0; i < MI; ++i)
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-            if (j / RED_J != static_cast<int>(rank))
-              dsmem_send_f4(mine + rank * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048, smem_u32(&recv_bar), j / RED_J,
-                            acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]);
-        mbar_wait(smem_u32(&recv_bar), 0);  // the other splits' slices of ours have landed
-        cluster_arrive_relaxed();           // (the barrier before exit: every CTA's slots have landed once all arrive)
-        // our slice, summed in split order 0..SPLIT_K-1 (our own partial from registers)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-            if (j / RED_J == static_cast<int>(rank)) {
-              float* a = &acc[mt][4 * j];
-              const float4 own = make_float4(a[0], a[1], a[2], a[3]);
-              float4 sum;
-#pragma unroll
-              for (int sp = 0; sp < SPLIT_K; ++sp) {
-                const float4 x = sp == static_cast<int>(rank) ? own : lds_f4(mine + sp * RED_SLOT_BYTES + (mt * RED_J + j % RED_J) * 2048);
-                if (sp == 0) sum = x;
-                else { sum.x += x.x; sum.y += x.y; sum.z += x.z; sum.w += x.w; }
-              }
-              a[0] = sum.x; a[1] = sum.y; a[2] = sum.z; a[3] = sum.w;
-            }
-        store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, rank);
-        continue;
-      }
-      if (SPLIT_K > 1) {
-        // ---------------------------------------------------- split-K: partial tile -> workspace
-        const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
-        int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
-        // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
-        const size_t tile_floats = static_cast<size_t>(BM) * BN;
-        float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
-                                                 static_cast<size_t>(c) * WM * BN);
-        // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
-        // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
-        // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
-        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
-        const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
-            if (!owner && (!SPLIT_RS || j / RED_J != w.split))
-              __stcg(mine + (mt * (BN / 8) + j) * 128 + tid,
-                     make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
-        consumer_sync();
-        if (threadIdx.x == 128) {
-          int* arrivals = counters + w.tile;
-          if (SPLIT_RS) {
-            // read before our arrival, the count is in [n, n + SPLIT_K) for the launch's base n (a multiple of
-            // SPLIT_K): the tile is complete at n + SPLIT_K (mod RS_WRAP)
-            const unsigned seen = static_cast<unsigned>(ld_relaxed_gpu(arrivals));
-            const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
-            inc_release_gpu(arrivals);
-            while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32);
-          } else if (SPLIT_OWNER) {
-            if (owner) {
-              while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
-              *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
-            } else {
-              add_release_gpu(arrivals, 1);
-            }
-            s_last = owner;
-          } else {
-            s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
-            if (s_last) *arrivals = 0;
-          }
+                for (int j = 0; j < NI; ++j)
+                    red[(((warp_k - 1) * WARPS_MN + warp_mn) * MI + i) * NI * 32 + j * 32 + lane] =
+                        make_float4(acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]);
         }
-        consumer_sync();
-        const float4* base = reinterpret_cast<const float4*>(parts + static_cast<size_t>(w.tile) * SPLIT_K * tile_floats +
-                                                             static_cast<size_t>(c) * WM * BN);
-        if constexpr (SPLIT_RS != 0) {  // every split sums its column slice in split order 0..SPLIT_K-1 and stores it
-          rs_sum_slice<0>(acc, base, w.split, tid);
-          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));
-          continue;
+        __syncthreads();
+        if (warp_k == 0) {
+#pragma unroll
+            for (int w = 1; w < WARPS_K; ++w)
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) {
+                        const float4 v = red[(((w - 1) * WARPS_MN + warp_mn) * MI + i) * NI * 32 + j * 32 + lane];
+                        acc[i][j][0] += v.x;
+                        acc[i][j][1] += v.y;
+                        acc[i][j][2] += v.z;
+                        acc[i][j][3] += v.w;
+                    }
         }
-        if (!s_last) continue;
-        // Sum the partials in fixed split order (deterministic): the last to arrive reads splits 0..SPLIT_K-1 into its
-        // accumulators; SPLIT_OWNER's reducer adds splits 0..SPLIT_K-2 onto its own partial, which it kept.
-        constexpr int READ = SPLIT_OWNER ? SPLIT_K - 1 : SPLIT_K;
-#pragma unroll 1
-        for (int sp0 = 0; sp0 < READ; sp0 += RU) {  // RU splits' loads in flight at once
-          float4 v[RU][CHUNKS];
+    }
+
+    // ---- CLK (sm_90+): the cluster's partials summed on chip, rank r owns C rows [r * RS, (r + 1) * RS) ----
+    if constexpr (CL > 1) {
+        float* red = reinterpret_cast<float*>(smem);     // [BM][RP] fp32, this CTA's partial
+        __syncthreads();                                 // every warp is done with the ring / WARPS_K buffer
+        if (warp_k == 0) {
 #pragma unroll
-          for (int r = 0; r < RU; ++r)
-            if (READ % RU == 0 || sp0 + r < READ)  // (RU divides SPLIT_K: no guard, none of its registers)
+            for (int i = 0; i < MI; ++i)
 #pragma unroll
-              for (int q = 0; q < CHUNKS; ++q) v[r][q] = __ldcg(base + (sp0 + r) * (tile_floats / 4) + q * 128 + tid);
-#pragma unroll
-          for (int r = 0; r < RU; ++r)
-            if (READ % RU == 0 || sp0 + r < READ)
-#pragma unroll
-              for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                  const float4 x = v[r][mt * (BN / 8) + j];
-                  float* a = &acc[mt][4 * j];
-                  if (!SPLIT_OWNER && sp0 + r == 0) {
-                    a[0] = x.x; a[1] = x.y; a[2] = x.z; a[3] = x.w;
-                  } else {
-                    a[0] += x.x; a[1] += x.y; a[2] += x.z; a[3] += x.w;
-                  }
+                for (int j = 0; j < NI; ++j) {
+                    const int r = warp_m * WM + i * 16 + (lane >> 2);
+                    const int c = warp_n * WN + j * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<float2*>(red + r * RP + c) = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<float2*>(red + (r + 8) * RP + c) = make_float2(acc[i][j][2], acc[i][j][3]);
                 }
         }
-      }
-
-      // -------------------------------------------------------- epilogue: registers -> smem -> C
-#if EVO_EPI
-      if (EARLY_STORE) {  // slice by slice, each once its group has completed (EARLY_STORE implies SPLIT_K == 1)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          wgmma_wait_upto(MT - 1 - mt);  // slice mt's group and every group before it have completed
-          // the stages still read: the last k block's, and before it (the whole K: every k block is read by every
-          // slice) the unit's other ones, or the k block before the last, whose group completed before slice 0's
-          if (tid == 0 && mt == 0 && !whole && nk > 1) release_stage(smem_u32(&empty_bar[(s + STAGES - 2) % STAGES]));
-          if (mt == MT - 1) {  // every wgmma of the unit has ended
-            if (tid == 0)
-              for (int h = whole ? nk : 1; h > 0; --h) release_stage(smem_u32(&empty_bar[(s + STAGES - h) % STAGES]));
-            release_panel();
-          }
-#pragma unroll
-          for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
-          store_round_tma<1>(acc, mt, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, cmaps, w.m0 + row_off, w.n0, epi_k);
+        const uint32_t rank = cluster_rank();            // == blockIdx.z % CL (cluster dims 1 x 1 x CL)
+        if constexpr (PUSH) {
+            const uint32_t recv = smem_u32(smem) + RECV_OFF;  // [CL][RS][BN] fp32 receive slots
+            __syncthreads();                             // the staged partial is complete
+            cluster_wait_acquire();                      // every rank's receive barrier is initialised and armed
+            // float4 q of the partial (row lr, columns 4 * c4..) goes to owner lr / RS, into slot `rank`
+#pragma unroll 1
+            for (int q = tid; q < BM * BN / 4; q += THREADS) {
+                const int lr = q / (BN / 4), c4 = q % (BN / 4);
+                const uint32_t owner = lr / RS;
+                const float4 v = *reinterpret_cast<const float4*>(red + lr * RP + 4 * c4);
+                const uint32_t dst = recv + ((rank * RS + lr % RS) * BN + 4 * c4) * 4;
+                st_async_v4(map_rank(dst, owner), v, map_rank(smem_u32(&recv_bar), owner));
+            }
+            mbar_wait0(smem_u32(&recv_bar));             // our CL slots (ours included) have landed
+            // Every rank's arrival means its slots have landed: once all have arrived no send is in flight and
+            // nobody writes another CTA's memory (the exit wait). Relaxed: it publishes nothing.
+            cluster_arrive_relaxed();
+        } else {
+            cluster_arrive_release();                    // publishes the partial to the cluster ...
+            cluster_wait_acquire();                      // ... and sees every peer's
         }
-      } else
-        store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, cmaps, w.m0 + row_off, w.n0, epi_k);
-#else
-      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
-#endif
+        const int g = blockIdx.z / CL;                   // global split (SPLIT_K > 1)
+        const int tile = blockIdx.y * TILES_N + blockIdx.x;
+        uint32_t peer[CL];
+#pragma unroll
+        for (int j = 0; j < CL; ++j) peer[j] = map_rank(smem_u32(smem), j);
+        float4* slices = reinterpret_cast<float4*>(workspace) + (tile * CL + rank) * GSPLIT * ITEMS;  // [GSPLIT][ITEMS]
+        constexpr int U = ITEMS / THREADS >= 2 ? 2 : 1;  // items per thread per round (CL loads each in flight)
+#pragma unroll 1
+        for (int i0 = 0; i0 < ITEMS; i0 += U * THREADS) {
+            float4 v[U][CL];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int idx = i0 + u * THREADS + tid;
+                if (ITEMS % (U * THREADS) == 0 || idx < ITEMS) {
+                    const int lr = rank * RS + idx / (BN / 4);
+                    const uint32_t off = (lr * RP + (idx % (BN / 4)) * 4) * 4;
+#pragma unroll
+                    for (int j = 0; j < CL; ++j)
+                        v[u][j] = PUSH ? *reinterpret_cast<const float4*>(smem + RECV_OFF + ((j * RS * BN) + idx * 4) * 4)
+                                       : ld_dsmem(peer[j] + off);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int idx = i0 + u * THREADS + tid;
+                if (ITEMS % (U * THREADS) == 0 || idx < ITEMS) {
+                    float4 s = v[u][0];
+#pragma unroll
+                    for (int j = 1; j < CL; ++j) {
+                        s.x += v[u][j].x;
+                        s.y += v[u][j].y;
+                        s.z += v[u][j].z;
+                        s.w += v[u][j].w;
+                    }
+                    if (GSPLIT == 1)
+                        store4(C, m0 + rank * RS + idx / (BN / 4), n0 + (idx % (BN / 4)) * 4, s);
+                    else
+                        __stcg(slices + g * ITEMS + idx, s);
+                }
+            }
+        }
+        if constexpr (!PUSH) cluster_arrive_release();   // done reading the peers' shared memory
+        if (GSPLIT > 1) {
+            // the last of the GSPLIT clusters to finish slice (tile, rank) sums the slices in order g = 0..GSPLIT-1
+            __shared__ unsigned int s_last_cl;
+            unsigned int* tickets = reinterpret_cast<unsigned int*>(reinterpret_cast<float4*>(workspace) + TILES * GSPLIT * FRAG4);
+            __syncthreads();
+            if (tid == 0) {
+                unsigned int* t = tickets + tile * CL + rank;
+                s_last_cl = ticket_acq_rel(t) == (unsigned int)(GSPLIT - 1);
+                if (s_last_cl) *t = 0u;                  // every split has arrived: ready for the next launch
+            }
+            __syncthreads();
+            if (s_last_cl) {
+                constexpr int GU = GSPLIT < 8 ? GSPLIT : 8;   // slices loaded at once
+#pragma unroll 1
+                for (int idx = tid; idx < ITEMS; idx += THREADS) {
+                    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll GU
+                    for (int q = 0; q < GSPLIT; ++q) {
+                        const float4 w = __ldcg(slices + q * ITEMS + idx);
+                        s.x += w.x;
+                        s.y += w.y;
+                        s.z += w.z;
+                        s.w += w.w;
+                    }
+                    store4(C, m0 + rank * RS + idx / (BN / 4), n0 + (idx % (BN / 4)) * 4, s);
+                }
+            }
+        }
+        cluster_wait_acquire();                          // the peers are done with our shared memory before we exit
+        return;
     }
-    if (SPLIT_CLUSTER) cluster_wait();  // no send into or from this CTA is in flight when it exits
-#if EVO_EPI
-    // the last stores have read their staging buffers before the CTA's smem goes away (their writes to C are
-    // performed by the time the kernel completes, as for every store of the grid)
-    if (tid == 0) bulk_wait_read<0>();
-#else
-    (void)epi_k;
-    (void)epi_stage_u32;
-#endif
-  }
-  if (CLUSTER > 1) {  // no CTA leaves while its peer may still arrive on its barriers
-    cluster_arrive();
-    cluster_wait();
-  }
+
+    // ---- SPLIT_K: publish the partial; the last ticket of a group sums the group in fixed order; with RED the
+    //      group sums go through a second ticket (two short chains instead of one long one) ----
+    if (GSPLIT > 1) {
+        __shared__ unsigned int s_last;
+        const int tile = blockIdx.y * TILES_N + blockIdx.x;
+        const int kz = blockIdx.z;
+        const int grp = kz / GS;
+        const int mem = kz % GS;
+        float4* ws4 = reinterpret_cast<float4*>(workspace);
+        float4* part = ws4 + (tile * GSPLIT + grp * GS) * FRAG4;               // this group's GS partials
+        float4* gsum = ws4 + (TILES * GSPLIT + tile * GROUPS) * FRAG4;         // [GROUPS] group sums (RED)
+        unsigned int* tickets = reinterpret_cast<unsigned int*>(ws4 + TILES * (GSPLIT + (GROUPS > 1 ? GROUPS : 0)) * FRAG4);
+        unsigned int* t_group = tickets + tile * GROUPS + grp;
+        unsigned int* t_final = tickets + TILES * GROUPS + tile;
+        if (warp_k == 0) publish(acc, part + mem * FRAG4, warp_mn, lane);
+        __syncthreads();
+        if (tid == 0) s_last = ticket_acq_rel(t_group) == (unsigned int)(GS - 1);
+        __syncthreads();
+        if (!s_last) return;
+        if (warp_k == 0) sum_slots<GS>(acc, part, mem, warp_mn, lane);
+        if (tid == 0) *t_group = 0u;  // the whole group has arrived: ready for the next launch
+        if (GROUPS > 1) {
+            if (warp_k == 0) publish(acc, gsum + grp * FRAG4, warp_mn, lane);
+            __syncthreads();
+            if (tid == 0) s_last = ticket_acq_rel(t_final) == (unsigned int)(GROUPS - 1);
+            __syncthreads();
+            if (!s_last) return;
+            if (warp_k == 0) sum_slots<GROUPS>(acc, gsum, grp, warp_mn, lane);
+            if (tid == 0) *t_final = 0u;
+        }
+    }
+
+    // ---- epilogue, EPI = 1: fragments -> padded smem tile -> 16-byte coalesced row stores ----
+    if (EPI_STAGED) {
+        __half* sC = reinterpret_cast<__half*>(smem);   // [BM][SC_LD]; (SC_LD / 2) % 32 == 4: conflict-free half2
+        __syncthreads();                                 // every warp is done with the ring / reduce buffer
+        if (warp_k == 0) {
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {
+                    const int r = warp_m * WM + i * 16 + (lane >> 2);
+                    const int c = warp_n * WN + j * 8 + (lane & 3) * 2;
+                    *reinterpret_cast<__half2*>(sC + r * SC_LD + c) = __floats2half2_rn(acc[i][j][0], acc[i][j][1]);
+                    *reinterpret_cast<__half2*>(sC + (r + 8) * SC_LD + c) = __floats2half2_rn(acc[i][j][2], acc[i][j][3]);
+                }
+        }
+        __syncthreads();
+        constexpr int CH = BM * BN / 8;
+#pragma unroll
+        for (int it = 0; it < (CH + THREADS - 1) / THREADS; ++it) {
+            const unsigned idx = tid + it * THREADS;
+            if (CH % THREADS != 0 && idx >= CH) break;
+            const int r = idx / (BN / 8);
+            const int c = (idx % (BN / 8)) * 8;
+            if ((!FULL_M && m0 + r >= kM) || (!FULL_N && n0 + c >= kN)) continue;
+            *reinterpret_cast<uint4*>(C + (m0 + r) * kN + n0 + c) = *reinterpret_cast<const uint4*>(sC + r * SC_LD + c);
+        }
+        return;
+    }
+
+    // ---- epilogue, EPI = 0: fragment (i, j) holds c0,c1 at (row, col..col+1), c2,c3 at row + 8 ----
+    if (warp_k != 0) return;
+    const int row0 = m0 + warp_m * WM + (lane >> 2);
+    const int col0 = n0 + warp_n * WN + (lane & 3) * 2;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            store_pair(C, row0 + i * 16, col0 + j * 8, acc[i][j][0], acc[i][j][1]);
+            store_pair(C, row0 + i * 16 + 8, col0 + j * 8, acc[i][j][2], acc[i][j][3]);
+        }
 }
