@@ -1,8 +1,8 @@
 /*---evo
 family: mma_small_sm80
 archs: [sm_80, sm_90a]
-params: {BK: 64, BM: 16, BN: 32, CLK: 1, EPI: 0, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 6,
-  WARPS_K: 1, WARPS_M: 1, WARPS_N: 2}
+params: {BK: 64, BM: 32, BN: 32, CLK: 1, EPI: 1, OCC: 1, PUSH: 1, RED: 0, SPLIT_K: 1, STAGES: 8,
+  WARPS_K: 4, WARPS_M: 1, WARPS_N: 1}
 block: ["WARPS_M * WARPS_N * WARPS_K * 32", 1, 1]
 grid: ["cdiv(N, BN)", "cdiv(M, BM)", "SPLIT_K * CLK"]
 smem: "max(min(STAGES, max(2, cdiv(K, BK) // (SPLIT_K * CLK) + 1)) * (BM + BN) * BK * 2, (WARPS_K - 1) * BM * BN * 4, EPI * BM * (BN + 8) * 2, (CLK > 1) * BM * (BN + 8) * 4) + (CLK > 1) * PUSH * BM * BN * 4"
@@ -70,15 +70,15 @@ namespace {
 constexpr int kM = 512;
 constexpr int kN = 256;
 constexpr int kK = 2048;
-constexpr int BM = 16;
+constexpr int BM = 32;
 constexpr int BN = 32;
 constexpr int BK = 64;
 constexpr int WARPS_M = 1;
-constexpr int WARPS_N = 2;
-constexpr int WARPS_K = 1;
-constexpr int STAGES_MAX = 6;   // ring depth asked for; STAGES: what a split's K tiles can use
+constexpr int WARPS_N = 1;
+constexpr int WARPS_K = 4;
+constexpr int STAGES_MAX = 8;   // ring depth asked for; STAGES: what a split's K tiles can use
 constexpr int SPLIT_K = 1;
-constexpr int EPI = 0;
+constexpr int EPI = 1;
 constexpr int RED = 0;
 constexpr int OCC = 1;               // CTAs per SM the register budget must allow (__launch_bounds__)
 constexpr int CLK = 1;               // CTAs of a cluster splitting a tile's K (DSMEM reduce, sm_90+)

@@ -1,8 +1,8 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 0,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, RING_SPLIT: 0, SPLIT_CLUSTER: 0,
+params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 1, EPI: 1, EPI_HINT: 0,
+  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, RING_SPLIT: 2, SPLIT_CLUSTER: 0,
   SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 6,
   STREAMK: 0, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
@@ -14,14 +14,15 @@ cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
-  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and EPI_WIDE == 0 and BN >= 64"}
-  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
-  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 >= 32"}
-  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 == 16"}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and SWAP_AB == 0 and EPI_WIDE == 0 and BN >= 64"}
+  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and SWAP_AB == 0 and EPI_WIDE == 1"}
+  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and SWAP_AB == 0 and BN % 64 >= 32"}
+  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and SWAP_AB == 0 and BN % 32 == 16"}
+  - {operand: C, box: [BN, 64], swizzle: 128, when: "EPI > 0 and SWAP_AB == 1"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
-// Pipeline (warp specialized, one CTA per SM when PERSISTENT):
+// Pipeline (warp specialized; PERSISTENT: one CTA per SM):
 //   warpgroup 0: producer; one thread issues TMA loads (128-byte swizzle, BK = 64) of A and B into a STAGES-deep ring.
 //   warpgroups 1..C: consumers; each owns BM/C rows of the BM x BN tile, wgmma.m64nBNk16 from smem per k16 slice.
 //   PINGPONG (C = 2): the consumers take alternate whole units (0, 2, ... / 1, 3, ...), so one's epilogue runs while
@@ -38,25 +39,26 @@ tensor_maps:
 //   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices to their owners' smem (st.async, completing the owner's recv_bar), then sums its own in split order.
-// SWAP_AB: C^T = B * A^T (kernel rows run over N), so a small M sits in wgmma's N; the epilogue stores transposed.
+// SWAP_AB: C^T = B * A^T (kernel rows over N): a small M sits in wgmma's N; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units and keeps the row operand's
-//   whole-K panel in smem across a row block's units; only column tiles stream through the ring. panel_full[kb]: one
-//   per k block, armed right before that k block's column tile, so a new row block waits for its first k block only;
-//   panel_empty: every consumer warp arrives after its last wgmma of the row block.
+//   whole-K panel in smem across a row block's units; only column tiles stream through the ring (panel_full[kb]: one
+//   per k block, armed just before its column tile; panel_empty: every consumer warp is done with the row block).
 // STREAMK (persistent, G = NUM_SMS CTAs): after its whole tiles b, b + G, ..., CTA b streams k blocks [b I / G,
 //   (b + 1) I / G) of the last r + G tiles (r = T mod G; I k blocks in all): at most three pieces a tile. A piece past
 //   k block 0 stores its fp32 partial in its CTA's slot and adds its k blocks to the tile's counter (release); the piece
 //   from k block 0 waits (acquire) for the rest, adds the partials in CTA order, stores C, zeroes the counter.
-// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units, then claims
-//   the rest one at a time from a workspace counter; a scheduler thread (producer warp 1) publishes them in a UQ-slot
-//   smem queue (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
+//   STREAMK 2: only the last r tiles, each CTA's pieces before its whole tiles (partials published first, read hot).
+// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static (8 - DYN) / 8 share of the units, then claims
+//   the rest one by one from a workspace counter, which producer warp 1 publishes in a UQ-slot smem queue
+//   (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
-//   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
+// EPI > 0 (TMA store; SPLIT_K = 1): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
+//   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix; SWAP_AB: the slice is C's BN rows x 64
+//   columns, written by stmatrix.trans into one BN x 64 box of 128-byte rows). Per round of min(MT, EPI) slices: stmatrix,
 //   fence to the async proxy, warpgroup sync, one thread issues and commits the TMA stores; it waits for their reads
 //   only before reusing a buffer, so unit i's stores drain during unit i+1's wgmmas (EPI = 2 * min(MT, 2): i-1's).
 //   The TMA unit clips past M and N. Stages are released before the epilogue; the producer runs ahead across units.
-//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
+//   EPI_HINT = 1: the stores carry an L2 evict_first policy: C streaming through L2 does not push out A and B.
 // EARLY_STORE (two or more 64-row slices per consumer): each slice's last wgmmas are a commit group of their own, and
 //   slice mt is stored once `wgmma.wait_group MT-1-mt` returns, while the tensor cores run the later slices.
 // CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's):
@@ -79,20 +81,20 @@ constexpr int GROUP = 8;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 1;
-constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
-constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
-constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
-constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int EPI = 1;
+constexpr int CLUSTER = 1;
+constexpr int EPI_HINT = 0;
+constexpr int PANEL = 0;
+constexpr int SPLIT_CLUSTER = 0;
+constexpr int SPLIT_RS = 0;
+constexpr int SPLIT_OWNER = 0;
+constexpr int SPLIT_MAJOR = 0;
 constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
-constexpr int EPI_WIDE = 0;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
-constexpr int DYN = 0;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
-constexpr int STREAMK = 0;          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
-constexpr int RING_SPLIT = 0;    // 1: the ring holds A's stages, then B's (CUTLASS's layout)
-constexpr int EARLY_STORE = 0;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
+constexpr int EPI_WIDE = 0;
+constexpr int DYN = 0;
+constexpr int STREAMK = 0;
+constexpr int RING_SPLIT = 2;    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
+constexpr int EARLY_STORE = 1;
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -102,11 +104,9 @@ constexpr int A_STAGE_BYTES = PANEL ? 0 : BM * BK * 2;  // PANEL: the row tiles 
 constexpr int B_STAGE_BYTES = BN * BK * 2;
 constexpr int STAGE_BYTES = A_STAGE_BYTES + B_STAGE_BYTES;
 constexpr int PANEL_KB_BYTES = BM * BK * 2;  // PANEL: one k block of the panel (a BM x 64 swizzled box)
-// Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own
-// smem buffer, then writes it out with coalesced 16-byte stores. Rows are unpadded with their 16-byte chunks
-// XOR-swizzled (epi_swizzle, as the TMA-store boxes): the fragment writes (8 rows x one chunk per instruction) and
-// the 16-byte reads (a quarter warp: 128 contiguous bytes) are both free of bank conflicts. SWAP_AB stages
-// transposed chunks in rows padded by 8 halves: 9216 B = 64 x (64 + 8) halves, the largest buffer, one per consumer.
+// Epilogue staging: each consumer stages one 64-row x EPI_CW-col chunk of C at a time in its own smem buffer, then
+// writes it with 16-byte stores; 16-byte chunks XOR-swizzled (epi_swizzle), so fragment writes and row reads are
+// free of bank conflicts. SWAP_AB: transposed chunks, rows padded by 8 halves (9216 B, the largest buffer).
 constexpr int EPI_CW = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
 constexpr int EPI_BYTES = 9216;
 // Split-K reduce: partials of RU splits are loaded at once (RU * MT*BN/8 float4 in flight).
@@ -126,10 +126,11 @@ static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI 
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
+              "TMA-store epilogue: no split-K, BN a multiple of 16, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
-static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
+static_assert(EPI_WIDE == 0 || (EPI > 0 && SWAP_AB == 0 && BN % 128 == 0),
+              "wide C boxes: the TMA-store epilogue, 128-column box pairs (C^T's slices are one box already)");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
               "early slice stores: the TMA-store epilogue of a consumer with two or more 64-row slices");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
@@ -178,9 +179,8 @@ constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
-// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
-// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it (the
-// integer division's sequence delayed the first TMA load).
+// a / b for 0 <= a < 2^22 (`requires`), 0 < b, by a float reciprocal (off by at most one; the remainder corrects it),
+// as the integer division's sequence delayed the first TMA load
 __device__ __forceinline__ int div_small(int a, int b) {
   const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
   const int r = a - q * b;
@@ -472,7 +472,7 @@ __device__ __forceinline__ Stream stream_of(int units, int K) {  // (STREAMK: a 
   if (STREAMK) {
     st.tiles = units;
     const int g = static_cast<int>(gridDim.x), r = st.tiles % g;
-    st.dp = r == 0 ? st.tiles : max(st.tiles - r - g, 0);
+    st.dp = r == 0 ? st.tiles : max(st.tiles - r - (STREAMK == 2 ? 0 : g), 0);
     st.nk = cdiv(K, BK);
     st.iters = static_cast<unsigned>(st.tiles - st.dp) * st.nk;
   }
@@ -489,17 +489,18 @@ __device__ __forceinline__ int stream_piece(const Stream& st, int p) {
   if (s1 <= s0) return stream_end(st);
   return p == 0 || s1 > (s0 / nk + p) * nk ? st.tiles + 3 * b + p : stream_end(st);
 }
-// this CTA's first unit: its first whole tile, else its first piece
+// this CTA's first unit: its first whole tile, else its first piece (STREAMK 2: the other way round)
 __device__ __forceinline__ int stream_first(const Stream& st) {
-  const int b = static_cast<int>(blockIdx.x);
-  return b < st.dp ? b : stream_piece(st, 0);
+  const int b = static_cast<int>(blockIdx.x), p = stream_piece(st, 0);
+  if (STREAMK == 2) return p != stream_end(st) || b >= st.dp ? p : b;
+  return b < st.dp ? b : p;
 }
-// this CTA's unit after u: whole tiles strided by the grid, then its pieces
+// this CTA's unit after u: whole tiles strided by the grid, then its pieces (STREAMK 2: pieces, then whole tiles)
 __device__ __forceinline__ int stream_next(int u, const Stream& st) {
-  const int g = static_cast<int>(gridDim.x);
-  if (u < st.dp) return u + g < st.dp ? u + g : stream_piece(st, 0);
-  const int p = (u - st.tiles) % 3;
-  return p < 2 ? stream_piece(st, p + 1) : stream_end(st);
+  const int g = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+  if (u < st.dp) return u + g < st.dp ? u + g : STREAMK == 2 ? stream_end(st) : stream_piece(st, 0);
+  const int p = (u - st.tiles) % 3, v = p < 2 ? stream_piece(st, p + 1) : stream_end(st);
+  return STREAMK == 2 && v == stream_end(st) && b < st.dp ? b : v;
 }
 // piece u (>= tiles): its tile among the stream's, and its k blocks [kb0, kb1)
 __device__ __forceinline__ void stream_range(const Stream& st, int u, int& ta, int& kb0, int& kb1) {
@@ -685,8 +686,7 @@ __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const flo
     }
     constexpr size_t PART_F4 = static_cast<size_t>(BM) * BN / 4;  // one split's partial, in float4
     float4 sum[MT][RED_J];
-    // a round's loads first, then its sums: with the loads and sums in one loop nest ptxas spills 20 bytes on the
-    // 128-accumulator instances (128x256 and 256x128 with 4 splits)
+    // a round's loads, then its sums (in one loop nest ptxas spills on 128 x 256 / 256 x 128 in 4 splits)
 #pragma unroll
     for (int sp0 = 0; sp0 < SPLIT_K; sp0 += RS_ROUND) {
       float4 x[MT][RED_J][RS_ROUND];
@@ -787,16 +787,25 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
     for (int j = 0; j < BN / 8; j += 2) {
       const int jj = j + (mi >> 1);
-      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half)
+      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half);
+      // SWAP_AB (transposed): lane's row is C's row n = 8 jj + lane % 8 of the BN x 64 box, its chunk q the slice's
+      // kernel rows 8q .. 8q + 7 (C's columns), 128-byte swizzled
       const int w = epi_box_w(j), first = epi_box_first(j);
       const int line = EPI_WIDE ? r * 2 + (jj / 8) % 2 : r;
       const int sw = w == 64 ? swizzle_w<64>(line) : w == 32 ? swizzle_w<32>(line) : swizzle_w<16>(line);
-      const uint32_t addr = EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
-                                     : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                   "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                   "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                   : "memory");
+      const int n = 8 * jj + lane % 8, q = 2 * warp + (mi & 1);
+      const uint32_t addr = SWAP_AB    ? buf + n * 128 + ((q ^ (n % 8)) << 4)
+                            : EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
+                                       : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
+      const float* a = &acc[mt][4 * j];
+      const uint32_t v0 = pack_half2(a[0], a[1]), v1 = pack_half2(a[2], a[3]), v2 = pack_half2(a[4], a[5]),
+                     v3 = pack_half2(a[6], a[7]);
+      if (SWAP_AB)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0),
+                     "r"(v1), "r"(v2), "r"(v3) : "memory");
+      else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0), "r"(v1),
+                     "r"(v2), "r"(v3) : "memory");
     }
   }
   fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
@@ -807,6 +816,10 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
     for (int g = 0; g < G; ++g) {
       const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
       const int row = row0 + (mt0 + g) * 64;
+      if (SWAP_AB) {  // the slice is C's box at (row col0, col row): BN rows of 64 columns
+        tma_store_2d(maps.m[0], buf, row, col0, policy);
+        continue;
+      }
 #pragma unroll
       for (int b = 0; b < EPI_N64 / EPI_LINES; ++b) {
         if (EPI_WIDE)
@@ -840,8 +853,8 @@ __device__ __forceinline__ void wgmma_wait_upto(int n) {
 using namespace evo_sm90;
 
 #define EVO_EPI 1
-#define EVO_C_MAPS ((128 >= 64) + (128 % 64 >= 32) + (128 % 32 == 16))  // C maps, EPI > 0
-static_assert(EVO_C_MAPS == (EPI_N64 > 0) + EPI_N32 + EPI_N16, "one C map per box width");
+#define EVO_C_MAPS (0 ? 1 : (128 >= 64) + (128 % 64 >= 32) + (128 % 32 == 16))  // C maps, EPI > 0
+static_assert(EVO_C_MAPS == (SWAP_AB ? 1 : (EPI_N64 > 0) + EPI_N32 + EPI_N16), "one C map per box width (C^T: one)");
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
@@ -878,12 +891,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it (RING_SPLIT: A's
-  // tiles, then B's). Every tile is 1024-byte aligned.
+  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it; RING_SPLIT 1: all
+  // A tiles, then B's (2: B's first). Every tile is 1024-byte aligned.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  auto ring_a = [&](int st) { return tiles + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
-  auto ring_b = [&](int st) { return RING_SPLIT ? ring_a(STAGES) + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
-  // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
+  const uint32_t a0 = tiles + (RING_SPLIT == 2) * STAGES * B_STAGE_BYTES, b0 = tiles + (RING_SPLIT == 1) * STAGES * A_STAGE_BYTES;
+  auto ring_a = [&](int st) { return a0 + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
+  auto ring_b = [&](int st) { return RING_SPLIT ? b0 + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
+  // Epilogue staging (a buffer per consumer) after the ring, as a generic pointer.
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (epi_stage_u32 - smem_u32(smem_raw)));
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
