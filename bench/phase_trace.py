@@ -14,8 +14,11 @@ later phases the last unit's. Each instance is checked once against an fp32 refe
 --reps times with the L2 flushed (evo.timing.Timer); the table gives, per phase, the first / median / last CTA's
 time after the first CTA's entry (median over launches) and the per-CTA phase lengths; `--per-cta` prints every CTA's
 phases (which CTAs end late, and after which phase), `--allow-spills` traces a build the stamps push into spills (a
-kernel at its register limit; its phases then include the spills' cost). The stamps live in 2 MiB
-ahead of the kernel's own workspace (split-K partials and tickets follow it). If a template moves,
+kernel at its register limit; its phases then include the spills' cost). `--waits` (wgmma_sm90) also counts, with
+%clock64, the cycles the producer waits for a free stage, each consumer for a full stage and (ping-pong) for the other
+consumer, and prints the SM clock each CTA ran at (entry to exit): whether operand delivery or the tensor pipe holds a
+kernel back, at the clock of a timed window. The stamps live in 4 MiB ahead of the kernel's own workspace (split-K
+partials and tickets follow it). If a template moves,
 `anchors_present` fails in tests/test_phase_trace.py: re-anchor its TRACES entry.
 """
 from __future__ import annotations
@@ -32,7 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-TRACE_BYTES = 2 << 20  # the stamps' region, ahead of the kernel's own workspace (2 rows of 8 stamps x 8 bytes per CTA)
+SLOTS = 32  # 8-byte slots per CTA: rows 0-1 the %globaltimer stamps (one row per consumer), rows 2-3 the wait counts
+TRACE_BYTES = 4 << 20  # the stamps' region, ahead of the kernel's own workspace (16384 CTAs x SLOTS x 8 bytes)
 TRACE_DEF = f"constexpr int TRACE_FLOATS = {TRACE_BYTES // 4};  // the trace's region; the kernel's workspace follows it\n"
 
 
@@ -44,7 +48,30 @@ def _stamp_macro(name: str, cond: str, row: str = "0") -> str:
     memory, so the compiler keeps it between the barriers and memory operations around it: without, a stamp after a
     named barrier was read before it (a consumer's stamp after the reduce-scatter's wait, 2 us early)."""
     return (f"#define {name}(i) do {{ if ({cond}) {{ unsigned long long t_; asm volatile(\"mov.u64 %0, %%globaltimer;\" "
-            f": \"=l\"(t_) :: \"memory\"); evo_trace[blockIdx.x * 16 + 8 * ({row}) + (i)] = t_; }} }} while (0)\n")
+            f": \"=l\"(t_) :: \"memory\"); evo_trace[blockIdx.x * {SLOTS} + 8 * ({row}) + (i)] = t_; }} }} while (0)\n")
+
+
+def _clock(var: str) -> str:
+    return f'asm volatile("mov.u64 %0, %%clock64;" : "=l"({var}) :: "memory");'
+
+
+# wgmma_sm90's wait counts (`--waits`): EVO_WAIT(acc, stmt) adds the SM cycles `stmt` (a barrier wait) took to acc;
+# row 2 of a CTA's slots: entry clock, the producer's last clock and %globaltimer, its free-stage wait cycles; row 3,
+# four slots per consumer: its full-stage and other-consumer wait cycles, its exit clock (next to its exit stamp).
+# Without --waits the macros leave each wait as it is and count nothing.
+WAITS_ON = (
+    "#define EVO_WAIT(acc, ...) do { unsigned long long q_, r_; " + _clock("q_") + " __VA_ARGS__; " + _clock("r_")
+    + " acc += r_ - q_; } while (0)\n"
+    "#define EVO_WDECL unsigned long long evo_k0, evo_we = 0, evo_wf = 0, evo_wo = 0; " + _clock("evo_k0") + "\n"
+    "#define EVO_WPUT_P do { unsigned long long k_, g_; " + _clock("k_")
+    + ' asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g_) :: "memory"); unsigned long long* w_ = evo_trace + '
+    f"blockIdx.x * {SLOTS} + 16; w_[0] = evo_k0; w_[1] = k_; w_[2] = g_; w_[3] = evo_we; }} while (0)\n"
+    "#define EVO_WPUT_C do { if (threadIdx.x >= 128 && threadIdx.x % 128 == 0) { unsigned long long k_; " + _clock("k_")
+    + f" unsigned long long* w_ = evo_trace + blockIdx.x * {SLOTS} + 24 + 4 * (threadIdx.x / 128 - 1); w_[0] = evo_wf; "
+    "w_[1] = evo_wo; w_[2] = k_; } } while (0)\n")
+WAITS_OFF = ("#define EVO_WAIT(acc, ...) __VA_ARGS__\n#define EVO_WDECL\n#define EVO_WPUT_P do { } while (0)\n"
+             "#define EVO_WPUT_C do { } while (0)\n")
+WAITS_HEADER = "// EVO_WAITS\n"  # where instrumented_templates puts WAITS_ON or WAITS_OFF
 
 
 # at entry: the stamps go to the workspace's first TRACE_BYTES, the kernel's own use starts after them
@@ -78,28 +105,37 @@ SKINNY = Trace(
 SM90 = Trace(
     phases=["entry", "first load", "first stage", "last stage", "mma done", "stored", "consumer done", "exit"],
     patches=[
-        ("using namespace evo_sm90;\n", "using namespace evo_sm90;\n" + TRACE_DEF + _stamp_macro("EVO_T", "threadIdx.x == 0")
+        ("using namespace evo_sm90;\n", "using namespace evo_sm90;\n" + TRACE_DEF + WAITS_HEADER + _stamp_macro("EVO_T", "threadIdx.x == 0")
          + _stamp_macro("EVO_C", "threadIdx.x == 128")
          + _stamp_macro("EVO_M", "threadIdx.x >= 128 && threadIdx.x % 128 == 0", "threadIdx.x / 128 - 1")),
-        ("  extern __shared__ uint8_t smem_raw[];\n", _SHIFT + "  EVO_T(0);\n  extern __shared__ uint8_t smem_raw[];\n"),
+        ("  extern __shared__ uint8_t smem_raw[];\n", _SHIFT + "  EVO_T(0);\n  EVO_WDECL\n  extern __shared__ uint8_t smem_raw[];\n"),
+        ("    mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once\n",
+         "    EVO_WAIT(evo_we, mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1));\n"),
+        ("      while (produce_next()) {\n      }\n", "      while (produce_next()) {\n      }\n      EVO_WPUT_P;\n"),
+        ("        if (c == 1) mbar_wait(smem_u32(&order_bar[1]), t & 1);\n"
+         "        else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);\n",
+         "        EVO_WAIT(evo_wo, if (c == 1) mbar_wait(smem_u32(&order_bar[1]), t & 1);\n"
+         "        else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1));\n"),
         ("    if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)\n",
          "    if (CLUSTER == 1 && !DYN) produce_next();\n    EVO_T(1);\n"),
         ("          mbar_wait(smem_u32(&full_bar[s]), phase);\n",
-         "          mbar_wait(smem_u32(&full_bar[s]), phase);\n          if (i == 0 && j == 0) EVO_C(2);\n"
+         "          EVO_WAIT(evo_wf, mbar_wait(smem_u32(&full_bar[s]), phase));\n          if (i == 0 && j == 0) EVO_C(2);\n"
          "          if (i == nk - 1) EVO_M(3);\n"),
         ("        wgmma_wait<0>();\n        if (nk > 0", "        wgmma_wait<0>();\n        EVO_M(4);\n        if (nk > 0"),
         # EARLY_STORE: the whole-K pass's waits, the last k block's wait, the last slice's wgmma wait
         ("            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits\n",
-         "            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);\n"
+         "            if (mt == 0) EVO_WAIT(evo_wf, mbar_wait(smem_u32(&full_bar[ss]), pp));\n"
          "            if (mt == 0 && i == 0 && j == 0) EVO_C(2);\n            if (mt == 0 && i == nk - 1) EVO_M(3);\n"),
         ("          mbar_wait(smem_u32(full_bar + s), phase);  // last k block\n",
-         "          mbar_wait(smem_u32(full_bar + s), phase);\n          if (nk == 1 && j == 0) EVO_C(2);\n          EVO_M(3);\n"),
+         "          EVO_WAIT(evo_wf, mbar_wait(smem_u32(full_bar + s), phase));\n          if (nk == 1 && j == 0) EVO_C(2);\n"
+         "          EVO_M(3);\n"),
         ("          wgmma_wait_upto(MT - 1 - mt);  // slice mt's group and every group before it have completed\n",
          "          wgmma_wait_upto(MT - 1 - mt);\n          if (mt == MT - 1) EVO_M(4);\n"),
         ("      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n",
          "      store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);\n#endif\n      EVO_M(5);\n"),
         ("    (void)epi_stage_u32;\n#endif\n", "    (void)epi_stage_u32;\n#endif\n    EVO_M(6);\n"),
-        ("    cluster_arrive();\n    cluster_wait();\n  }\n}", "    cluster_arrive();\n    cluster_wait();\n  }\n  EVO_M(7);\n}"),
+        ("    cluster_arrive();\n    cluster_wait();\n  }\n}",
+         "    cluster_arrive();\n    cluster_wait();\n  }\n  EVO_M(7);\n  EVO_WPUT_C;\n}"),
     ],
 )
 
@@ -151,9 +187,63 @@ def per_cta_lines(rel, phases: list[str]) -> list[str]:
             + [f"  {b:4d} " + " ".join(f"{v:10.2f}" for v in row) for b, row in enumerate(per)])
 
 
-def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source: Path = ROOT / "templates") -> Path:
+def wait_lines(raw, consumers: int) -> list[str]:
+    """`--waits`: the SM clock of each CTA (its entry to a consumer's exit, %clock64 against %globaltimer) and the
+    share of each thread's cycles it spent waiting: the producer for a free stage, each consumer for a full stage and
+    for the other consumer (ping-pong's turns). raw: launches x CTAs x 4 x 8 slots as the kernel left them (int64);
+    per launch the median CTA, then the median over launches; a CTA whose counts are missing is left out."""
+    import numpy as np
+
+    raw = np.asarray(raw, dtype=np.int64)
+
+    def ratio(num, den):  # differences are taken in int64 first: ns stamps exceed float64's integers
+        num, den = num.astype(np.float64), den.astype(np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(den > 0, num / den, np.nan)
+
+    def med(x):  # median CTA per launch, then over launches
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return float(np.nanmedian(np.nanmedian(x, axis=1)))
+
+    gt0, k0 = raw[:, :, 0, 0], raw[:, :, 2, 0]
+    ok = (gt0 > 0) & (k0 > 0)
+    out = []
+    for c in range(consumers):
+        kx, gx = raw[:, :, 3, 4 * c + 2], raw[:, :, c, 7]
+        live = ok & (kx > 0) & (gx > 0)
+        cyc = np.where(live, kx - k0, 0)
+        mhz = np.where(live, ratio(cyc, gx - gt0) * 1000.0, np.nan)
+        if np.isnan(mhz).all():
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            per_cta = np.nanmedian(mhz, axis=0)
+        out.append(f"  SM clock, entry -> consumer {c}'s exit: {med(mhz):.0f} MHz (median CTA; CTAs "
+                   f"{np.nanmin(per_cta):.0f}-{np.nanmax(per_cta):.0f})")
+        full = np.where(live, ratio(raw[:, :, 3, 4 * c], cyc), np.nan)
+        other = np.where(live, ratio(raw[:, :, 3, 4 * c + 1], cyc), np.nan)
+        out.append(f"  consumer {c} waits for a full stage {100 * med(full):.1f} % of its cycles, for the other "
+                   f"consumer {100 * med(other):.1f} %")
+    pk = raw[:, :, 2, 1]
+    live = ok & (pk > 0)
+    prod = np.where(live, ratio(raw[:, :, 2, 3], np.where(live, pk - k0, 0)), np.nan)
+    if not np.isnan(prod).all():
+        out.append(f"  producer waits for a free stage {100 * med(prod):.1f} % of its cycles (entry -> last load issued)")
+    return out
+
+
+def counts_waits(family: str) -> bool:
+    """Whether the family's trace can count ring waits (`--waits`)."""
+    return any(WAITS_HEADER in new for _, new in TRACES[family].patches)
+
+
+def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source: Path = ROOT / "templates",
+                           waits: bool = False) -> Path:
     """A templates folder holding the instrumented family alone (its workspace: TRACE_BYTES more, for the stamps),
-    copied from `source` (another templates folder: a trial variant)."""
+    copied from `source` (another templates folder: a trial variant); `waits`: with the wait counts."""
+    if waits and not counts_waits(family):
+        raise SystemExit(f"error: --waits is wgmma_sm90's; {family} counts no waits")
     shutil.copytree(Path(source) / family, dest / family)
     k = dest / family / "kernel.cu"
     text = k.read_text()
@@ -164,6 +254,7 @@ def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source
         raise SystemExit(f"error: the {family} template moved: the anchor {bad[0]!r} {where}; re-anchor bench/phase_trace.py")
     for anchor, new in TRACES[family].patches:
         text = _patched(text, anchor, new)
+    text = text.replace(WAITS_HEADER, WAITS_ON if waits else WAITS_OFF, 1)
     # the kernel's workspace grows by the trace's region, which comes first (the kernel steps past it at entry)
     text, n = re.subn(r'^workspace: "(.*)"$', lambda m: f'workspace: "({m.group(1)}) + {TRACE_BYTES}"', text, count=1, flags=re.M)
     if n != 1:
@@ -189,14 +280,19 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-spills", action="store_true",
                     help="trace a build that spills (the stamps take registers; its phases then include the spills' cost)")
     ap.add_argument("--per-cta", action="store_true", help="also print every CTA's phases (median over launches)")
+    ap.add_argument("--waits", action="store_true", help="wgmma_sm90: count the cycles spent waiting on the ring "
+                    "(producer, consumers) and print the SM clock each CTA ran at")
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
     from bench.template_ab import parse_instances
+    from evo.errors import EvoError
     from evo.gpu.device import require_gpu
     from evo.problem import parse_shape
 
     parse_shape(a.shape)  # a malformed shape or instance is one line, before any GPU work
     instances = parse_instances(a.instances)
+    if a.waits and not counts_waits(a.family):
+        raise EvoError(f"--waits is wgmma_sm90's; {a.family} counts no waits")
     require_gpu()
     import cupy
     import numpy as np
@@ -208,7 +304,8 @@ def _main(argv: list[str] | None = None) -> int:
 
     trace = TRACES[a.family]
     tmp = Path(tempfile.mkdtemp())
-    (fam,) = load_families(instrumented_templates(tmp / "templates", a.family, Path(a.templates)), names=[a.family])
+    (fam,) = load_families(instrumented_templates(tmp / "templates", a.family, Path(a.templates), a.waits),
+                           names=[a.family])
     comp = trace_compiler(tmp / "cache", a.allow_spills)
     info = gpu_info()
     problem = parse_shape(a.shape)
@@ -233,11 +330,13 @@ def _main(argv: list[str] | None = None) -> int:
         traces: list = []
         # the stamps are cleared before every launch (outside the window): a phase a CTA skips (the epilogue of a
         # split that is not the last to arrive) reads as missing, not as an earlier launch's time
-        run = Contender(run=lambda: kern(A, B, C), before=lambda: kern.workspace[: ctas * 32].fill(0),
-                        after=lambda: traces.append(kern.workspace[: ctas * 32].view(cupy.uint64).copy()))
+        words = ctas * SLOTS * 2  # the stamp region in the workspace's 4-byte words
+        run = Contender(run=lambda: kern(A, B, C), before=lambda: kern.workspace[:words].fill(0),
+                        after=lambda: traces.append(kern.workspace[:words].view(cupy.uint64).copy()))
         t = Timer(info.l2_bytes, not a.no_flush, seed=0, sms=info.sm_count).measure({"k": run}, reps=a.reps, warmup=3)["k"]
         # launches x CTAs x phases (ns): per phase the later of the two rows (a row a consumer did not stamp reads 0)
-        tr = np.stack([x.get().astype(np.int64).reshape(ctas, 2, 8).max(axis=1) for x in traces[3:]])
+        raw = np.stack([x.get().astype(np.int64).reshape(ctas, SLOTS // 8, 8) for x in traces[3:]])
+        tr = raw[:, :, :2].max(axis=2)
         missing = tr == 0  # not stamped in that launch
         first_entry = np.where(missing[:, :, :1], np.iinfo(np.int64).max, tr[:, :, :1]).min(axis=1, keepdims=True)
         rel = (tr - first_entry).astype(np.float64) / 1000.0  # (differences first: ns stamps exceed float64's integers)
@@ -259,6 +358,8 @@ def _main(argv: list[str] | None = None) -> int:
             steps = ", ".join(f"{trace.phases[i]} -> {trace.phases[i + 1]} {np.nanmedian(rel[:, :, i + 1] - rel[:, :, i]):.2f}"
                               for i in range(len(trace.phases) - 1))
         print(f"  per CTA (median): {steps}")
+        if a.waits:
+            print("\n".join(wait_lines(raw, int(params.get("CONSUMERS", 2)))))
         if a.per_cta:
             print("\n".join(per_cta_lines(rel, trace.phases)))
         kern.close()

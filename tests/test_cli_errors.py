@@ -124,6 +124,8 @@ def test_phase_trace_refuses_bad_input_before_looking_for_a_gpu():
     one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64", "{}"), "malformed shape")
     one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64x64", "{BM"), "not a JSON object")
     one_line(run("bench.phase_trace", "--family", "wgmma_sm90", "--shape", "64x64x64", "[1]"), "must be a JSON object")
+    one_line(run("bench.phase_trace", "--family", "wgmma_skinny_sm90", "--shape", "64x64x64", "--waits", "{}"),
+             "--waits is wgmma_sm90's")
 
 
 @pytest.mark.skipif(HAVE_GPU, reason="the no-GPU refusal")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.phase_trace import TRACE_BYTES, TRACES, anchors_present, instrumented_templates
+from bench.phase_trace import SLOTS, TRACE_BYTES, TRACES, anchors_present, instrumented_templates
 from evo.families import load_families
 from evo.problem import Problem
 
@@ -58,7 +58,8 @@ def test_instrumented_family_renders_with_a_trace_workspace(tmp_path, family):
     for i in range(stamps):
         assert f"(({i}))" not in ks.text and any(f"{m}({i})" in ks.text for m in macros)
     launch = ks.launch(problem, 132)
-    assert launch.workspace >= launch.grid[0] * 16 * 8  # two rows of 8 stamps per CTA
+    assert launch.workspace >= launch.grid[0] * SLOTS * 8  # four rows of 8 slots per CTA
+    assert TRACE_BYTES >= 16384 * SLOTS * 8  # the region holds a 16384-CTA grid's slots
 
 
 def test_ping_pong_stamps_take_the_later_consumer(tmp_path):
@@ -67,22 +68,70 @@ def test_ping_pong_stamps_take_the_later_consumer(tmp_path):
     ended one unit early); the first stage is consumer 0's."""
     (fam,) = load_families(instrumented_templates(tmp_path, "wgmma_sm90"), names=["wgmma_sm90"])
     text = fam.render(fam.complete({"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "GROUP": 8})).text
-    assert "evo_trace[blockIdx.x * 16 + 8 * (threadIdx.x / 128 - 1) + (i)] = t_" in text  # consumer c: row c
+    assert f"evo_trace[blockIdx.x * {SLOTS} + 8 * (threadIdx.x / 128 - 1) + (i)] = t_" in text  # consumer c: row c
     assert "threadIdx.x >= 128 && threadIdx.x % 128 == 0" in text
     assert all(f"EVO_M({i})" in text and f"EVO_C({i})" not in text for i in range(3, 8))
     assert "EVO_C(2)" in text and "EVO_M(2)" not in text
 
 
 @pytest.mark.nvcc
-def test_instrumented_ping_pong_compiles(tmp_path):
+@pytest.mark.parametrize("waits", [False, True])
+def test_instrumented_ping_pong_compiles(tmp_path, waits):
     from evo.compile import Compiler
     from evo.config import load_config
 
-    (fam,) = load_families(instrumented_templates(tmp_path, "wgmma_sm90"), names=["wgmma_sm90"])
+    (fam,) = load_families(instrumented_templates(tmp_path, "wgmma_sm90", waits=waits), names=["wgmma_sm90"])
     ks = fam.render(fam.complete({"BM": 128, "BN": 128, "PINGPONG": 1, "STAGES": 6, "EPI": 1, "GROUP": 8}))
+    assert ("%%clock64" in ks.text) == waits
     comp = Compiler.from_config(load_config(overrides={"compile": {"cache_dir": str(tmp_path / "cache")}}).compile)
     r = comp.compile(ks, "sm_90a")
     assert r.ok and not r.spill_bytes, r.error
+
+
+def test_waits_wrap_every_ring_wait_and_store_next_to_the_exit_stamps(tmp_path):
+    """--waits counts the producer's free-stage wait, the consumers' full-stage waits (the main loop's and both
+    EARLY_STORE paths') and ping-pong's turn waits; the producer stores its counts after its last load, each consumer
+    right after its exit stamp. Without --waits every wait is left as it is."""
+    on = (instrumented_templates(tmp_path / "on", "wgmma_sm90", waits=True) / "wgmma_sm90" / "kernel.cu").read_text()
+    off = (instrumented_templates(tmp_path / "off", "wgmma_sm90") / "wgmma_sm90" / "kernel.cu").read_text()
+    assert on.count("EVO_WAIT(evo_wf, mbar_wait(") == 3 and on.count("EVO_WAIT(evo_we, mbar_wait(smem_u32(&empty_bar[ps])") == 1
+    assert "EVO_WAIT(evo_wo, if (c == 1) mbar_wait(smem_u32(&order_bar[1])" in on
+    assert "while (produce_next()) {\n      }\n      EVO_WPUT_P;" in on and "EVO_M(7);\n  EVO_WPUT_C;\n}" in on
+    assert "clock64" in on and "clock64" not in off and "#define EVO_WAIT(acc, ...) __VA_ARGS__" in off
+    # the same patches either way: only the macros' definitions differ
+    strip = lambda s: "\n".join(x for x in s.splitlines() if not x.startswith("#define EVO_W"))
+    assert strip(on) == strip(off)
+
+
+def test_waits_are_the_sm90_familys():
+    with pytest.raises(SystemExit, match="--waits is wgmma_sm90's"):
+        instrumented_templates(Path("/nonexistent"), "wgmma_skinny_sm90", waits=True)
+
+
+def test_wait_lines_clock_and_shares():
+    """Two launches x three CTAs: clock = cycles / ns, shares = wait cycles / the thread's cycles, median CTA then
+    median launch; a CTA that left no counts (zeros) is left out."""
+    import numpy as np
+
+    from bench.phase_trace import wait_lines
+
+    raw = np.zeros((2, 3, 4, 8), dtype=np.int64)
+    t0, k0 = 10**18, 5 * 10**12  # stamps past float64's integers: differences are taken first
+    for launch, ghz in enumerate((1.5, 1.7)):
+        for cta in range(2):  # CTA 2 stays empty
+            ns = 10_000 + 1000 * cta
+            cyc = int(ns * ghz)
+            raw[launch, cta, 0, 0] = t0 + 7
+            raw[launch, cta, 0, 7] = raw[launch, cta, 1, 7] = t0 + 7 + ns  # both consumers' exit stamps
+            raw[launch, cta, 2, :4] = [k0, k0 + cyc // 2, t0 + 7 + ns // 2, cyc // 4]  # producer: waits half its cycles
+            raw[launch, cta, 3, :3] = [cyc // 10, cyc // 5, k0 + cyc]  # consumer 0: 10 % full, 20 % other
+            raw[launch, cta, 3, 4:7] = [0, cyc // 2, k0 + cyc]  # consumer 1: 0 % full, 50 % other
+    lines = wait_lines(raw, 2)
+    assert lines[0].startswith("  SM clock, entry -> consumer 0's exit: 1600 MHz") and "CTAs 1600-1600" in lines[0]
+    assert "full stage 10.0 %" in lines[1] and "other consumer 20.0 %" in lines[1]
+    assert "full stage 0.0 %" in lines[3] and "other consumer 50.0 %" in lines[3]
+    assert lines[4].startswith("  producer waits for a free stage 50.0 %")
+    assert wait_lines(np.zeros((1, 2, 4, 8), dtype=np.int64), 2) == []  # nothing counted: nothing printed
 
 
 def test_the_trace_comes_ahead_of_a_split_k_workspace(tmp_path):
@@ -121,3 +170,8 @@ def test_every_stamp_is_ordered_against_the_memory_operations_around_it(tmp_path
     text = (instrumented_templates(tmp_path, family) / family / "kernel.cu").read_text()
     macros = [line for line in text.splitlines() if line.startswith("#define EVO_") and "globaltimer" in line]
     assert macros and all(':: "memory")' in m for m in macros), macros
+    if family == "wgmma_sm90":  # and every clock read of the wait counts
+        from bench.phase_trace import WAITS_ON
+
+        reads = [x.split(");")[0] for x in WAITS_ON.split("asm volatile(")[1:]]
+        assert len(reads) == 6 and all(r.endswith(':: "memory"') for r in reads), reads
