@@ -91,6 +91,7 @@ constexpr int DYN = {{DYN}};
 constexpr int STREAMK = {{STREAMK}};
 constexpr int RING_SPLIT = {{RING_SPLIT}};    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
 constexpr int EARLY_STORE = {{EARLY_STORE}};
+constexpr int L2_AHEAD = {{L2_AHEAD}};  // > 0: how far (k blocks) a unit's L2 prefetch runs ahead of its loads
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -177,9 +178,8 @@ constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
-// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
-// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it (the
-// integer division's sequence delayed the first TMA load).
+// a / b for 0 <= a < 2^22, b > 0 (`requires`) by a float reciprocal, off by at most one, corrected by the remainder's
+// sign (the integer division delayed the first TMA load)
 __device__ __forceinline__ int div_small(int a, int b) {
   const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
   const int r = a - q * b;
@@ -228,9 +228,8 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 // No data of its own to publish (mbarrier init is released by fence.mbarrier_init.release.cluster).
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
-// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
-// (wgmma.wait_group) before it arrives, and nothing else is published.
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (may be this CTA); the default (.release, .cta)
+// form, as CUTLASS's consumer release (the stage's wgmma reads completed before it)
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\n"
@@ -257,6 +256,11 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, ui
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
+}
+
+// The same box into L2 only (a hint: no smem, no barrier)
+__device__ __forceinline__ void tma_prefetch_l2(const TmaDesc* map, int c0, int c1) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(c0), "r"(c1) : "memory");
 }
 
 // Same box, written at offset dst of every CTA in `mask` (completing their barriers at offset bar).
@@ -512,9 +516,8 @@ __device__ __forceinline__ void stream_range(const Stream& st, int u, int& ta, i
 // tile's end whose ranges are not empty, in CTA order
 __device__ __forceinline__ bool stream_empty(const Stream& st, int b) { return stream_start(st, b + 1) == stream_start(st, b); }
 
-// Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
-// STREAMK: a piece u >= tiles is k blocks [kb0, kb1) of its tile.
+// Unit u -> (tile, split): tiles rastered in groups of GROUP tile-rows along M (CTAs in flight share B panels in L2);
+// a tile's splits are adjacent units (pairs: adjacent pairs). STREAMK: a piece u >= tiles is k blocks [kb0, kb1).
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Stream& st) {
   Work w;
   int skb0 = 0, skb1 = 0;
@@ -563,8 +566,8 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Str
   return w;
 }
 
-// CTA pairs (CLUSTER > 1): a cluster launch fills one GPC with consecutive clusters, so pair k takes the raster's pair
-// v(k) = the transpose of k over GPC_SPREAD rows (a bijection of [0, pairs)): one GPC's pairs spread over the raster.
+// CTA pairs: a cluster launch fills one GPC with consecutive clusters, so pair k takes raster pair v(k), k transposed
+// over GPC_SPREAD rows (a bijection): one GPC's pairs spread over the raster.
 constexpr int GPC_SPREAD = 8;
 __device__ __forceinline__ int cluster_spread(int b) {
   const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
@@ -671,10 +674,9 @@ constexpr int div_at_most(int x, int cap) {
 // beside 128 accumulators per thread)
 constexpr int RS_BUDGET = MT * BN / 2 >= 128 ? 8 : CONSUMERS == 1 ? 32 : 16;
 constexpr int RS_ROUND = div_at_most(SPLIT_K, RS_BUDGET / (MT * RED_J));
-// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
-// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
-// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
-// registers and only one round's loads are in flight.
+// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over splits
+// 0..SPLIT_K-1 (others' from the workspace, ours from registers). One instantiation per split: compile-time chunk
+// indices keep the accumulators in registers, one round's loads in flight.
 template <int S>
 __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const float4* base, int split, int tid) {
   if constexpr (S < SPLIT_K) {
@@ -755,13 +757,11 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
     }
 }
 
-// EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
-// `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
-// (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
-// Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
-// bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
-// instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
-// EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
+// EPI > 0: one consumer's WM x BN slice, 64 rows at a time: registers -> swizzled smem -> TMA store (clipped past M,
+// N). `stage`: its first staging buffer; `k`: slices staged so far (buffer k % EPI); (row0, col0): the slice in C.
+// Rounds of GRP = min(MT, EPI) slices: one buffer wait, two warpgroup barriers, one proxy fence, one bulk group.
+// stmatrix writes four 8x8 fp16 matrices (an m64nN wgmma's accumulator layout is its fragment layout).
+// EARLY_STORE: one slice per round (stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
 static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -989,6 +989,11 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
     tma_load_2d(ring_b(ps), map_cols, full, pkb * BK, pw.n0);
+    if constexpr (L2_AHEAD > 0)  // k block pkb + L2_AHEAD into L2 (a unit's first: all up to it past the ring's)
+      for (int kb = pkb == pw.kb0 ? pkb + STAGES : pkb + L2_AHEAD; kb <= pkb + L2_AHEAD && kb < pw.kb1; ++kb) {
+        if (!PANEL) tma_prefetch_l2(map_rows, kb * BK, pw.m0 + prank * (BM / CLUSTER));
+        tma_prefetch_l2(map_cols, kb * BK, pw.n0);
+      }
     ++pkb;
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;
@@ -1017,9 +1022,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       mbar_arrive_expect_tx(smem_u32(&recv_bar), (SPLIT_K - 1) * RED_SLOT_BYTES);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
-    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
-    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
+    // Without a cluster the first k block's loads leave before the block-wide barrier (every slot is free). Only
+    // one: the whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
     if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)
   }
   if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
@@ -1027,9 +1031,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     cluster_wait();
   } else {
     __syncthreads();
-    // SPLIT_CLUSTER: the others write into our smem only after their main loops; the consumers wait for this
-    // cluster barrier (every CTA has started) right before that, so its latency hides behind the main loop. The
-    // producer warps arrive here and exit: the cluster barrier waits for non-exited threads only.
+    // SPLIT_CLUSTER: peers write into our smem only after their main loops; the consumers wait for this barrier
+    // (every CTA started) just before, so it hides behind the main loop. The producer warps arrive and exit.
     if (SPLIT_CLUSTER) cluster_arrive_relaxed();
   }
 
@@ -1116,14 +1119,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
       }
       int prev = 0;
-      // EARLY_STORE: one commit group per slice's last wgmmas, so slice 0 is stored while later slices compute. 2, where
-      // the ring holds two units' k blocks (2 * nk <= STAGES): slice by slice over the whole K, its stages released
-      // after the last slice's wait; otherwise the last k block slice by slice (the stage before it released after
-      // slice 0's wait, its own after the last slice's).
+      // EARLY_STORE: a commit group per slice's last wgmmas (slice 0 stored while later slices compute). 2 with two
+      // units' k blocks in the ring (2 * nk <= STAGES): slice by slice over the whole K, stages released after the last
+      // slice's wait; else the last k block slice by slice (the stage before it freed after slice 0's wait).
       const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
-      // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
-      // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      // Where k block i lies in smem (ring stage st; PANEL: the panel's). Descriptors are made once: a k slice (+32 B)
+      // or a 64-row block (+8 KB) adds offset / 16 to the address field (smem < 2^18: the 14-bit field never carries)
       auto a_at = [&](int st, int i) {
         return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : ring_a(st)) + row_off * 128;
       };
@@ -1298,10 +1299,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
                                                  static_cast<size_t>(c) * WM * BN);
-        // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
-        // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
-        // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
-        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
+        // Publish (SPLIT_RS: the chunks the other splits sum), consumer barrier, then one thread's acq_rel ticket (its
+        // release, cumulative, orders every consumer's stores; its acquire shows the earlier splits'); the last arrival
+        // resets the count. SPLIT_OWNER: the reducer publishes nothing and waits (acquire) for the others' releases.
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
