@@ -243,7 +243,9 @@ def instrumented_templates(dest: Path, family: str = "wgmma_skinny_sm90", source
     """A templates folder holding the instrumented family alone (its workspace: TRACE_BYTES more, for the stamps),
     copied from `source` (another templates folder: a trial variant); `waits`: with the wait counts."""
     if waits and not counts_waits(family):
-        raise SystemExit(f"error: --waits is wgmma_sm90's; {family} counts no waits")
+        from evo.errors import EvoError
+
+        raise EvoError(f"--waits is wgmma_sm90's; {family} counts no waits")
     shutil.copytree(Path(source) / family, dest / family)
     k = dest / family / "kernel.cu"
     text = k.read_text()
@@ -285,14 +287,14 @@ def _main(argv: list[str] | None = None) -> int:
     ap.add_argument("instances", nargs="+", help="JSON parameter dicts")
     a = ap.parse_args(argv)
     from bench.template_ab import parse_instances
-    from evo.errors import EvoError
     from evo.gpu.device import require_gpu
     from evo.problem import parse_shape
 
     parse_shape(a.shape)  # a malformed shape or instance is one line, before any GPU work
     instances = parse_instances(a.instances)
-    if a.waits and not counts_waits(a.family):
-        raise EvoError(f"--waits is wgmma_sm90's; {a.family} counts no waits")
+    trace = TRACES[a.family]
+    tmp = Path(tempfile.mkdtemp())
+    templates = instrumented_templates(tmp / "templates", a.family, Path(a.templates), a.waits)  # (--waits: its family)
     require_gpu()
     import cupy
     import numpy as np
@@ -302,10 +304,7 @@ def _main(argv: list[str] | None = None) -> int:
     from evo.gpu.launch import LoadedKernel
     from evo.timing import Contender, Timer
 
-    trace = TRACES[a.family]
-    tmp = Path(tempfile.mkdtemp())
-    (fam,) = load_families(instrumented_templates(tmp / "templates", a.family, Path(a.templates), a.waits),
-                           names=[a.family])
+    (fam,) = load_families(templates, names=[a.family])
     comp = trace_compiler(tmp / "cache", a.allow_spills)
     info = gpu_info()
     problem = parse_shape(a.shape)

@@ -104,7 +104,9 @@ def test_waits_wrap_every_ring_wait_and_store_next_to_the_exit_stamps(tmp_path):
 
 
 def test_waits_are_the_sm90_familys():
-    with pytest.raises(SystemExit, match="--waits is wgmma_sm90's"):
+    from evo.errors import EvoError
+
+    with pytest.raises(EvoError, match="--waits is wgmma_sm90's"):
         instrumented_templates(Path("/nonexistent"), "wgmma_skinny_sm90", waits=True)
 
 

@@ -13,10 +13,11 @@ from evo.families import load_families
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# per family: the loop's variable, and the driver's names for the load position, the unit's first and its end
+# per family: the loop's variable, the driver's names for the load position, the unit's first and its end, and where
+# the variable counts from (wgmma_sm90: k blocks of the tensor; the skinny family: this CTA's steps)
 LOOPS = {
-    "wgmma_sm90": ("kb", "int pkb = s0 + i; struct { int kb0, kb1; } pw{s0, s0 + n};"),
-    "wgmma_skinny_sm90": ("q", "int pi = i; const int nk = n; (void)s0;"),
+    "wgmma_sm90": ("kb", "int pkb = s0 + i; struct { int kb0, kb1; } pw{s0, s0 + n};", "s0"),
+    "wgmma_skinny_sm90": ("q", "int pi = i; const int nk = n; (void)s0;", "0"),
 }
 DRIVER = r"""
 #include <cstdio>
@@ -39,14 +40,13 @@ def family(request, tmp_path_factory):
     if not cxx:
         pytest.skip("no host C++ compiler")
     name = request.param
-    var, names = LOOPS[name]
+    var, names, base = LOOPS[name]
     text = (ROOT / "templates" / name / "kernel.cu").read_text()
     loops = re.findall(r"if constexpr \(L2_AHEAD > 0\).*\n\s*for \(int " + var + r" = (.*?); (.*?); \+\+" + var + r"\)",
                        text)
     assert len(loops) == 1, loops  # the producer's one prefetch loop
     init, cond = loops[0]
     d = tmp_path_factory.mktemp(name)
-    base = "s0" if name == "wgmma_sm90" else "0"
     (d / "walk.cpp").write_text(DRIVER % {"names": names, "var": var, "init": init, "cond": cond, "base": base})
     r = subprocess.run([cxx, "-std=c++17", "-O1", "-o", str(d / "walk"), str(d / "walk.cpp")], capture_output=True,
                        text=True)
