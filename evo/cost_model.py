@@ -41,7 +41,7 @@ PARAM_FEATURES = ("STAGES", "BK", "PERSISTENT", "PINGPONG", "SWAP_AB", "CONSUMER
                   "TILE_K", "CLUSTER_M", "CLUSTER_N", "SCHEDULE", "EPI", "SCHEDULER", "RASTER", "SWIZZLE", "DECOMP",
                   "SPLITS", "CLUSTER", "RING_SPLIT", "DYN", "EARLY_STORE", "EPI_HINT", "EPI_WIDE", "PANEL",
                   "SPLIT_CLUSTER", "SPLIT_MAJOR", "SPLIT_OWNER", "SPLIT_RS", "SPLIT_SKEW", "STREAMK", "PUSH", "OCC",
-                  "RED", "WARPS_K", "L2_AHEAD")
+                  "RED", "WARPS_K")
 MIN_ROWS = 40  # fewer correct measurements than this: no model, the prior ranks
 MIN_FAILS = 20  # failures needed before a classifier of "will it compile and be correct" is fitted
 MAX_ROWS = 50000  # a larger archive is subsampled (seeded) for training: featurizing costs ~60 us a row

@@ -64,7 +64,6 @@ constexpr int NC = {{NC}};            // CTAs of a cluster on consecutive column
 constexpr int G = {{G}};              // global K splits (clusters) on top of CLK
 constexpr int SWAP_AB = {{SWAP_AB}};
 constexpr int KI = {{KI}};            // 1: split s takes k blocks s, s+S, s+2S, ... (all splits sweep K together)
-constexpr int L2_AHEAD = {{L2_AHEAD}};  // > 0: how far (steps) the L2 prefetch of this CTA's k blocks runs ahead of its loads
 constexpr int PUSH = CLK > 1 ? {{PUSH}} : 0;  // 1: split-K slices pushed to their owners (st.async + mbarrier), no barrier before the reduce
 
 constexpr int CS = CLK * MC * NC;     // cluster size
@@ -177,10 +176,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, ui
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
-}
-// The same box into L2 only (a hint: no smem, no barrier)
-__device__ __forceinline__ void tma_prefetch_l2(const TmaDesc* map, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(c0), "r"(c1) : "memory");
 }
 // Same box, written at offset dst of every CTA in `mask` (and completing their barriers at bar).
 __device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const TmaDesc* map, uint32_t bar, int c0, int c1, uint16_t mask) {
@@ -352,11 +347,6 @@ extern "C" __global__ void __cluster_dims__(CS, 1, 1) __launch_bounds__(THREADS,
       tma_load_2d_mc(a_dst + A_STAGE_BYTES + nr * B_PIECE_ROWS * 128, map_cols, full, kb * BK, n0 + nr * B_PIECE_ROWS, mask);
     else
       tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, kb * BK, n0);
-    if constexpr (L2_AHEAD > 0)  // step pi + L2_AHEAD into L2 (the first step: all up to it past the ring's)
-      for (int q = pi == 0 ? STAGES : pi + L2_AHEAD; q <= pi + L2_AHEAD && q < nk; ++q) {
-        tma_prefetch_l2(map_rows, (kb0 + q * kstep) * BK, m0 + (NC > 1 ? nc * A_PIECE_ROWS : 0));
-        tma_prefetch_l2(map_cols, (kb0 + q * kstep) * BK, n0 + (MC > 1 ? nr * B_PIECE_ROWS : 0));
-      }
     ++pi;
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;

@@ -91,7 +91,6 @@ constexpr int DYN = {{DYN}};
 constexpr int STREAMK = {{STREAMK}};
 constexpr int RING_SPLIT = {{RING_SPLIT}};    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
 constexpr int EARLY_STORE = {{EARLY_STORE}};
-constexpr int L2_AHEAD = {{L2_AHEAD}};  // > 0: how far (k blocks) a unit's L2 prefetch runs ahead of its loads
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -256,11 +255,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const TmaDesc* map, ui
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
       "l"(map), "r"(bar), "r"(c0), "r"(c1)
       : "memory");
-}
-
-// The same box into L2 only (a hint: no smem, no barrier)
-__device__ __forceinline__ void tma_prefetch_l2(const TmaDesc* map, int c0, int c1) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(map), "r"(c0), "r"(c1) : "memory");
 }
 
 // Same box, written at offset dst of every CTA in `mask` (completing their barriers at offset bar).
@@ -989,11 +983,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
     tma_load_2d(ring_b(ps), map_cols, full, pkb * BK, pw.n0);
-    if constexpr (L2_AHEAD > 0)  // k block pkb + L2_AHEAD into L2 (a unit's first: all up to it past the ring's)
-      for (int kb = pkb == pw.kb0 ? pkb + STAGES : pkb + L2_AHEAD; kb <= pkb + L2_AHEAD && kb < pw.kb1; ++kb) {
-        if (!PANEL) tma_prefetch_l2(map_rows, kb * BK, pw.m0 + prank * (BM / CLUSTER));
-        tma_prefetch_l2(map_cols, kb * BK, pw.n0);
-      }
     ++pkb;
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;
