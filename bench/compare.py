@@ -175,7 +175,9 @@ def render_markdown(header: str, results: dict[str, list[dict]], noise_floor: fl
         md.append("\n## The GPU while timing (cold)\n")
         md.append(f"nvidia-smi sampled the GPU every {STATE_INTERVAL_MS} ms over each shape's cold window (every contender and "
                   "the L2 flushes between them). Under a power cap the driver lowers the SM clock, and kernels that "
-                  "spend energy differently slow down by different amounts. "
+                  "spend energy differently slow down by different amounts. These samples do not see the clock "
+                  "inside a kernel of tens of microseconds: on an H100 whose samples read 1980 MHz, evo's kernels "
+                  "ran at 1.58-1.74 GHz (`python -m bench.phase_trace --waits`, docs/perf-hopper.md Run 117). "
                   + (f"Clock held back on {len(held)} of {len(states)} shapes: {', '.join(held)}.\n" if held
                      else f"No clock limit on any of the {len(states)} shapes.\n"))
         md.extend(f"- {r['shape']}: {r['gpu_state'].describe()}" for r in states)

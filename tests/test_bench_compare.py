@@ -360,6 +360,7 @@ def test_each_shape_says_what_clock_the_gpu_ran_its_cold_window_at():
             {**_row("128x128x128", 4.0, 4.8), "gpu_state": None}]
     md = render_markdown("# h\n", {"cold": rows, "b2b": [dict(r, gpu_state=None) for r in rows]})
     assert "## The GPU while timing (cold)" in md
+    assert "These samples do not see the clock inside a kernel" in md  # the in-kernel clock is phase_trace's
     assert "Clock held back on 1 of 2 shapes: 16384x16384x4096." in md
     assert ("- 16384x16384x4096: SM clock median 1650 MHz (lowest 1650) of 1980; power up to 699 of 700 W; 63 C at most; "
             "clock held back by software power cap in 3 of 4 samples") in md
