@@ -2,25 +2,27 @@
 family: wgmma_sm90
 archs: [sm_90a]
 params: {BM: 128, BN: 128, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 0,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 1, SPLIT_CLUSTER: 0, SPLIT_K: 1,
-  SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 6, STREAMK: 0,
-  SWAP_AB: 0}
+  EPI_WIDE: 0, GROUP: 4, PANEL: 0, PERSISTENT: 0, PINGPONG: 0, RING_SPLIT: 2, SPLIT_CLUSTER: 0,
+  SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 6,
+  STREAMK: 0, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
 smem: "STAGES * ((0 if PANEL else BM) + BN) * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + PANEL * BM * cdiv(K, 64) * 128 + SPLIT_CLUSTER * BM * BN * 4"
-workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4 * (1 + SPLIT_RS), 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
+workspace: "(round_up(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * 4, 256) + cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K * BM * BN * 4) if SPLIT_K > 1 and not SPLIT_CLUSTER else (256 if DYN else (round_up(2 * NUM_SMS, 64) * 4 + NUM_SMS * BM * BN * 4 if STREAMK else 0))"
 requires: "cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K < 4194304 and K % 8 == 0 and (EPI == 0 or N % 8 == 0) and (EPI_WIDE == 0 or N % 64 == 0) and (PANEL == 0 or STAGES * BN * 128 + 1024 + CONSUMERS * (EPI * BN * 128 if EPI else 9216) + BM * cdiv(K, 64) * 128 + 512 <= 232448) and (SPLIT_RS == 0 or cdiv(N if SWAP_AB else M, BM) * cdiv(M if SWAP_AB else N, BN) * SPLIT_K <= NUM_SMS) and (STREAMK == 0 or cdiv(K, 64) * NUM_SMS * NUM_SMS < 4294967296)"   # units < 2^22: the raster's float division (div_small); EPI > 0: a TMA map of C (16-byte row stride); PANEL: the BM x K panel fits; SPLIT_RS: one wave (a tile's splits wait for each other); STREAMK: its k block ranges in 32 bits
+cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that wait on CTAs they cannot be sure were dispatched first: the whole grid resident at once, even beside other streams' kernels
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
-  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and EPI_WIDE == 0 and BN % 64 == 0"}
-  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
-  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 != 0 and BN % 32 == 0"}
-  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 != 0"}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and SWAP_AB == 0 and EPI_WIDE == 0 and BN >= 64"}
+  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and SWAP_AB == 0 and EPI_WIDE == 1"}
+  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and SWAP_AB == 0 and BN % 64 >= 32"}
+  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and SWAP_AB == 0 and BN % 32 == 16"}
+  - {operand: C, box: [BN, 64], swizzle: 128, when: "EPI > 0 and SWAP_AB == 1"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
-// Pipeline (warp specialized, one CTA per SM when PERSISTENT):
+// Pipeline (warp specialized; PERSISTENT: one CTA per SM):
 //   warpgroup 0: producer; one thread issues TMA loads (128-byte swizzle, BK = 64) of A and B into a STAGES-deep ring.
 //   warpgroups 1..C: consumers; each owns BM/C rows of the BM x BN tile, wgmma.m64nBNk16 from smem per k16 slice.
 //   PINGPONG (C = 2): the consumers take alternate whole units (0, 2, ... / 1, 3, ...), so one's epilogue runs while
@@ -31,43 +33,36 @@ tensor_maps:
 //   or SPLIT_MAJOR: every tile's split 0 first, then split 1, ...).
 // SPLIT_K > 1: each unit writes an fp32 partial to `workspace` and bumps its tile's counter; the last to arrive sums
 //   the partials in split order (deterministic), writes C and resets the counter.
-// SPLIT_OWNER: split SPLIT_K-1 reduces instead: its partial stays in registers, it waits (acquire) for the others'
-//   release arrivals and adds theirs in order. Deadlock-free: a split waits only for lower-numbered units, which a
-//   persistent grid takes in increasing order and a one-unit-per-CTA grid dispatches first (pairs: GPC stripes, so at
-//   most 7 reducers wait early; SPLIT_MAJOR puts the reducers last).
+// SPLIT_OWNER: split SPLIT_K-1 reduces instead (its partial in registers; it waits (acquire) for the others' release
+//   arrivals). Deadlock-free: a split waits only for lower-numbered units, taken or dispatched first.
+// SPLIT_RS (one wave): each split owns BN / SPLIT_K columns, publishes the others' slices, arrives on its tile's
+//   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
-//   other slices of its accumulators to their owners' smem (st.async, completing the owner's recv_bar), waits for its
-//   own slots, sums splits in order and stores its slice. No workspace, no ticket.
-// SWAP_AB: C^T = B * A^T (kernel rows run over N), so a small M sits in wgmma's N; the epilogue stores transposed.
-// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units, row block by row block, and
-//   keeps the row operand's whole-K panel in smem across a row block's units; only column tiles stream through the
-//   ring. panel_full[kb]: one per k block of the panel, armed by the producer right before that k block's column tile
-//   and completed by TMA, so a new row block's first wgmmas wait for its first k block only; panel_empty: every
-//   consumer warp arrives after its last wgmma of the row block.
+//   other slices to their owners' smem (st.async, completing the owner's recv_bar), then sums its own in split order.
+// SWAP_AB: C^T = B * A^T (kernel rows over N): a small M sits in wgmma's N; the epilogue stores transposed.
+// PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units and keeps the row operand's
+//   whole-K panel in smem across a row block's units; only column tiles stream through the ring (panel_full[kb]: one
+//   per k block, armed just before its column tile; panel_empty: every consumer warp is done with the row block).
 // STREAMK (persistent, G = NUM_SMS CTAs): after its whole tiles b, b + G, ..., CTA b streams k blocks [b I / G,
-//   (b + 1) I / G) of the last r + G tiles (r = T mod G > 0; all T when T < r + G; I of them, tile-major), so a tile
-//   is split about twice at most, not G / r times: up to three pieces. A piece past k block 0
-//   stores its fp32 partial in the CTA's workspace slot and adds its k blocks to the tile's counter (release); the
-//   piece from k block 0 waits (acquire) for the rest, adds the partials in CTA order, stores C, zeroes the counter.
-//   Waits go to higher CTAs only, which never wait first: deadlock-free with every CTA resident.
-// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units, then
-//   claims the rest one at a time from a workspace counter (SMs whose stores drain slower do fewer). A scheduler
-//   thread (warp 1 of the producer warpgroup) publishes each unit in a UQ-slot smem queue (uq_full / uq_empty) read in
-//   order by the producer and every consumer warp. Every CTA claims once past the end; the launch's last claim
-//   (pool + grid - 1) resets the counter.
+//   (b + 1) I / G) of the last r + G tiles (r = T mod G; I k blocks in all): at most three pieces a tile. A piece past
+//   k block 0 stores its fp32 partial in its CTA's slot and adds its k blocks to the tile's counter (release); the piece
+//   from k block 0 waits (acquire) for the rest, adds the partials in CTA order, stores C, zeroes the counter.
+// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static (8 - DYN) / 8 share of the units, then claims
+//   the rest one by one from a workspace counter, which producer warp 1 publishes in a UQ-slot smem queue
+//   (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
-//   64 x 64 / 32 / 16, swizzled like C's map: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
+// EPI > 0 (TMA store; SPLIT_K = 1): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
+//   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix; SWAP_AB: the slice is C's BN rows x 64
+//   columns, written by stmatrix.trans into one BN x 64 box of 128-byte rows). Per round of min(MT, EPI) slices: stmatrix,
 //   fence to the async proxy, warpgroup sync, one thread issues and commits the TMA stores; it waits for their reads
 //   only before reusing a buffer, so unit i's stores drain during unit i+1's wgmmas (EPI = 2 * min(MT, 2): i-1's).
 //   The TMA unit clips past M and N. Stages are released before the epilogue; the producer runs ahead across units.
-//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
+//   EPI_HINT = 1: the stores carry an L2 evict_first policy: C streaming through L2 does not push out A and B.
 // EARLY_STORE (two or more 64-row slices per consumer): each slice's last wgmmas are a commit group of their own, and
 //   slice mt is stored once `wgmma.wait_group MT-1-mt` returns, while the tensor cores run the later slices.
-// CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's,
-//   pairs along M): each producer loads half its rows and multicasts them to both rings, halving L2 reads of the row
-//   operand; a stage refills only when both CTAs' consumers released it. Column tiles are padded to an even count (a
-//   tile past N computes zeros, its stores dropped). Pairs take units in a GPC-spread order (cluster_spread).
+// CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's):
+//   each producer loads half its rows and multicasts them to both rings; a stage refills only when both CTAs released
+//   it. Column tiles are padded to an even count (a tile past N computes zeros, its stores dropped).
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -80,24 +75,25 @@ constexpr int BN = 128;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
 constexpr int STAGES = 6;
 constexpr int CONSUMERS = 2;
-constexpr int PERSISTENT = 1;
-constexpr int GROUP = 8;
+constexpr int PERSISTENT = 0;
+constexpr int GROUP = 4;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
-constexpr int PINGPONG = 1;
-constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
-constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = 0;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
-constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
-constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int PINGPONG = 0;
+constexpr int EPI = 1;
+constexpr int CLUSTER = 1;
+constexpr int EPI_HINT = 0;
+constexpr int PANEL = 0;
+constexpr int SPLIT_CLUSTER = 0;
+constexpr int SPLIT_RS = 0;
+constexpr int SPLIT_OWNER = 0;
+constexpr int SPLIT_MAJOR = 0;
 constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
-constexpr int EPI_WIDE = 0;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
-constexpr int DYN = 0;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
-constexpr int STREAMK = 0;          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
-constexpr int EARLY_STORE = 0;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
+constexpr int EPI_WIDE = 0;
+constexpr int DYN = 0;
+constexpr int STREAMK = 0;
+constexpr int RING_SPLIT = 2;    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
+constexpr int EARLY_STORE = 0;
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -131,32 +127,36 @@ static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI 
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI == 1 || EPI == 2 || EPI == 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1, 2 or 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
+              "TMA-store epilogue: no split-K, BN a multiple of 16, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
-static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
+static_assert(EPI_WIDE == 0 || (EPI > 0 && SWAP_AB == 0 && BN % 128 == 0),
+              "wide C boxes: the TMA-store epilogue, 128-column box pairs (C^T's slices are one box already)");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
               "early slice stores: the TMA-store epilogue of a consumer with two or more 64-row slices");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
               "panel: persistent CTAs on whole tiles, no multicast, no ping-pong");
 static_assert(CLUSTER == 1 || (CLUSTER == 2 && SPLIT_RS == 0 && SPLIT_CLUSTER == 0 && (BM / CLUSTER) % 8 == 0),
               "row-tile multicast: pairs of CTAs on the same k split of two column tiles, 8-row swizzle atoms per half");
-// TMA-store staging: per consumer EPI buffers of one 64-row slice, BN/EPI_BOX_W boxes of 64 x EPI_BOX_W fp16.
-// EPI_BOX_W = 64 columns where BN % 64 == 0, else 32, else 16: rows of 128, 64 or 32 bytes, swizzled with the
-// pattern of the same span (8, 4 or 2 KB boxes); the C tensor map's box and swizzle match (front matter).
-constexpr int EPI_BOX_W = (BN % 64 == 0) ? 64 : (BN % 32 == 0) ? 32 : 16;
-constexpr int EPI_CHUNKS = EPI_BOX_W / 8;  // 16-byte chunks per box row
-constexpr int EPI_BOX_BYTES = 64 * EPI_BOX_W * 2;
-constexpr int EPI_BUF_BYTES = (BN / EPI_BOX_W) * EPI_BOX_BYTES;
-// The 16-byte chunk swizzle of row r: TMA's S-byte pattern XORs the chunk index with address bits 7.. of the row,
-// i.e. with (r / (128 / S)) % (S / 16): r % 8 (128 B), (r / 2) % 4 (64 B), (r / 4) % 2 (32 B). The 8 rows of an
-// stmatrix fragment land in 8 distinct 16-byte bank groups in each case.
-__device__ __forceinline__ int epi_swizzle(int r) { return (r / (64 / EPI_BOX_W)) % EPI_CHUNKS; }
+// TMA-store staging: per consumer EPI buffers of one 64-row slice (64 x BN fp16) in boxes of 64 columns, then one of 32
+// and one of 16 for the rest (BN 112: 64 + 32 + 16; one C map per width, front matter), rows of 128, 64, 32 bytes, each
+// swizzled like its span: TMA's S-byte pattern XORs 16-byte chunk q of row r with (r / (128 / S)) % (S / 16), so an
+// stmatrix's 8 rows take 8 bank groups.
+constexpr int EPI_N64 = BN / 64, EPI_N32 = BN % 64 / 32, EPI_N16 = BN % 32 / 16;  // boxes of each width
+constexpr int EPI_BOX_BYTES = 64 * 64 * 2, EPI_BUF_BYTES = 64 * BN * 2;
+template <int W>
+__device__ __forceinline__ int swizzle_w(int r) { return (r / (64 / W)) % (W / 8); }
+__device__ __forceinline__ int epi_swizzle(int r) { return swizzle_w<EPI_CW>(r); }  // EPI == 0's chunks
+// 8-column chunk j's box: its width and first chunk
+__device__ __forceinline__ constexpr int epi_box_w(int j) { return j < 8 * EPI_N64 ? 64 : j < 8 * EPI_N64 + 4 * EPI_N32 ? 32 : 16; }
+__device__ __forceinline__ constexpr int epi_box_first(int j) { return epi_box_w(j) == 64 ? j / 8 * 8 : epi_box_w(j) == 32 ? 8 * EPI_N64 : 8 * EPI_N64 + 4 * EPI_N32; }
 // EPI_WIDE: one TMA box covers EPI_LINES = 2 of those 64-column boxes side by side, through a 3-D map (64 columns,
 // N / 64 blocks, M rows) whose box is (64, 2, 64): in shared memory row r's two 128-byte lines are lines 2r and 2r + 1
 // of the box (swizzled by the line index), in C they are 256 contiguous bytes, written together.
 constexpr int EPI_LINES = EPI_WIDE ? 2 : 1;
-constexpr int EPI_STORE_W = EPI_BOX_W * EPI_LINES;  // columns per TMA store
+constexpr int EPI_STORE_W = 64 * EPI_LINES;  // columns per TMA store of the 64-column boxes
+struct CMaps { const TmaDesc* m[3]; };  // the C maps by width: 64 (or EPI_WIDE), 32, 16, those BN has, in that order
+constexpr int EPI_MAP32 = EPI_N64 > 0, EPI_MAP16 = (EPI_N64 > 0) + EPI_N32;
 constexpr int EPI_CONSUMER_BYTES = EPI ? EPI * EPI_BUF_BYTES : EPI_BYTES;  // staging per consumer after the ring
 // PANEL: the most k blocks a panel can hold beside the ring and the staging (the kernel's `requires`), one barrier each
 constexpr int PANEL_KBS = PANEL ? (232448 - 512 - 1024 - STAGES * B_STAGE_BYTES - CONSUMERS * EPI_CONSUMER_BYTES) / PANEL_KB_BYTES : 1;
@@ -172,17 +172,16 @@ static_assert(DYN == 0 || (PERSISTENT == 1 && CLUSTER == 1 && SPLIT_K == 1),
               "DYN: a persistent grid of single CTAs without split-K claims the units past its static share");
 static_assert(SPLIT_MAJOR == 0 || (SPLIT_K > 1 && SPLIT_CLUSTER == 0 && PANEL == 0),
               "SPLIT_MAJOR: a unit order for split-K (a K-split cluster needs its splits adjacent)");
-// split-K counters per tile in the workspace: arrivals (and, SPLIT_RS, the generation the last arrival bumps)
-constexpr int COUNTER_INTS = SPLIT_RS ? 2 : 1;
+// split-K: one counter per tile in the workspace (SPLIT_RS: +SPLIT_K per launch, wrapped by `red.inc` at RS_WRAP)
+constexpr unsigned RS_WRAP = static_cast<unsigned>(SPLIT_K) << 20;
 // SPLIT_CLUSTER: the column slice each CTA owns (RED_J n8 chunks) and its receive buffer: one slot per sender rank of
 // [consumer][mt][chunk of the slice][thread] float4 (BM * BN / SPLIT_K floats), SPLIT_K slots after the staging.
 constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
-// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
-// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it (the
-// integer division's sequence delayed the first TMA load).
+// a / b for 0 <= a < 2^22, b > 0 (`requires`) by a float reciprocal, off by at most one, corrected by the remainder's
+// sign (the integer division delayed the first TMA load)
 __device__ __forceinline__ int div_small(int a, int b) {
   const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
   const int r = a - q * b;
@@ -231,9 +230,8 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 // No data of its own to publish (mbarrier init is released by fence.mbarrier_init.release.cluster).
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
-// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
-// (wgmma.wait_group) before it arrives, and nothing else is published.
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (may be this CTA); the default (.release, .cta)
+// form, as CUTLASS's consumer release (the stage's wgmma reads completed before it)
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\n"
@@ -341,19 +339,19 @@ __device__ __forceinline__ int ticket_acq_rel(int* p) {
   asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], 1;" : "=r"(old) : "l"(p) : "memory");
   return old;
 }
-// SPLIT_RS: the generation word of a tile's barrier (relaxed before arriving, acquire while waiting, release to open).
-__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
-  int v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__device__ __forceinline__ void st_release_gpu(int* p, int v) {
-  asm volatile("st.release.gpu.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+// SPLIT_RS: an arrival that releases its partial and steps the tile's count, wrapping at RS_WRAP (0 after RS_WRAP - 1)
+__device__ __forceinline__ void inc_release_gpu(int* p) {
+  asm volatile("red.release.gpu.global.inc.u32 [%0], %1;" ::"l"(p), "r"(RS_WRAP - 1) : "memory");
+}
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 // An arrival that releases its partial (no return value, no acquire): SPLIT_OWNER's other splits add 1, STREAMK's
 // later k ranges their k blocks
@@ -515,9 +513,8 @@ __device__ __forceinline__ void stream_range(const Stream& st, int u, int& ta, i
 // tile's end whose ranges are not empty, in CTA order
 __device__ __forceinline__ bool stream_empty(const Stream& st, int b) { return stream_start(st, b + 1) == stream_start(st, b); }
 
-// Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
-// STREAMK: a piece u >= tiles is k blocks [kb0, kb1) of its tile.
+// Unit u -> (tile, split): tiles rastered in groups of GROUP tile-rows along M (CTAs in flight share B panels in L2);
+// a tile's splits are adjacent units (pairs: adjacent pairs). STREAMK: a piece u >= tiles is k blocks [kb0, kb1).
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Stream& st) {
   Work w;
   int skb0 = 0, skb1 = 0;
@@ -566,9 +563,8 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Str
   return w;
 }
 
-// CTA pairs (CLUSTER > 1): a cluster launch fills one GPC with consecutive clusters (a plain launch deals CTAs out
-// over the GPCs), so pair k takes the raster's pair v(k) = the transpose of k over GPC_SPREAD rows: one GPC's pairs
-// get raster positions GPC_SPREAD apart. A bijection of [0, pairs). (SPLIT_CLUSTER's clusters keep the launch order.)
+// CTA pairs: a cluster launch fills one GPC with consecutive clusters, so pair k takes raster pair v(k), k transposed
+// over GPC_SPREAD rows (a bijection): one GPC's pairs spread over the raster.
 constexpr int GPC_SPREAD = 8;
 __device__ __forceinline__ int cluster_spread(int b) {
   const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
@@ -599,8 +595,7 @@ __device__ __forceinline__ int dyn_static_unit(int i, int share) {
   return PANEL ? static_cast<int>(blockIdx.x) * share + i : static_cast<int>(blockIdx.x) + i * static_cast<int>(gridDim.x);
 }
 constexpr int UQ = 2;  // DYN: slots of the unit queue (claims run at most this many units ahead of the consumers)
-// DYN: claim the next unit of the pool. Nothing is published by it; .release only keeps the compile-time publication
-// rule (evo/ptx_checks.py: every integer atomic after a global store in program order is taken as an arrival) exact.
+// DYN: claim the next unit of the pool (.release: evo/ptx_checks.py takes an atomic after a global store as an arrival).
 __device__ __forceinline__ unsigned claim_unit(unsigned* counter) {
   unsigned r;
   asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;" : "=r"(r) : "l"(counter) : "memory");
@@ -676,10 +671,9 @@ constexpr int div_at_most(int x, int cap) {
 // beside 128 accumulators per thread)
 constexpr int RS_BUDGET = MT * BN / 2 >= 128 ? 8 : CONSUMERS == 1 ? 32 : 16;
 constexpr int RS_ROUND = div_at_most(SPLIT_K, RS_BUDGET / (MT * RED_J));
-// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
-// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
-// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
-// registers and only one round's loads are in flight.
+// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over splits
+// 0..SPLIT_K-1 (others' from the workspace, ours from registers). One instantiation per split: compile-time chunk
+// indices keep the accumulators in registers, one round's loads in flight.
 template <int S>
 __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const float4* base, int split, int tid) {
   if constexpr (S < SPLIT_K) {
@@ -760,14 +754,13 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
     }
 }
 
-// EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
-// `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
-// (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
-// Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
-// bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
-// instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
-// EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
+// EPI > 0: one consumer's WM x BN slice, 64 rows at a time: registers -> swizzled smem -> TMA store (clipped past M,
+// N). `stage`: its first staging buffer; `k`: slices staged so far (buffer k % EPI); (row0, col0): the slice in C.
+// Rounds of GRP = min(MT, EPI) slices: one buffer wait, two warpgroup barriers, one proxy fence, one bulk group.
+// stmatrix writes four 8x8 fp16 matrices (an m64nN wgmma's accumulator layout is its fragment layout).
+// EARLY_STORE: one slice per round (stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
+static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
@@ -775,7 +768,7 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 // One round: slices [mt0, mt0 + G) of the consumer's tile (G buffers, one bulk group).
 template <int G>
 __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], int mt0, uint32_t stage, int c,
-                                                const TmaDesc* map_c, int row0, int col0, int& k) {
+                                                const CMaps& maps, int row0, int col0, int& k) {
   const int tid = threadIdx.x % 128, warp = tid / 32, lane = tid % 32;
   // stmatrix.x4: lanes 8i..8i+7 address the 8 rows of matrix i; matrix i = (rows +8 * (i & 1), column chunk +(i >> 1))
   const int mi = lane / 8;
@@ -790,17 +783,25 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
     for (int j = 0; j < BN / 8; j += 2) {
       const int jj = j + (mi >> 1);
-      // box jj / EPI_CHUNKS, row r, 16-byte chunk jj % EPI_CHUNKS swizzled like the map: the 8 rows of a matrix
-      // land in 8 distinct 16-byte bank groups (128-byte rows: 8 chunks; 64-byte rows: 2 rows per 128 bytes x 4 chunks)
-      // (EPI_WIDE: box jj / (2 EPI_CHUNKS), line 2r + its 64-column half; the 8 rows of a matrix then take 4 bank
-      // groups twice, and the x4's other column chunk the 4 others)
-      const int line = r * EPI_LINES + (jj / EPI_CHUNKS) % EPI_LINES;
-      const uint32_t addr = buf + (jj / (EPI_CHUNKS * EPI_LINES)) * (EPI_BOX_BYTES * EPI_LINES) + line * (EPI_BOX_W * 2) +
-                            (((jj % EPI_CHUNKS) ^ epi_swizzle(line)) << 4);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                   "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                   "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                   : "memory");
+      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half);
+      // SWAP_AB (transposed): lane's row is C's row n = 8 jj + lane % 8 of the BN x 64 box, its chunk q the slice's
+      // kernel rows 8q .. 8q + 7 (C's columns), 128-byte swizzled
+      const int w = epi_box_w(j), first = epi_box_first(j);
+      const int line = EPI_WIDE ? r * 2 + (jj / 8) % 2 : r;
+      const int sw = w == 64 ? swizzle_w<64>(line) : w == 32 ? swizzle_w<32>(line) : swizzle_w<16>(line);
+      const int n = 8 * jj + lane % 8, q = 2 * warp + (mi & 1);
+      const uint32_t addr = SWAP_AB    ? buf + n * 128 + ((q ^ (n % 8)) << 4)
+                            : EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
+                                       : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
+      const float* a = &acc[mt][4 * j];
+      const uint32_t v0 = pack_half2(a[0], a[1]), v1 = pack_half2(a[2], a[3]), v2 = pack_half2(a[4], a[5]),
+                     v3 = pack_half2(a[6], a[7]);
+      if (SWAP_AB)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0),
+                     "r"(v1), "r"(v2), "r"(v3) : "memory");
+      else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0), "r"(v1),
+                     "r"(v2), "r"(v3) : "memory");
     }
   }
   fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
@@ -810,22 +811,31 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
     for (int g = 0; g < G; ++g) {
       const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
-#pragma unroll
-      for (int b = 0; b < BN / EPI_STORE_W; ++b) {
-        if (EPI_WIDE)
-          tma_store_3d(map_c, buf + b * EPI_BOX_BYTES * EPI_LINES, (col0 + b * EPI_STORE_W) / 64, row0 + (mt0 + g) * 64, policy);
-        else
-          tma_store_2d(map_c, buf + b * EPI_BOX_BYTES, col0 + b * EPI_BOX_W, row0 + (mt0 + g) * 64, policy);
+      const int row = row0 + (mt0 + g) * 64;
+      if (SWAP_AB) {  // the slice is C's box at (row col0, col row): BN rows of 64 columns
+        tma_store_2d(maps.m[0], buf, row, col0, policy);
+        continue;
       }
+#pragma unroll
+      for (int b = 0; b < EPI_N64 / EPI_LINES; ++b) {
+        if (EPI_WIDE)
+          tma_store_3d(maps.m[0], buf + b * EPI_BOX_BYTES * 2, (col0 + b * EPI_STORE_W) / 64, row, policy);
+        else
+          tma_store_2d(maps.m[0], buf + b * EPI_BOX_BYTES, col0 + b * 64, row, policy);
+      }
+      if (EPI_N32) tma_store_2d(maps.m[EPI_MAP32], buf + EPI_N64 * EPI_BOX_BYTES, col0 + 64 * EPI_N64, row, policy);
+      if (EPI_N16)
+        tma_store_2d(maps.m[EPI_MAP16], buf + EPI_N64 * EPI_BOX_BYTES + EPI_N32 * (EPI_BOX_BYTES / 2),
+                     col0 + 64 * EPI_N64 + 32 * EPI_N32, row, policy);
     }
     bulk_commit();
   }
   k += G;
 }
-__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const TmaDesc* map_c,
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[MT][BN / 2], uint32_t stage, int c, const CMaps& maps,
                                                int row0, int col0, int& k) {
 #pragma unroll
-  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) store_round_tma<EPI_GRP>(acc, mt0, stage, c, map_c, row0, col0, k);
+  for (int mt0 = 0; mt0 < MT; mt0 += EPI_GRP) store_round_tma<EPI_GRP>(acc, mt0, stage, c, maps, row0, col0, k);
 }
 // wgmma.wait_group with a count the unrolled slice loop knows (at most MT - 1 <= 3 groups left in flight)
 __device__ __forceinline__ void wgmma_wait_upto(int n) {
@@ -839,6 +849,8 @@ __device__ __forceinline__ void wgmma_wait_upto(int n) {
 using namespace evo_sm90;
 
 #define EVO_EPI 1
+#define EVO_C_MAPS (0 ? 1 : (128 >= 64) + (128 % 64 >= 32) + (128 % 32 == 16))  // C maps, EPI > 0
+static_assert(EVO_C_MAPS == (SWAP_AB ? 1 : (EPI_N64 > 0) + EPI_N32 + EPI_N16), "one C map per box width (C^T: one)");
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
@@ -851,7 +863,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     evo_gemm(const __half* A, const __half* B, __half* C, int M, int N, int K, float* workspace,
              const __grid_constant__ TmaDesc tmA, const __grid_constant__ TmaDesc tmB
 #if EVO_EPI
-             , const __grid_constant__ TmaDesc tmC  // C (M x N), 64 x 64 boxes, 128-byte swizzle
+             , const __grid_constant__ TmaDesc tmC  // C (M x N), then the maps of its narrower boxes (CMaps)
+#if EVO_C_MAPS > 1
+             , const __grid_constant__ TmaDesc tmC1
+#endif
+#if EVO_C_MAPS > 2
+             , const __grid_constant__ TmaDesc tmC2
+#endif
 #endif
              ) {
   // Kernel view: rows come from `map_rows` (BM boxes), columns from `map_cols` (BN boxes).
@@ -869,11 +887,15 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it.
+  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it; RING_SPLIT 1: all
+  // A tiles, then B's (2: B's first). Every tile is 1024-byte aligned.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
-  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (tiles - smem_u32(smem_raw)) + STAGES * STAGE_BYTES);
+  const uint32_t a0 = tiles + (RING_SPLIT == 2) * STAGES * B_STAGE_BYTES, b0 = tiles + (RING_SPLIT == 1) * STAGES * A_STAGE_BYTES;
+  auto ring_a = [&](int st) { return a0 + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
+  auto ring_b = [&](int st) { return RING_SPLIT ? b0 + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
+  // Epilogue staging (a buffer per consumer) after the ring, as a generic pointer.
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
+  __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (epi_stage_u32 - smem_u32(smem_raw)));
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
   const uint32_t panel = epi_stage_u32 + CONSUMERS * EPI_CONSUMER_BYTES;  // 1024-aligned (9216 and BN * 128 are)
   const uint32_t red_buf = panel;  // SPLIT_CLUSTER: the receive slots (PANEL is 0 then)
@@ -956,14 +978,14 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     mbar_wait(smem_u32(&empty_bar[ps]), pphase ^ 1);  // first pass: fresh barrier, returns at once
     const uint32_t full = smem_u32(&full_bar[ps]);
     mbar_arrive_expect_tx(full, STAGE_BYTES);          // OOB parts of a box still count (zero-filled)
-    const uint32_t a_dst = tiles + ps * STAGE_BYTES;
+    const uint32_t a_dst = ring_a(ps);
     if (CLUSTER > 1) {  // our half of the A tile's rows, into the same place of every CTA of the cluster
       tma_load_2d_mc(a_dst + prank * (BM / CLUSTER) * 128, map_rows, full, pkb * BK, pw.m0 + prank * (BM / CLUSTER),
                      (1 << CLUSTER) - 1);
     } else if (!PANEL) {  // (PANEL: the row tile is in the panel)
       tma_load_2d(a_dst, map_rows, full, pkb * BK, pw.m0);
     }
-    tma_load_2d(a_dst + A_STAGE_BYTES, map_cols, full, pkb * BK, pw.n0);
+    tma_load_2d(ring_b(ps), map_cols, full, pkb * BK, pw.n0);
     ++pkb;
     if (++ps == STAGES) { ps = 0; pphase ^= 1; }
     return true;
@@ -992,9 +1014,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       mbar_arrive_expect_tx(smem_u32(&recv_bar), (SPLIT_K - 1) * RED_SLOT_BYTES);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
-    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
-    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
+    // Without a cluster the first k block's loads leave before the block-wide barrier (every slot is free). Only
+    // one: the whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
     if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)
   }
   if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
@@ -1002,9 +1023,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     cluster_wait();
   } else {
     __syncthreads();
-    // SPLIT_CLUSTER: the others write into our smem only after their main loops; the consumers wait for this
-    // cluster barrier (every CTA has started) right before that, so its latency hides behind the main loop. The
-    // producer warps arrive here and exit: the cluster barrier waits for non-exited threads only.
+    // SPLIT_CLUSTER: peers write into our smem only after their main loops; the consumers wait for this barrier
+    // (every CTA started) just before, so it hides behind the main loop. The producer warps arrive and exit.
     if (SPLIT_CLUSTER) cluster_arrive_relaxed();
   }
 
@@ -1032,7 +1052,15 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     int t = 0;  // PINGPONG: units this consumer has done
     int epi_k = 0;  // EPI > 0: 64-row slices this consumer has staged (picks the staging buffer)
 #if EVO_EPI
-    if (tid == 0) tma_prefetch_desc(&tmC);
+#if EVO_C_MAPS > 2
+    const CMaps cmaps = {&tmC, &tmC1, &tmC2};
+#elif EVO_C_MAPS > 1
+    const CMaps cmaps = {&tmC, &tmC1};
+#else
+    const CMaps cmaps = {&tmC};
+#endif
+    if (tid == 0)
+      for (int i = 0; i < EVO_C_MAPS; ++i) tma_prefetch_desc(cmaps.m[i]);
 #endif
     int cpanel_m0 = -1;         // PANEL: the row block of the panel this consumer reads
     uint32_t cpanel_phase = 0;  // the phase parity of the panel being read (waits on a landed panel return at once)
@@ -1083,18 +1111,15 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
       }
       int prev = 0;
-      // EARLY_STORE: one commit group per slice's last wgmmas, so slice 0 is stored while later slices compute. 2, where
-      // the ring holds two units' k blocks (2 * nk <= STAGES): slice by slice over the whole K, its stages released
-      // after the last slice's wait; otherwise the last k block slice by slice (the stage before it released after
-      // slice 0's wait, its own after the last slice's).
+      // EARLY_STORE: a commit group per slice's last wgmmas (slice 0 stored while later slices compute). 2 with two
+      // units' k blocks in the ring (2 * nk <= STAGES): slice by slice over the whole K, stages released after the last
+      // slice's wait; else the last k block slice by slice (the stage before it freed after slice 0's wait).
       const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
-      // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
-      // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      // Where k block i lies in smem (ring stage st; PANEL: the panel's). Descriptors are made once: a k slice (+32 B)
+      // or a 64-row block (+8 KB) adds offset / 16 to the address field (smem < 2^18: the 14-bit field never carries)
       auto a_at = [&](int st, int i) {
-        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : tiles + st * STAGE_BYTES) + row_off * 128;
+        return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : ring_a(st)) + row_off * 128;
       };
-      auto b_at = [&](int st) { return tiles + st * STAGE_BYTES + A_STAGE_BYTES; };
       // PANEL, once every wgmma of the unit has ended: the row block's last unit of this CTA frees its panel
       auto release_panel = [&]() {
         if (!PANEL) return;
@@ -1115,7 +1140,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           for (int i = 0; i < nk; ++i) {
             if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits
             if (mt == 0) panel_wait(i);
-            const uint32_t a_base = a_at(ss, i), b_base = b_at(ss);
+            const uint32_t a_base = a_at(ss, i), b_base = ring_b(ss);
             wgmma_fence();
             slice_kblock(acc[mt], desc_sw128(a_base) + static_cast<uint64_t>(mt * 64 * 128 / 16), desc_sw128(b_base), i);
             if (++ss == STAGES) { ss = 0; pp ^= 1; }
@@ -1131,7 +1156,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         for (int i = 0; i < (EARLY_STORE ? nk - 1 : nk); ++i) {
           mbar_wait(smem_u32(&full_bar[s]), phase);
           panel_wait(i);
-          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
@@ -1153,7 +1178,7 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           const int i = nk - 1;
           mbar_wait(smem_u32(full_bar + s), phase);  // last k block
           panel_wait(i);
-          const uint32_t a_base = a_at(s, i), b_base = b_at(s);
+          const uint32_t a_base = a_at(s, i), b_base = ring_b(s);
           wgmma_fence();
           const uint64_t da0 = desc_sw128(a_base), db0 = desc_sw128(b_base);
 #pragma unroll
@@ -1261,15 +1286,14 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         // ---------------------------------------------------- split-K: partial tile -> workspace
         const int num_tiles = cdiv(Mk, BM) * (cdiv(cdiv(Nk, BN), CLUSTER) * CLUSTER);  // (pair-padded: get_work's numbering)
         int* counters = reinterpret_cast<int*>(workspace);
-        float* parts = workspace + ((num_tiles * 4 * COUNTER_INTS + 255) / 256) * 64;
+        float* parts = workspace + ((num_tiles * 4 + 255) / 256) * 64;
         // Layout of one partial: [consumer][mt][n8 chunk][thread][4 floats], coalesced float4s.
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
                                                  static_cast<size_t>(c) * WM * BN);
-        // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
-        // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
-        // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
-        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
+        // Publish (SPLIT_RS: the chunks the other splits sum), consumer barrier, then one thread's acq_rel ticket (its
+        // release, cumulative, orders every consumer's stores; its acquire shows the earlier splits'); the last arrival
+        // resets the count. SPLIT_OWNER: the reducer publishes nothing and waits (acquire) for the others' releases.
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -1280,11 +1304,15 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
                      make_float4(acc[mt][4 * j], acc[mt][4 * j + 1], acc[mt][4 * j + 2], acc[mt][4 * j + 3]));
         consumer_sync();
         if (threadIdx.x == 128) {
-          int* arrivals = counters + COUNTER_INTS * w.tile;
-          // SPLIT_RS: the tile's splits wait for each other (the grid is one wave, `requires`): the last arrival
-          // releases the generation word the others poll with acquire loads (read before arriving: ordered by its release)
-          const int g0 = SPLIT_RS ? ld_relaxed_gpu(arrivals + 1) : 0;
-          if (SPLIT_OWNER) {
+          int* arrivals = counters + w.tile;
+          if (SPLIT_RS) {
+            // read before our arrival, the count is in [n, n + SPLIT_K) for the launch's base n (a multiple of
+            // SPLIT_K): the tile is complete at n + SPLIT_K (mod RS_WRAP)
+            const unsigned seen = static_cast<unsigned>(ld_relaxed_gpu(arrivals));
+            const unsigned done = (seen - seen % SPLIT_K + SPLIT_K) % RS_WRAP;
+            inc_release_gpu(arrivals);
+            while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32);
+          } else if (SPLIT_OWNER) {
             if (owner) {
               while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);
               *arrivals = 0;  // every other split has arrived: nothing adds to it again in this launch
@@ -1295,11 +1323,6 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           } else {
             s_last = ticket_acq_rel(arrivals) == SPLIT_K - 1;
             if (s_last) *arrivals = 0;
-          }
-          if (SPLIT_RS) {
-            if (s_last) st_release_gpu(arrivals + 1, g0 + 1);
-            else
-              while (ld_acquire_gpu(arrivals + 1) == g0) __nanosleep(32);
           }
         }
         consumer_sync();
@@ -1356,10 +1379,10 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
           }
 #pragma unroll
           for (int i = 0; i < BN / 2; ++i) reg_fence(acc[mt][i]);
-          store_round_tma<1>(acc, mt, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+          store_round_tma<1>(acc, mt, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, cmaps, w.m0 + row_off, w.n0, epi_k);
         }
       } else
-        store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, &tmC, w.m0 + row_off, w.n0, epi_k);
+        store_tile_tma(acc, epi_stage_u32 + c * EPI_CONSUMER_BYTES, c, cmaps, w.m0 + row_off, w.n0, epi_k);
 #else
       store_tile(acc, epi_stage + c * (EPI_BYTES / 2), c, C, Mk, Nk, w.m0 + row_off, w.n0);
 #endif

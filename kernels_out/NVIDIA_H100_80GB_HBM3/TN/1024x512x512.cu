@@ -2,8 +2,8 @@
 family: cutlass_sm90
 archs: [sm_90a]
 launch: host
-params: {CLUSTER_M: 1, CLUSTER_N: 2, DECOMP: 0, EPI: 1, RASTER: 0, SCHEDULE: 0, SCHEDULER: 0,
-  SPLITS: 1, STAGES: 0, SWAP_AB: 0, SWIZZLE: 1, TILE_K: 64, TILE_M: 64, TILE_N: 64}
+params: {CLUSTER_M: 1, CLUSTER_N: 1, DECOMP: 0, EPI: 1, RASTER: 0, SCHEDULE: 0, SCHEDULER: 0,
+  SPLITS: 1, STAGES: 0, SWAP_AB: 1, SWIZZLE: 1, TILE_K: 64, TILE_M: 64, TILE_N: 64}
 host_args: [RASTER, SWIZZLE, DECOMP, SPLITS]
 # estimates for the prior only: evo_host_params (CUTLASS's own scheduler) decides the launch
 block: ["256 if SCHEDULE == 0 else 384", 1, 1]
@@ -53,12 +53,12 @@ constexpr int TILE_M = 64;
 constexpr int TILE_N = 64;
 constexpr int TILE_K = 64;
 constexpr int CLUSTER_M = 1;
-constexpr int CLUSTER_N = 2;
+constexpr int CLUSTER_N = 1;
 constexpr int SCHEDULE = 0;     // 0 TMA warp-specialized, 1 cooperative, 2 ping-pong
 constexpr int EPI = 1;               // 1 TMA store epilogue, 0 no shared memory
 constexpr int STAGES = 0;         // 0: auto (fill shared memory)
 constexpr int SCHEDULER = 0;   // 0 persistent, 1 stream-K
-constexpr int SWAP_AB = 0;
+constexpr int SWAP_AB = 1;
 
 using ElementA = cutlass::half_t;
 using ElementB = cutlass::half_t;

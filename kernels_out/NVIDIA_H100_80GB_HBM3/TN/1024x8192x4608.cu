@@ -1,9 +1,9 @@
 /*---evo
 family: wgmma_sm90
 archs: [sm_90a]
-params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 1, EPI_HINT: 1,
-  EPI_WIDE: 0, GROUP: 8, PANEL: 0, PERSISTENT: 1, PINGPONG: 0, RING_SPLIT: 0, SPLIT_CLUSTER: 0,
-  SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 3,
+params: {BM: 128, BN: 256, CLUSTER: 1, CONSUMERS: 2, DYN: 0, EARLY_STORE: 0, EPI: 0, EPI_HINT: 0,
+  EPI_WIDE: 0, GROUP: 16, PANEL: 0, PERSISTENT: 1, PINGPONG: 0, RING_SPLIT: 0, SPLIT_CLUSTER: 0,
+  SPLIT_K: 1, SPLIT_MAJOR: 0, SPLIT_OWNER: 0, SPLIT_RS: 0, SPLIT_SKEW: 0, STAGES: 4,
   STREAMK: 0, SWAP_AB: 0}
 block: ["128 * (CONSUMERS + 1)", 1, 1]
 grid: ["(NUM_SMS if STREAMK else min(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, NUM_SMS // CLUSTER * CLUSTER)) if PERSISTENT else round_up(cdiv(cdiv(N if SWAP_AB else M, BM) * round_up(cdiv(M if SWAP_AB else N, BN), CLUSTER) * SPLIT_K, 1 + PINGPONG), CLUSTER)", 1, 1]
@@ -14,14 +14,15 @@ cooperative: "STREAMK or SPLIT_RS or (SPLIT_OWNER and PERSISTENT)"   # CTAs that
 tensor_maps:
   - {operand: A, box: ["BN if SWAP_AB else BM // CLUSTER", 64], swizzle: 128}
   - {operand: B, box: ["BM // CLUSTER if SWAP_AB else BN", 64], swizzle: 128}
-  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and EPI_WIDE == 0 and BN >= 64"}
-  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and EPI_WIDE == 1"}
-  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and BN % 64 >= 32"}
-  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and BN % 32 == 16"}
+  - {operand: C, box: [64, 64], swizzle: 128, when: "EPI > 0 and SWAP_AB == 0 and EPI_WIDE == 0 and BN >= 64"}
+  - {operand: C, box: [64, 128], swizzle: 128, col_block: 64, when: "EPI > 0 and SWAP_AB == 0 and EPI_WIDE == 1"}
+  - {operand: C, box: [64, 32], swizzle: 64, when: "EPI > 0 and SWAP_AB == 0 and BN % 64 >= 32"}
+  - {operand: C, box: [64, 16], swizzle: 32, when: "EPI > 0 and SWAP_AB == 0 and BN % 32 == 16"}
+  - {operand: C, box: [BN, 64], swizzle: 128, when: "EPI > 0 and SWAP_AB == 1"}
 ---*/
 // Hopper (sm_90a) HGEMM: C[M,N] = A[M,K] * B[N,K]^T, fp16 in/out, fp32 accumulation.
 //
-// Pipeline (warp specialized, one CTA per SM when PERSISTENT):
+// Pipeline (warp specialized; PERSISTENT: one CTA per SM):
 //   warpgroup 0: producer; one thread issues TMA loads (128-byte swizzle, BK = 64) of A and B into a STAGES-deep ring.
 //   warpgroups 1..C: consumers; each owns BM/C rows of the BM x BN tile, wgmma.m64nBNk16 from smem per k16 slice.
 //   PINGPONG (C = 2): the consumers take alternate whole units (0, 2, ... / 1, 3, ...), so one's epilogue runs while
@@ -38,25 +39,25 @@ tensor_maps:
 //   count (release; never reset), polls it for the launch's last arrival, then sums its slice in split order.
 // SPLIT_CLUSTER (one unit per CTA): a tile's SPLIT_K CTAs are one cluster; each owns BN / SPLIT_K columns, sends the
 //   other slices to their owners' smem (st.async, completing the owner's recv_bar), then sums its own in split order.
-// SWAP_AB: C^T = B * A^T (kernel rows run over N), so a small M sits in wgmma's N; the epilogue stores transposed.
+// SWAP_AB: C^T = B * A^T (kernel rows over N): a small M sits in wgmma's N; the epilogue stores transposed.
 // PANEL (short K, persistent, no split-K): each CTA takes a contiguous range of units and keeps the row operand's
-//   whole-K panel in smem across a row block's units; only column tiles stream through the ring. panel_full[kb]: one
-//   per k block, armed right before that k block's column tile, so a new row block waits for its first k block only;
-//   panel_empty: every consumer warp arrives after its last wgmma of the row block.
+//   whole-K panel in smem across a row block's units; only column tiles stream through the ring (panel_full[kb]: one
+//   per k block, armed just before its column tile; panel_empty: every consumer warp is done with the row block).
 // STREAMK (persistent, G = NUM_SMS CTAs): after its whole tiles b, b + G, ..., CTA b streams k blocks [b I / G,
 //   (b + 1) I / G) of the last r + G tiles (r = T mod G; I k blocks in all): at most three pieces a tile. A piece past
 //   k block 0 stores its fp32 partial in its CTA's slot and adds its k blocks to the tile's counter (release); the piece
 //   from k block 0 waits (acquire) for the rest, adds the partials in CTA order, stores C, zeroes the counter.
-// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static share of (8 - DYN) / 8 of the units, then claims
-//   the rest one at a time from a workspace counter; a scheduler thread (producer warp 1) publishes them in a UQ-slot
-//   smem queue (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
+// DYN > 0 (persistent, no pairs, no split-K): each CTA takes a static (8 - DYN) / 8 share of the units, then claims
+//   the rest one by one from a workspace counter, which producer warp 1 publishes in a UQ-slot smem queue
+//   (uq_full / uq_empty). Every CTA claims once past the end; the last claim resets the counter.
 // Epilogue, EPI = 0: each consumer stages 64 x EPI_CW chunks in smem and writes them with 16-byte stores.
-// EPI > 0 (TMA store; SPLIT_K = 1, SWAP_AB = 0): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
-//   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix). Per round of min(MT, EPI) slices: stmatrix,
+// EPI > 0 (TMA store; SPLIT_K = 1): each consumer owns EPI staging buffers of 64 x BN fp16 (boxes of
+//   64 columns, then 32 and 16, swizzled like C's maps: conflict-free stmatrix; SWAP_AB: the slice is C's BN rows x 64
+//   columns, written by stmatrix.trans into one BN x 64 box of 128-byte rows). Per round of min(MT, EPI) slices: stmatrix,
 //   fence to the async proxy, warpgroup sync, one thread issues and commits the TMA stores; it waits for their reads
 //   only before reusing a buffer, so unit i's stores drain during unit i+1's wgmmas (EPI = 2 * min(MT, 2): i-1's).
 //   The TMA unit clips past M and N. Stages are released before the epilogue; the producer runs ahead across units.
-//   EPI_HINT = 1: the stores carry an L2 evict_first policy, so C streaming through L2 does not push out A and B.
+//   EPI_HINT = 1: the stores carry an L2 evict_first policy: C streaming through L2 does not push out A and B.
 // EARLY_STORE (two or more 64-row slices per consumer): each slice's last wgmmas are a commit group of their own, and
 //   slice mt is stored once `wgmma.wait_group MT-1-mt` returns, while the tensor cores run the later slices.
 // CLUSTER = 2: CTA pairs take the two column tiles of one tile row and share the row tile (A's; with SWAP_AB B's):
@@ -72,27 +73,27 @@ namespace evo_sm90 {
 constexpr int BM = 128;                 // tile rows (kernel view)
 constexpr int BN = 256;                 // tile cols = wgmma N
 constexpr int BK = 64;                     // 64 fp16 = one 128-byte swizzle row
-constexpr int STAGES = 3;
+constexpr int STAGES = 4;
 constexpr int CONSUMERS = 2;
 constexpr int PERSISTENT = 1;
-constexpr int GROUP = 8;
+constexpr int GROUP = 16;
 constexpr int SPLIT_K = 1;
 constexpr int SWAP_AB = 0;
 constexpr int PINGPONG = 0;
-constexpr int EPI = 1;                 // TMA-store staging buffers per consumer (0: ordinary stores)
-constexpr int CLUSTER = 1;         // CTAs per cluster sharing the A tile through TMA multicast
-constexpr int EPI_HINT = 1;       // EPI > 0: TMA stores of C carry an L2 evict_first policy (A, B stay in L2)
-constexpr int PANEL = 0;             // 1: the row operand's BM x K panel stays in smem across a row block's units
-constexpr int SPLIT_CLUSTER = 0;  // 1: a tile's K splits are one cluster, reduced in distributed smem
-constexpr int SPLIT_RS = 0;      // 1: a tile's K splits wait for each other and each sums its column slice
-constexpr int SPLIT_OWNER = 0;  // 1: split SPLIT_K-1 reduces, its partial kept in registers
-constexpr int SPLIT_MAJOR = 0;  // 1: units numbered split-major (every tile's split 0, then split 1, ...)
+constexpr int EPI = 0;
+constexpr int CLUSTER = 1;
+constexpr int EPI_HINT = 0;
+constexpr int PANEL = 0;
+constexpr int SPLIT_CLUSTER = 0;
+constexpr int SPLIT_RS = 0;
+constexpr int SPLIT_OWNER = 0;
+constexpr int SPLIT_MAJOR = 0;
 constexpr int SPLIT_SKEW = 0;    // SPLIT_OWNER: k blocks each other split gives to the reducing split
-constexpr int EPI_WIDE = 0;        // EPI > 0: C's boxes 64 x 128 (a 3-D map of 64-column blocks): 256 contiguous bytes per row per box
-constexpr int DYN = 0;                  // eighths of the units dealt out at run time (claimed from a workspace counter)
-constexpr int STREAMK = 0;          // persistent: the last partial wave's tiles (and one wave) split in k over every CTA
-constexpr int RING_SPLIT = 0;    // 1: the ring holds A's stages, then B's (CUTLASS's layout)
-constexpr int EARLY_STORE = 0;  // EPI > 0, MT > 1: each 64-row slice stored as soon as its wgmmas end (1: the last k block's; 2: all of a unit's K in the ring, slice by slice)
+constexpr int EPI_WIDE = 0;
+constexpr int DYN = 0;
+constexpr int STREAMK = 0;
+constexpr int RING_SPLIT = 0;    // 1: the ring holds A's stages, then B's (CUTLASS's layout); 2: B's, then A's
+constexpr int EARLY_STORE = 0;
 
 constexpr int THREADS = 128 * (CONSUMERS + 1);
 constexpr int WM = PINGPONG ? BM : BM / CONSUMERS;  // rows per consumer warpgroup
@@ -126,10 +127,11 @@ static_assert(MT * BN <= ((PINGPONG || (CONSUMERS == 2 && SPLIT_K == 1)) ? (EPI 
 static_assert(STAGE_BYTES % 1024 == 0, "128B-swizzled tiles need 1024-byte alignment");
 static_assert(PERSISTENT == 0 || PERSISTENT == 1, "PERSISTENT is 0 or 1");
 static_assert(PINGPONG == 0 || (CONSUMERS == 2 && SPLIT_K == 1), "ping-pong: two consumers on whole tiles, no split-K");
-static_assert(EPI == 0 || (SPLIT_K == 1 && SWAP_AB == 0 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
-              "TMA-store epilogue: no split-K, no swap, 16-, 32- or 64-col boxes, 1 to 4 staging buffers");
+static_assert(EPI == 0 || (SPLIT_K == 1 && BN % 16 == 0 && (EPI >= 1 && EPI <= 4)),
+              "TMA-store epilogue: no split-K, BN a multiple of 16, 1 to 4 staging buffers");
 static_assert(EPI_HINT == 0 || EPI > 0, "the L2 hint is for TMA stores");
-static_assert(EPI_WIDE == 0 || (EPI > 0 && BN % 128 == 0), "wide C boxes: the TMA-store epilogue, 128-column box pairs");
+static_assert(EPI_WIDE == 0 || (EPI > 0 && SWAP_AB == 0 && BN % 128 == 0),
+              "wide C boxes: the TMA-store epilogue, 128-column box pairs (C^T's slices are one box already)");
 static_assert(EARLY_STORE == 0 || (EPI > 0 && MT > 1 && EARLY_STORE <= 2),
               "early slice stores: the TMA-store epilogue of a consumer with two or more 64-row slices");
 static_assert(PANEL == 0 || (SPLIT_K == 1 && CLUSTER == 1 && PINGPONG == 0 && PERSISTENT == 1),
@@ -178,9 +180,8 @@ constexpr int RED_J = (SPLIT_CLUSTER || SPLIT_RS) ? BN / 8 / SPLIT_K : 1;
 constexpr int RED_SLOT_BYTES = BM * BN * 4 / SPLIT_K;
 
 __host__ __device__ constexpr int cdiv(int a, int b) { return (a + b - 1) / b; }
-// a / b for 0 <= a < 2^22 and 0 < b (the raster's run-time divisions: `requires` keeps the unit count below 2^22)
-// through a float reciprocal: its estimate is off by at most one below 2^22, the remainder's sign corrects it (the
-// integer division's sequence delayed the first TMA load).
+// a / b for 0 <= a < 2^22, b > 0 (`requires`) by a float reciprocal, off by at most one, corrected by the remainder's
+// sign (the integer division delayed the first TMA load)
 __device__ __forceinline__ int div_small(int a, int b) {
   const int q = static_cast<int>(__fdividef(static_cast<float>(a), static_cast<float>(b)));
   const int r = a - q * b;
@@ -229,9 +230,8 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 // No data of its own to publish (mbarrier init is released by fence.mbarrier_init.release.cluster).
 __device__ __forceinline__ void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory"); }
-// Arrive on the barrier at the same offset in CTA `rank` of the cluster (rank may be this CTA). The default
-// (.release, .cta) form, as CUTLASS's consumer release: the warp's wgmma reads of the stage are complete
-// (wgmma.wait_group) before it arrives, and nothing else is published.
+// Arrive on the barrier at the same offset in CTA `rank` of the cluster (may be this CTA); the default (.release, .cta)
+// form, as CUTLASS's consumer release (the stage's wgmma reads completed before it)
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t rank) {
   asm volatile(
       "{\n.reg .b32 ra;\n"
@@ -513,9 +513,8 @@ __device__ __forceinline__ void stream_range(const Stream& st, int u, int& ta, i
 // tile's end whose ranges are not empty, in CTA order
 __device__ __forceinline__ bool stream_empty(const Stream& st, int b) { return stream_start(st, b + 1) == stream_start(st, b); }
 
-// Unit u -> (tile, split). Tiles are rastered in groups of GROUP tile-rows along M, so the
-// CTAs in flight share B column panels in L2; splits of one tile are adjacent units (pairs: adjacent pairs of units).
-// STREAMK: a piece u >= tiles is k blocks [kb0, kb1) of its tile.
+// Unit u -> (tile, split): tiles rastered in groups of GROUP tile-rows along M (CTAs in flight share B panels in L2);
+// a tile's splits are adjacent units (pairs: adjacent pairs). STREAMK: a piece u >= tiles is k blocks [kb0, kb1).
 __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Stream& st) {
   Work w;
   int skb0 = 0, skb1 = 0;
@@ -564,8 +563,8 @@ __device__ __forceinline__ Work get_work(int u, int Mk, int Nk, int K, const Str
   return w;
 }
 
-// CTA pairs (CLUSTER > 1): a cluster launch fills one GPC with consecutive clusters, so pair k takes the raster's pair
-// v(k) = the transpose of k over GPC_SPREAD rows (a bijection of [0, pairs)): one GPC's pairs spread over the raster.
+// CTA pairs: a cluster launch fills one GPC with consecutive clusters, so pair k takes raster pair v(k), k transposed
+// over GPC_SPREAD rows (a bijection): one GPC's pairs spread over the raster.
 constexpr int GPC_SPREAD = 8;
 __device__ __forceinline__ int cluster_spread(int b) {
   const int k = b / CLUSTER, r = b % CLUSTER, nk = static_cast<int>(gridDim.x) / CLUSTER;
@@ -672,10 +671,9 @@ constexpr int div_at_most(int x, int cap) {
 // beside 128 accumulators per thread)
 constexpr int RS_BUDGET = MT * BN / 2 >= 128 ? 8 : CONSUMERS == 1 ? 32 : 16;
 constexpr int RS_ROUND = div_at_most(SPLIT_K, RS_BUDGET / (MT * RED_J));
-// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over the
-// splits in order 0..SPLIT_K-1, the others' partials from the workspace, ours from registers. One instantiation per
-// split (the dispatch below compares at run time), so the chunk indices are compile-time: the accumulators stay in
-// registers and only one round's loads are in flight.
+// SPLIT_RS: sum this thread's fragments of split S's column slice (RED_J n8 chunks per 64-row block) over splits
+// 0..SPLIT_K-1 (others' from the workspace, ours from registers). One instantiation per split: compile-time chunk
+// indices keep the accumulators in registers, one round's loads in flight.
 template <int S>
 __device__ __forceinline__ void rs_sum_slice(float (&acc)[MT][BN / 2], const float4* base, int split, int tid) {
   if constexpr (S < SPLIT_K) {
@@ -756,13 +754,11 @@ __device__ __forceinline__ void store_slice(const float (&acc)[MT][BN / 2], __ha
     }
 }
 
-// EPI > 0: one consumer's WM x BN slice of the tile, 64 rows at a time: registers -> swizzled smem -> TMA store.
-// `stage` is the consumer's first staging buffer; `k` counts the slices it has staged (buffer k % EPI);
-// (row0, col0) is the slice's origin in C. The TMA unit clips the parts of a box past M or N.
-// Slices go in rounds of GRP = min(MT, EPI): one buffer wait, two warpgroup barriers, one proxy fence and one
-// bulk group per round, not per slice. Fragments go to smem with stmatrix (four 8x8 fp16 matrices per
-// instruction: the accumulator layout of an m64nN wgmma is stmatrix's fragment layout, 8 rows by 8 columns).
-// EARLY_STORE: one slice per round (each slice is stored once its own wgmma group has completed).
+// EPI > 0: one consumer's WM x BN slice, 64 rows at a time: registers -> swizzled smem -> TMA store (clipped past M,
+// N). `stage`: its first staging buffer; `k`: slices staged so far (buffer k % EPI); (row0, col0): the slice in C.
+// Rounds of GRP = min(MT, EPI) slices: one buffer wait, two warpgroup barriers, one proxy fence, one bulk group.
+// stmatrix writes four 8x8 fp16 matrices (an m64nN wgmma's accumulator layout is its fragment layout).
+// EARLY_STORE: one slice per round (stored once its own wgmma group has completed).
 constexpr int EPI_GRP = EPI == 0 || EARLY_STORE ? 1 : (MT < EPI ? MT : EPI);
 static_assert(MT % EPI_GRP == 0, "the TMA-store rounds of min(MT, EPI) slices cover a consumer's MT slices exactly");
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
@@ -787,16 +783,25 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
 #pragma unroll
     for (int j = 0; j < BN / 8; j += 2) {
       const int jj = j + (mi >> 1);
-      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half)
+      // row r's chunk jj in its box (j, j + 1 share one), swizzled like its map (EPI_WIDE: box jj / 16, line 2r + half);
+      // SWAP_AB (transposed): lane's row is C's row n = 8 jj + lane % 8 of the BN x 64 box, its chunk q the slice's
+      // kernel rows 8q .. 8q + 7 (C's columns), 128-byte swizzled
       const int w = epi_box_w(j), first = epi_box_first(j);
       const int line = EPI_WIDE ? r * 2 + (jj / 8) % 2 : r;
       const int sw = w == 64 ? swizzle_w<64>(line) : w == 32 ? swizzle_w<32>(line) : swizzle_w<16>(line);
-      const uint32_t addr = EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
-                                     : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
-                   "r"(pack_half2(acc[mt][4 * j], acc[mt][4 * j + 1])), "r"(pack_half2(acc[mt][4 * j + 2], acc[mt][4 * j + 3])),
-                   "r"(pack_half2(acc[mt][4 * j + 4], acc[mt][4 * j + 5])), "r"(pack_half2(acc[mt][4 * j + 6], acc[mt][4 * j + 7]))
-                   : "memory");
+      const int n = 8 * jj + lane % 8, q = 2 * warp + (mi & 1);
+      const uint32_t addr = SWAP_AB    ? buf + n * 128 + ((q ^ (n % 8)) << 4)
+                            : EPI_WIDE ? buf + (jj / 16) * (EPI_BOX_BYTES * 2) + line * 128 + (((jj % 8) ^ sw) << 4)
+                                       : buf + first * 1024 + r * w * 2 + (((jj - first) ^ sw) << 4);
+      const float* a = &acc[mt][4 * j];
+      const uint32_t v0 = pack_half2(a[0], a[1]), v1 = pack_half2(a[2], a[3]), v2 = pack_half2(a[4], a[5]),
+                     v3 = pack_half2(a[6], a[7]);
+      if (SWAP_AB)
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0),
+                     "r"(v1), "r"(v2), "r"(v3) : "memory");
+      else
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(v0), "r"(v1),
+                     "r"(v2), "r"(v3) : "memory");
     }
   }
   fence_proxy_async();  // every writer: its smem writes before the TMA unit reads them
@@ -807,6 +812,10 @@ __device__ __forceinline__ void store_round_tma(const float (&acc)[MT][BN / 2], 
     for (int g = 0; g < G; ++g) {
       const uint32_t buf = stage + ((k + g) % EPI) * EPI_BUF_BYTES;
       const int row = row0 + (mt0 + g) * 64;
+      if (SWAP_AB) {  // the slice is C's box at (row col0, col row): BN rows of 64 columns
+        tma_store_2d(maps.m[0], buf, row, col0, policy);
+        continue;
+      }
 #pragma unroll
       for (int b = 0; b < EPI_N64 / EPI_LINES; ++b) {
         if (EPI_WIDE)
@@ -839,9 +848,9 @@ __device__ __forceinline__ void wgmma_wait_upto(int n) {
 }  // namespace evo_sm90
 using namespace evo_sm90;
 
-#define EVO_EPI 1
-#define EVO_C_MAPS ((256 >= 64) + (256 % 64 >= 32) + (256 % 32 == 16))  // C maps, EPI > 0
-static_assert(EVO_C_MAPS == (EPI_N64 > 0) + EPI_N32 + EPI_N16, "one C map per box width");
+#define EVO_EPI 0
+#define EVO_C_MAPS (0 ? 1 : (256 >= 64) + (256 % 64 >= 32) + (256 % 32 == 16))  // C maps, EPI > 0
+static_assert(EVO_C_MAPS == (SWAP_AB ? 1 : (EPI_N64 > 0) + EPI_N32 + EPI_N16), "one C map per box width (C^T: one)");
 #if 1 > 1
 #define EVO_CLUSTER_DIMS __cluster_dims__(1, 1, 1)
 #elif 0
@@ -878,12 +887,13 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
   __shared__ int uq[UQ];  // DYN: the CTA's units in order (-1: no more)
   __shared__ alignas(8) uint64_t uq_full[UQ], uq_empty[UQ];  // DYN: a slot written / read by the producer and every consumer warp
   __shared__ alignas(8) uint64_t recv_bar;  // SPLIT_CLUSTER: the other splits' slices of ours have landed
-  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it (RING_SPLIT: A's
-  // tiles, then B's). Every tile is 1024-byte aligned.
+  // Stage s: A tile (BM x 64, 128B-swizzled) at tiles + s*STAGE_BYTES, B tile (BN x 64) after it; RING_SPLIT 1: all
+  // A tiles, then B's (2: B's first). Every tile is 1024-byte aligned.
   const uint32_t tiles = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  auto ring_a = [&](int st) { return tiles + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
-  auto ring_b = [&](int st) { return RING_SPLIT ? ring_a(STAGES) + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
-  // Epilogue staging buffers (one per consumer) after the ring, as a generic pointer.
+  const uint32_t a0 = tiles + (RING_SPLIT == 2) * STAGES * B_STAGE_BYTES, b0 = tiles + (RING_SPLIT == 1) * STAGES * A_STAGE_BYTES;
+  auto ring_a = [&](int st) { return a0 + st * (RING_SPLIT ? A_STAGE_BYTES : STAGE_BYTES); };
+  auto ring_b = [&](int st) { return RING_SPLIT ? b0 + st * B_STAGE_BYTES : ring_a(st) + A_STAGE_BYTES; };
+  // Epilogue staging (a buffer per consumer) after the ring, as a generic pointer.
   const uint32_t epi_stage_u32 = tiles + STAGES * STAGE_BYTES;  // EPI > 0: 1024-aligned (STAGE_BYTES % 1024 == 0)
   __half* epi_stage = reinterpret_cast<__half*>(smem_raw + (epi_stage_u32 - smem_u32(smem_raw)));
   // PANEL: the row panel after the staging buffers (its size depends on K), cdiv(K, BK) boxes of BM x 64.
@@ -1004,9 +1014,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
       mbar_arrive_expect_tx(smem_u32(&recv_bar), (SPLIT_K - 1) * RED_SLOT_BYTES);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    // Without a cluster the first k block's loads leave before the block-wide barrier, within the kernel's
-    // first instructions (this thread initialised the barriers; every slot is free). Only one: issuing the
-    // whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
+    // Without a cluster the first k block's loads leave before the block-wide barrier (every slot is free). Only
+    // one: the whole ring here would hold the consumers at the barrier while the TMA unit takes the requests.
     if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)
   }
   if (CLUSTER > 1) {  // the peer multicasts into our ring and arrives on our barriers: they must be initialised
@@ -1014,9 +1023,8 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
     cluster_wait();
   } else {
     __syncthreads();
-    // SPLIT_CLUSTER: the others write into our smem only after their main loops; the consumers wait for this
-    // cluster barrier (every CTA has started) right before that, so its latency hides behind the main loop. The
-    // producer warps arrive here and exit: the cluster barrier waits for non-exited threads only.
+    // SPLIT_CLUSTER: peers write into our smem only after their main loops; the consumers wait for this barrier
+    // (every CTA started) just before, so it hides behind the main loop. The producer warps arrive and exit.
     if (SPLIT_CLUSTER) cluster_arrive_relaxed();
   }
 
@@ -1103,14 +1111,12 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         else if (t > 0) mbar_wait(smem_u32(&order_bar[0]), (t - 1) & 1);
       }
       int prev = 0;
-      // EARLY_STORE: one commit group per slice's last wgmmas, so slice 0 is stored while later slices compute. 2, where
-      // the ring holds two units' k blocks (2 * nk <= STAGES): slice by slice over the whole K, its stages released
-      // after the last slice's wait; otherwise the last k block slice by slice (the stage before it released after
-      // slice 0's wait, its own after the last slice's).
+      // EARLY_STORE: a commit group per slice's last wgmmas (slice 0 stored while later slices compute). 2 with two
+      // units' k blocks in the ring (2 * nk <= STAGES): slice by slice over the whole K, stages released after the last
+      // slice's wait; else the last k block slice by slice (the stage before it freed after slice 0's wait).
       const bool whole = EARLY_STORE == 2 && 2 * nk <= STAGES;
-      // Where k block i of this unit lies in smem (ring stage st; PANEL: the row tile in the panel). Its wgmma
-      // descriptors are made once: a k slice (+32 B) or a 64-row block (+8 KB) adds its offset / 16 to the
-      // start-address field (smem addresses stay below 2^18, so the 14-bit field never carries)
+      // Where k block i lies in smem (ring stage st; PANEL: the panel's). Descriptors are made once: a k slice (+32 B)
+      // or a 64-row block (+8 KB) adds offset / 16 to the address field (smem < 2^18: the 14-bit field never carries)
       auto a_at = [&](int st, int i) {
         return (PANEL ? panel + (w.kb0 + i) * PANEL_KB_BYTES : ring_a(st)) + row_off * 128;
       };
@@ -1285,10 +1291,9 @@ extern "C" __global__ void EVO_CLUSTER_DIMS __launch_bounds__(THREADS, 1)
         const size_t tile_floats = static_cast<size_t>(BM) * BN;
         float4* mine = reinterpret_cast<float4*>(parts + (static_cast<size_t>(w.tile) * SPLIT_K + w.split) * tile_floats +
                                                  static_cast<size_t>(c) * WM * BN);
-        // Publish (SPLIT_RS: only the column chunks the other splits sum): consumer barrier, then one thread takes a
-        // ticket with an acq_rel atomic (its release is cumulative: it orders every consumer's partial stores; its
-        // acquire makes the earlier splits' partials visible). The last arrival resets the count for the next launch.
-        // SPLIT_OWNER: the reducer publishes nothing; the others arrive with a release, it waits for them (acquire).
+        // Publish (SPLIT_RS: the chunks the other splits sum), consumer barrier, then one thread's acq_rel ticket (its
+        // release, cumulative, orders every consumer's stores; its acquire shows the earlier splits'); the last arrival
+        // resets the count. SPLIT_OWNER: the reducer publishes nothing and waits (acquire) for the others' releases.
         const bool owner = SPLIT_OWNER && w.split == SPLIT_K - 1;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
