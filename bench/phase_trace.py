@@ -57,19 +57,23 @@ def _clock(var: str) -> str:
 
 # wgmma_sm90's wait counts (`--waits`): EVO_WAIT(acc, stmt) adds the SM cycles `stmt` (a barrier wait) took to acc;
 # row 2 of a CTA's slots: entry clock, the producer's last clock and %globaltimer, its free-stage wait cycles; row 3,
-# four slots per consumer: its full-stage and other-consumer wait cycles, its exit clock (next to its exit stamp).
-# Without --waits the macros leave each wait as it is and count nothing.
+# four slots per consumer: its full-stage and other-consumer wait cycles, its exit clock (next to its exit stamp), and
+# the part of its full-stage wait spent at a unit's first k block (EVO_WAITF: a new tile's start, against the steady
+# state). Without --waits the macros leave each wait as it is and count nothing.
 WAITS_ON = (
     "#define EVO_WAIT(acc, ...) do { unsigned long long q_, r_; " + _clock("q_") + " __VA_ARGS__; " + _clock("r_")
     + " acc += r_ - q_; } while (0)\n"
-    "#define EVO_WDECL unsigned long long evo_k0, evo_we = 0, evo_wf = 0, evo_wo = 0; " + _clock("evo_k0") + "\n"
+    "#define EVO_WAITF(first, ...) do { unsigned long long q_, r_; " + _clock("q_") + " __VA_ARGS__; " + _clock("r_")
+    + " evo_wf += r_ - q_; if (first) evo_wf0 += r_ - q_; } while (0)\n"
+    "#define EVO_WDECL unsigned long long evo_k0, evo_we = 0, evo_wf = 0, evo_wf0 = 0, evo_wo = 0; " + _clock("evo_k0")
+    + "\n"
     "#define EVO_WPUT_P do { unsigned long long k_, g_; " + _clock("k_")
     + ' asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g_) :: "memory"); unsigned long long* w_ = evo_trace + '
     f"blockIdx.x * {SLOTS} + 16; w_[0] = evo_k0; w_[1] = k_; w_[2] = g_; w_[3] = evo_we; }} while (0)\n"
     "#define EVO_WPUT_C do { if (threadIdx.x >= 128 && threadIdx.x % 128 == 0) { unsigned long long k_; " + _clock("k_")
     + f" unsigned long long* w_ = evo_trace + blockIdx.x * {SLOTS} + 24 + 4 * (threadIdx.x / 128 - 1); w_[0] = evo_wf; "
-    "w_[1] = evo_wo; w_[2] = k_; } } while (0)\n")
-WAITS_OFF = ("#define EVO_WAIT(acc, ...) __VA_ARGS__\n#define EVO_WDECL\n#define EVO_WPUT_P do { } while (0)\n"
+    "w_[1] = evo_wo; w_[2] = k_; w_[3] = evo_wf0; } } while (0)\n")
+WAITS_OFF = ("#define EVO_WAIT(acc, ...) __VA_ARGS__\n#define EVO_WAITF(first, ...) __VA_ARGS__\n#define EVO_WDECL\n#define EVO_WPUT_P do { } while (0)\n"
              "#define EVO_WPUT_C do { } while (0)\n")
 WAITS_HEADER = "// EVO_WAITS\n"  # where instrumented_templates puts WAITS_ON or WAITS_OFF
 
@@ -119,15 +123,15 @@ SM90 = Trace(
         ("    if (CLUSTER == 1 && !DYN) produce_next();  // (DYN: the first unit comes from the scheduler)\n",
          "    if (CLUSTER == 1 && !DYN) produce_next();\n    EVO_T(1);\n"),
         ("          mbar_wait(smem_u32(&full_bar[s]), phase);\n",
-         "          EVO_WAIT(evo_wf, mbar_wait(smem_u32(&full_bar[s]), phase));\n          if (i == 0 && j == 0) EVO_C(2);\n"
+         "          EVO_WAITF(i == 0, mbar_wait(smem_u32(&full_bar[s]), phase));\n          if (i == 0 && j == 0) EVO_C(2);\n"
          "          if (i == nk - 1) EVO_M(3);\n"),
         ("        wgmma_wait<0>();\n        if (nk > 0", "        wgmma_wait<0>();\n        EVO_M(4);\n        if (nk > 0"),
         # EARLY_STORE: the whole-K pass's waits, the last k block's wait, the last slice's wgmma wait
         ("            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits\n",
-         "            if (mt == 0) EVO_WAIT(evo_wf, mbar_wait(smem_u32(&full_bar[ss]), pp));\n"
+         "            if (mt == 0) EVO_WAITF(i == 0, mbar_wait(smem_u32(&full_bar[ss]), pp));\n"
          "            if (mt == 0 && i == 0 && j == 0) EVO_C(2);\n            if (mt == 0 && i == nk - 1) EVO_M(3);\n"),
         ("          mbar_wait(smem_u32(full_bar + s), phase);  // last k block\n",
-         "          EVO_WAIT(evo_wf, mbar_wait(smem_u32(full_bar + s), phase));\n          if (nk == 1 && j == 0) EVO_C(2);\n"
+         "          EVO_WAITF(nk == 1, mbar_wait(smem_u32(full_bar + s), phase));\n          if (nk == 1 && j == 0) EVO_C(2);\n"
          "          EVO_M(3);\n"),
         ("          wgmma_wait_upto(MT - 1 - mt);  // slice mt's group and every group before it have completed\n",
          "          wgmma_wait_upto(MT - 1 - mt);\n          if (mt == MT - 1) EVO_M(4);\n"),
@@ -189,8 +193,8 @@ def per_cta_lines(rel, phases: list[str]) -> list[str]:
 
 def wait_lines(raw, consumers: int) -> list[str]:
     """`--waits`: the SM clock of each CTA (its entry to a consumer's exit, %clock64 against %globaltimer) and the
-    share of each thread's cycles it spent waiting: the producer for a free stage, each consumer for a full stage and
-    for the other consumer (ping-pong's turns). raw: launches x CTAs x 4 x 8 slots as the kernel left them (int64);
+    share of each thread's cycles it spent waiting: the producer for a free stage, each consumer for a full stage (and
+    the part of that at a unit's first k block) and for the other consumer (ping-pong's turns). raw: launches x CTAs x 4 x 8 slots as the kernel left them (int64);
     per launch the median CTA, then the median over launches; a CTA whose counts are missing is left out."""
     import numpy as np
 
@@ -222,9 +226,10 @@ def wait_lines(raw, consumers: int) -> list[str]:
         out.append(f"  SM clock, entry -> consumer {c}'s exit: {med(mhz):.0f} MHz (median CTA; CTAs "
                    f"{np.nanmin(per_cta):.0f}-{np.nanmax(per_cta):.0f})")
         full = np.where(live, ratio(raw[:, :, 3, 4 * c], cyc), np.nan)
+        first = np.where(live, ratio(raw[:, :, 3, 4 * c + 3], cyc), np.nan)
         other = np.where(live, ratio(raw[:, :, 3, 4 * c + 1], cyc), np.nan)
-        out.append(f"  consumer {c} waits for a full stage {100 * med(full):.1f} % of its cycles, for the other "
-                   f"consumer {100 * med(other):.1f} %")
+        out.append(f"  consumer {c} waits for a full stage {100 * med(full):.1f} % of its cycles ({100 * med(first):.1f} "
+                   f"at a unit's first k block), for the other consumer {100 * med(other):.1f} %")
     pk = raw[:, :, 2, 1]
     live = ok & (pk > 0)
     prod = np.where(live, ratio(raw[:, :, 2, 3], np.where(live, pk - k0, 0)), np.nan)

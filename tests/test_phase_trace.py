@@ -94,10 +94,13 @@ def test_waits_wrap_every_ring_wait_and_store_next_to_the_exit_stamps(tmp_path):
     right after its exit stamp. Without --waits every wait is left as it is."""
     on = (instrumented_templates(tmp_path / "on", "wgmma_sm90", waits=True) / "wgmma_sm90" / "kernel.cu").read_text()
     off = (instrumented_templates(tmp_path / "off", "wgmma_sm90") / "wgmma_sm90" / "kernel.cu").read_text()
-    assert on.count("EVO_WAIT(evo_wf, mbar_wait(") == 3 and on.count("EVO_WAIT(evo_we, mbar_wait(smem_u32(&empty_bar[ps])") == 1
+    assert on.count("EVO_WAITF(i == 0, mbar_wait(") == 2 and on.count("EVO_WAITF(nk == 1, mbar_wait(") == 1
+    assert "evo_wf += r_ - q_; if (first) evo_wf0 += r_ - q_;" in on and "w_[3] = evo_wf0;" in on
+    assert on.count("EVO_WAIT(evo_we, mbar_wait(smem_u32(&empty_bar[ps])") == 1
     assert "EVO_WAIT(evo_wo, if (c == 1) mbar_wait(smem_u32(&order_bar[1])" in on
     assert "while (produce_next()) {\n      }\n      EVO_WPUT_P;" in on and "EVO_M(7);\n  EVO_WPUT_C;\n}" in on
     assert "clock64" in on and "clock64" not in off and "#define EVO_WAIT(acc, ...) __VA_ARGS__" in off
+    assert "#define EVO_WAITF(first, ...) __VA_ARGS__" in off
     # the same patches either way: only the macros' definitions differ
     strip = lambda s: "\n".join(x for x in s.splitlines() if not x.startswith("#define EVO_W"))
     assert strip(on) == strip(off)
@@ -126,12 +129,12 @@ def test_wait_lines_clock_and_shares():
             raw[launch, cta, 0, 0] = t0 + 7
             raw[launch, cta, 0, 7] = raw[launch, cta, 1, 7] = t0 + 7 + ns  # both consumers' exit stamps
             raw[launch, cta, 2, :4] = [k0, k0 + cyc // 2, t0 + 7 + ns // 2, cyc // 4]  # producer: waits half its cycles
-            raw[launch, cta, 3, :3] = [cyc // 10, cyc // 5, k0 + cyc]  # consumer 0: 10 % full, 20 % other
+            raw[launch, cta, 3, :4] = [cyc // 10, cyc // 5, k0 + cyc, cyc // 25]  # consumer 0: 10 % full (4 at firsts), 20 % other
             raw[launch, cta, 3, 4:7] = [0, cyc // 2, k0 + cyc]  # consumer 1: 0 % full, 50 % other
     lines = wait_lines(raw, 2)
     assert lines[0].startswith("  SM clock, entry -> consumer 0's exit: 1600 MHz") and "CTAs 1600-1600" in lines[0]
-    assert "full stage 10.0 %" in lines[1] and "other consumer 20.0 %" in lines[1]
-    assert "full stage 0.0 %" in lines[3] and "other consumer 50.0 %" in lines[3]
+    assert "full stage 10.0 % of its cycles (4.0 at a unit's first k block)" in lines[1] and "other consumer 20.0 %" in lines[1]
+    assert "full stage 0.0 % of its cycles (0.0 at" in lines[3] and "other consumer 50.0 %" in lines[3]
     assert lines[4].startswith("  producer waits for a free stage 50.0 %")
     assert wait_lines(np.zeros((1, 2, 4, 8), dtype=np.int64), 2) == []  # nothing counted: nothing printed
 
@@ -176,4 +179,4 @@ def test_every_stamp_is_ordered_against_the_memory_operations_around_it(tmp_path
         from bench.phase_trace import WAITS_ON
 
         reads = [x.split(");")[0] for x in WAITS_ON.split("asm volatile(")[1:]]
-        assert len(reads) == 6 and all(r.endswith(':: "memory"') for r in reads), reads
+        assert len(reads) == 8 and all(r.endswith(':: "memory"') for r in reads), reads
