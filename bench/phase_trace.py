@@ -15,8 +15,9 @@ later phases the last unit's. Each instance is checked once against an fp32 refe
 time after the first CTA's entry (median over launches) and the per-CTA phase lengths; `--per-cta` prints every CTA's
 phases (which CTAs end late, and after which phase), `--allow-spills` traces a build the stamps push into spills (a
 kernel at its register limit; its phases then include the spills' cost). `--waits` (wgmma_sm90) also counts, with
-%clock64, the cycles the producer waits for a free stage, each consumer for a full stage and (ping-pong) for the other
-consumer, and prints the SM clock each CTA ran at (entry to exit): whether operand delivery or the tensor pipe holds a
+%clock64, the cycles the producer waits for a free stage, each consumer for a full stage and for the others (ping-pong:
+the other consumer's turn; split-K: the tile's other splits, counted by the thread that spins on their arrivals, the
+first of consumer 0), and prints the SM clock each CTA ran at (entry to exit): whether operand delivery or the tensor pipe holds a
 kernel back, at the clock of a timed window. The stamps live in 4 MiB ahead of the kernel's own workspace (split-K
 partials and tickets follow it). If a template moves,
 `anchors_present` fails in tests/test_phase_trace.py: re-anchor its TRACES entry.
@@ -125,6 +126,13 @@ SM90 = Trace(
         ("          mbar_wait(smem_u32(&full_bar[s]), phase);\n",
          "          EVO_WAITF(i == 0, mbar_wait(smem_u32(&full_bar[s]), phase));\n          if (i == 0 && j == 0) EVO_C(2);\n"
          "          if (i == nk - 1) EVO_M(3);\n"),
+        # split-K: the spin on the tile's other splits (SPLIT_RS, SPLIT_OWNER's reducer) counts as waiting for others
+        ("            while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32);\n",
+         "            EVO_WAIT(evo_wo, while (static_cast<unsigned>(ld_acquire_gpu(arrivals)) != done) __nanosleep(32));\n"),
+        ("              while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32);\n",
+         "              EVO_WAIT(evo_wo, while (ld_acquire_gpu(arrivals) != SPLIT_K - 1) __nanosleep(32));\n"),
+        ("          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));\n",
+         "          store_slice(acc, C, Mk, Nk, w.m0 + row_off, w.n0, static_cast<uint32_t>(w.split));\n          EVO_M(5);\n"),
         ("        wgmma_wait<0>();\n        if (nk > 0", "        wgmma_wait<0>();\n        EVO_M(4);\n        if (nk > 0"),
         # EARLY_STORE: the whole-K pass's waits, the last k block's wait, the last slice's wgmma wait
         ("            if (mt == 0) mbar_wait(smem_u32(&full_bar[ss]), pp);  // whole: the first pass waits\n",
@@ -194,8 +202,8 @@ def per_cta_lines(rel, phases: list[str]) -> list[str]:
 def wait_lines(raw, consumers: int) -> list[str]:
     """`--waits`: the SM clock of each CTA (its entry to a consumer's exit, %clock64 against %globaltimer) and the
     share of each thread's cycles it spent waiting: the producer for a free stage, each consumer for a full stage (and
-    the part of that at a unit's first k block) and for the other consumer (ping-pong's turns). raw: launches x CTAs x 4 x 8 slots as the kernel left them (int64);
-    per launch the median CTA, then the median over launches; a CTA whose counts are missing is left out."""
+    the part of that at a unit's first k block) and for the others (ping-pong's turns, split-K's partner splits).
+    raw: launches x CTAs x 4 x 8 slots as the kernel left them (int64); per launch the median CTA, then the median over launches; a CTA whose counts are missing is left out."""
     import numpy as np
 
     raw = np.asarray(raw, dtype=np.int64)
@@ -229,7 +237,7 @@ def wait_lines(raw, consumers: int) -> list[str]:
         first = np.where(live, ratio(raw[:, :, 3, 4 * c + 3], cyc), np.nan)
         other = np.where(live, ratio(raw[:, :, 3, 4 * c + 1], cyc), np.nan)
         out.append(f"  consumer {c} waits for a full stage {100 * med(full):.1f} % of its cycles ({100 * med(first):.1f} "
-                   f"at a unit's first k block), for the other consumer {100 * med(other):.1f} %")
+                   f"at a unit's first k block), for the other consumer or splits {100 * med(other):.1f} %")
     pk = raw[:, :, 2, 1]
     live = ok & (pk > 0)
     prod = np.where(live, ratio(raw[:, :, 2, 3], np.where(live, pk - k0, 0)), np.nan)

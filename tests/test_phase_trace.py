@@ -90,7 +90,7 @@ def test_instrumented_ping_pong_compiles(tmp_path, waits):
 
 def test_waits_wrap_every_ring_wait_and_store_next_to_the_exit_stamps(tmp_path):
     """--waits counts the producer's free-stage wait, the consumers' full-stage waits (the main loop's and both
-    EARLY_STORE paths') and ping-pong's turn waits; the producer stores its counts after its last load, each consumer
+    EARLY_STORE paths'), ping-pong's turn waits and split-K's spins on the other splits; the producer stores its counts after its last load, each consumer
     right after its exit stamp. Without --waits every wait is left as it is."""
     on = (instrumented_templates(tmp_path / "on", "wgmma_sm90", waits=True) / "wgmma_sm90" / "kernel.cu").read_text()
     off = (instrumented_templates(tmp_path / "off", "wgmma_sm90") / "wgmma_sm90" / "kernel.cu").read_text()
@@ -98,6 +98,8 @@ def test_waits_wrap_every_ring_wait_and_store_next_to_the_exit_stamps(tmp_path):
     assert "evo_wf += r_ - q_; if (first) evo_wf0 += r_ - q_;" in on and "w_[3] = evo_wf0;" in on
     assert on.count("EVO_WAIT(evo_we, mbar_wait(smem_u32(&empty_bar[ps])") == 1
     assert "EVO_WAIT(evo_wo, if (c == 1) mbar_wait(smem_u32(&order_bar[1])" in on
+    assert on.count("EVO_WAIT(evo_wo, while (") == 2 and on.count("__nanosleep(32));") == 2  # split-K's spins on the other splits
+    assert "static_cast<uint32_t>(w.split));\n          EVO_M(5);" in on  # SPLIT_RS: its slice stored
     assert "while (produce_next()) {\n      }\n      EVO_WPUT_P;" in on and "EVO_M(7);\n  EVO_WPUT_C;\n}" in on
     assert "clock64" in on and "clock64" not in off and "#define EVO_WAIT(acc, ...) __VA_ARGS__" in off
     assert "#define EVO_WAITF(first, ...) __VA_ARGS__" in off
@@ -133,8 +135,8 @@ def test_wait_lines_clock_and_shares():
             raw[launch, cta, 3, 4:7] = [0, cyc // 2, k0 + cyc]  # consumer 1: 0 % full, 50 % other
     lines = wait_lines(raw, 2)
     assert lines[0].startswith("  SM clock, entry -> consumer 0's exit: 1600 MHz") and "CTAs 1600-1600" in lines[0]
-    assert "full stage 10.0 % of its cycles (4.0 at a unit's first k block)" in lines[1] and "other consumer 20.0 %" in lines[1]
-    assert "full stage 0.0 % of its cycles (0.0 at" in lines[3] and "other consumer 50.0 %" in lines[3]
+    assert "full stage 10.0 % of its cycles (4.0 at a unit's first k block)" in lines[1] and "other consumer or splits 20.0 %" in lines[1]
+    assert "full stage 0.0 % of its cycles (0.0 at" in lines[3] and "other consumer or splits 50.0 %" in lines[3]
     assert lines[4].startswith("  producer waits for a free stage 50.0 %")
     assert wait_lines(np.zeros((1, 2, 4, 8), dtype=np.int64), 2) == []  # nothing counted: nothing printed
 
