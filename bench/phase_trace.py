@@ -17,8 +17,8 @@ phases (which CTAs end late, and after which phase), `--allow-spills` traces a b
 kernel at its register limit; its phases then include the spills' cost). `--waits` (wgmma_sm90) also counts, with
 %clock64, the cycles the producer waits for a free stage, each consumer for a full stage and for the others (ping-pong:
 the other consumer's turn; split-K: the tile's other splits, counted by the thread that spins on their arrivals, the
-first of consumer 0), and prints the SM clock each CTA ran at (entry to exit): whether operand delivery or the tensor pipe holds a
-kernel back, at the clock of a timed window. The stamps live in 4 MiB ahead of the kernel's own workspace (split-K
+first of consumer 0), and prints the SM clock each CTA ran at (entry to exit): whether operand delivery or the tensor
+pipe holds a kernel back, at the clock of a timed window. The stamps live in 4 MiB ahead of the kernel's own workspace (split-K
 partials and tickets follow it). If a template moves,
 `anchors_present` fails in tests/test_phase_trace.py: re-anchor its TRACES entry.
 """
