@@ -18,9 +18,9 @@ kernel at its register limit; its phases then include the spills' cost). `--wait
 %clock64, the cycles the producer waits for a free stage, each consumer for a full stage and for the others (ping-pong:
 the other consumer's turn; split-K: the tile's other splits, counted by the thread that spins on their arrivals, the
 first of consumer 0), and prints the SM clock each CTA ran at (entry to exit): whether operand delivery or the tensor
-pipe holds a kernel back, at the clock of a timed window. The stamps live in 4 MiB ahead of the kernel's own workspace (split-K
-partials and tickets follow it). If a template moves,
-`anchors_present` fails in tests/test_phase_trace.py: re-anchor its TRACES entry.
+pipe holds a kernel back, at the clock of a timed window. The stamps live in 4 MiB ahead of the kernel's own
+workspace (split-K partials and tickets follow it). If a template moves, `anchors_present` fails in
+tests/test_phase_trace.py: re-anchor its TRACES entry.
 """
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def _clock(var: str) -> str:
 WAITS_ON = (
     "#define EVO_WAIT(acc, ...) do { unsigned long long q_, r_; " + _clock("q_") + " __VA_ARGS__; " + _clock("r_")
     + " acc += r_ - q_; } while (0)\n"
-    "#define EVO_WAITF(first, ...) do { unsigned long long q_, r_; " + _clock("q_") + " __VA_ARGS__; " + _clock("r_")
-    + " evo_wf += r_ - q_; if (first) evo_wf0 += r_ - q_; } while (0)\n"
+    "#define EVO_WAITF(first, ...) do { const unsigned long long f_ = evo_wf; EVO_WAIT(evo_wf, __VA_ARGS__); "
+    "if (first) evo_wf0 += evo_wf - f_; } while (0)\n"
     "#define EVO_WDECL unsigned long long evo_k0, evo_we = 0, evo_wf = 0, evo_wf0 = 0, evo_wo = 0; " + _clock("evo_k0")
     + "\n"
     "#define EVO_WPUT_P do { unsigned long long k_, g_; " + _clock("k_")
@@ -203,7 +203,8 @@ def wait_lines(raw, consumers: int) -> list[str]:
     """`--waits`: the SM clock of each CTA (its entry to a consumer's exit, %clock64 against %globaltimer) and the
     share of each thread's cycles it spent waiting: the producer for a free stage, each consumer for a full stage (and
     the part of that at a unit's first k block) and for the others (ping-pong's turns, split-K's partner splits).
-    raw: launches x CTAs x 4 x 8 slots as the kernel left them (int64); per launch the median CTA, then the median over launches; a CTA whose counts are missing is left out."""
+    raw: launches x CTAs x 4 x 8 slots as the kernel left them (int64); per launch the median CTA, then the median
+    over launches; a CTA whose counts are missing is left out."""
     import numpy as np
 
     raw = np.asarray(raw, dtype=np.int64)
